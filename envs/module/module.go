@@ -1,0 +1,166 @@
+// Package module is the Go form of the cyrnel module contract: what an
+// environment module implements, the bindings the host hands it, and the
+// vocabulary (execution states, exit states) both sides share. It imports only
+// the standard library so that environments never depend on the host.
+package module
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Info describes a module: environments and adapters alike.
+type Info struct {
+	ID          string
+	Type        Type
+	Name        string
+	Version     string
+	Description string
+	// ConfigSchema and SecretsSchema are JSON Schema documents.
+	ConfigSchema  json.RawMessage
+	SecretsSchema json.RawMessage
+}
+
+// Type says which role a module plays.
+type Type string
+
+const (
+	TypeEnvironment Type = "environment"
+	TypeAdapter     Type = "adapter"
+)
+
+// ExecState is what an environment may report through Bindings.SetState.
+// The host adds idle and terminating on top; environments never report them.
+type ExecState string
+
+const (
+	StateQueued  ExecState = "queued"
+	StateRunning ExecState = "running"
+)
+
+// ExitState is how an execution ended.
+type ExitState string
+
+const (
+	ExitSuccess  ExitState = "success"
+	ExitFailed   ExitState = "failed"
+	ExitTimeout  ExitState = "timeout"
+	ExitCanceled ExitState = "canceled"
+)
+
+// Valid reports whether s is one of the four exit states.
+func (s ExitState) Valid() bool {
+	switch s {
+	case ExitSuccess, ExitFailed, ExitTimeout, ExitCanceled:
+		return true
+	}
+	return false
+}
+
+// Reason says precisely why an execution ended. Environments report it with
+// Result; the host adds its own (host_restart, host_shutdown).
+type Reason string
+
+const (
+	ReasonCompleted        Reason = "completed"
+	ReasonException        Reason = "exception"
+	ReasonTimeout          Reason = "timeout"
+	ReasonKilled           Reason = "killed"
+	ReasonMemoryLimit      Reason = "memory_limit"
+	ReasonOutputLimit      Reason = "output_limit"
+	ReasonCPULimit         Reason = "cpu_limit"
+	ReasonEnvironmentError Reason = "environment_error"
+	ReasonHostRestart      Reason = "host_restart"
+	ReasonHostShutdown     Reason = "host_shutdown"
+)
+
+// DefaultTimeoutMs is the host's default execution timeout.
+const DefaultTimeoutMs = 30000
+
+// Options are the host-resolved execution options.
+type Options struct {
+	TimeoutMs int64
+}
+
+// ExecutionInput is what the host hands to Environment.Execute.
+type ExecutionInput struct {
+	// EID is the process pid; it must be passed back to every binding.
+	EID     int64
+	Code    string
+	Options Options
+	// EnvConfig is per-execution configuration for the environment, as sent
+	// by the client; environments ignore keys they do not know.
+	EnvConfig map[string]any
+}
+
+// Result is what Execute returns: the exit state and, beyond the seed
+// contract, the precise reason (the host derives one when it is empty).
+type Result struct {
+	Exit   ExitState
+	Reason Reason
+}
+
+// SetupContext is passed to Environment.Setup on activation.
+type SetupContext struct {
+	Config   map[string]any
+	Secrets  map[string]any
+	Bindings Bindings
+}
+
+// ToolDocsInput describes the tool an environment documents.
+type ToolDocsInput struct {
+	ServiceID    string
+	ToolID       string
+	Description  string
+	InputSchema  json.RawMessage
+	OutputSchema json.RawMessage
+}
+
+// Environment runs process code.
+type Environment interface {
+	Info() Info
+	Setup(ctx context.Context, sc SetupContext) error
+	// Execute runs one process and returns how it ended. Returning an error
+	// counts as failed with the error's message.
+	Execute(ctx context.Context, in ExecutionInput) (Result, error)
+	// Kill stops a queued or running execution; its Execute returns canceled
+	// shortly after. An unknown eid is not an error.
+	Kill(ctx context.Context, eid int64) error
+	Docs(ctx context.Context) (string, error)
+	ToolDocs(ctx context.Context, in ToolDocsInput) (string, error)
+	Teardown(ctx context.Context) error
+}
+
+// Status is optional: an environment that implements it reports its health
+// (pool, sandbox layers) for GET /environment.
+type Status interface {
+	Status() map[string]any
+}
+
+// InvokeInput is the payload of every tool call.
+type InvokeInput struct {
+	ServiceID  string         `json:"serviceId"`
+	ToolID     string         `json:"toolId"`
+	Parameters map[string]any `json:"parameters"`
+}
+
+// Tool is what ListTools returns: enough to build a callable stub and its
+// documentation inside a runtime.
+type Tool struct {
+	ServiceID   string          `json:"serviceId"`
+	ToolID      string          `json:"toolId"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"inputSchema"`
+}
+
+// Bindings are the host callbacks; calls may come from any goroutine.
+type Bindings interface {
+	InvokeTool(ctx context.Context, in InvokeInput) (any, error)
+	ListTools(ctx context.Context) ([]Tool, error)
+	SetState(eid int64, state ExecState)
+	SetError(eid int64, msg string)
+	EmitStdout(eid int64, p []byte)
+	EmitStderr(eid int64, p []byte)
+	EmitOutput(eid int64, patch map[string]any)
+}
