@@ -80,6 +80,9 @@ const DefaultTimeoutMs = 30000
 // Options are the host-resolved execution options.
 type Options struct {
 	TimeoutMs int64
+	// OutputLimitBytes caps each of stdout and stderr; past it the
+	// environment ends the execution with reason output_limit (0: no cap).
+	OutputLimitBytes int64
 }
 
 // ExecutionInput is what the host hands to Environment.Execute.
@@ -160,6 +163,8 @@ type Bindings interface {
 	ListTools(ctx context.Context) ([]Tool, error)
 	SetState(eid int64, state ExecState)
 	SetError(eid int64, msg string)
+	// EmitStdout and EmitStderr pass raw bytes; p is only valid during the
+	// call.
 	EmitStdout(eid int64, p []byte)
 	EmitStderr(eid int64, p []byte)
 	EmitOutput(eid int64, patch map[string]any)

@@ -1,0 +1,66 @@
+package python
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Config is the python module's configuration.
+type Config struct {
+	// Interpreter is the Python to run; resolved once to its real path.
+	Interpreter string `json:"interpreter"`
+	// PoolSize is how many warm interpreters wait for work.
+	PoolSize int `json:"poolSize"`
+	// Concurrency caps executions running at once; more wait as queued.
+	Concurrency int `json:"concurrency"`
+	// QueueLimit caps executions waiting for a slot.
+	QueueLimit int `json:"queueLimit"`
+	// Preload names modules every interpreter imports while warm.
+	Preload []string `json:"preload"`
+	// SitePackages puts the interpreter's site-packages on sys.path (without
+	// running site, which costs tens of milliseconds per start).
+	SitePackages bool `json:"sitePackages"`
+	// StartTimeoutMs bounds an interpreter's warm-up; slower ones are replaced.
+	StartTimeoutMs int `json:"startTimeoutMs"`
+}
+
+func defaultConfig() Config {
+	return Config{
+		Interpreter:    "python3",
+		PoolSize:       2,
+		Concurrency:    8,
+		QueueLimit:     256,
+		SitePackages:   true,
+		StartTimeoutMs: 10000,
+	}
+}
+
+// configSchema is the JSON Schema the host validates the config against.
+const configSchema = `{
+  "type": "object",
+  "additionalProperties": false,
+  "properties": {
+    "interpreter": {"type": "string", "minLength": 1, "default": "python3", "description": "Python interpreter to run (a name on PATH or an absolute path); resolved once to its real executable."},
+    "poolSize": {"type": "integer", "minimum": 1, "maximum": 64, "default": 2, "description": "Warm interpreters kept ready."},
+    "concurrency": {"type": "integer", "minimum": 1, "maximum": 256, "default": 8, "description": "Executions running at once; more wait as queued."},
+    "queueLimit": {"type": "integer", "minimum": 0, "maximum": 100000, "default": 256, "description": "Executions allowed to wait for a slot; beyond it they fail at once."},
+    "preload": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$"}, "maxItems": 64, "default": [], "description": "Modules imported while warm (e.g. numpy, pandas)."},
+    "sitePackages": {"type": "boolean", "default": true, "description": "Put the interpreter's site-packages on sys.path."},
+    "startTimeoutMs": {"type": "integer", "minimum": 100, "maximum": 600000, "default": 10000, "description": "An interpreter that is not warm within this time is replaced."}
+  }
+}`
+
+func parseConfig(raw map[string]any) (Config, error) {
+	c := defaultConfig()
+	if len(raw) == 0 {
+		return c, nil
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return c, fmt.Errorf("python config: %w", err)
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("python config: %w", err)
+	}
+	return c, nil
+}

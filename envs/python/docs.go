@@ -1,0 +1,237 @@
+package python
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+)
+
+const docs = `# Python environment
+
+Your program runs as the ` + "`__main__`" + ` module of a fresh CPython %s interpreter
+(standard library%s). Nothing survives between programs: every execution gets
+a new interpreter and an empty private working directory.
+
+## Results
+
+- ` + "`print()`" + ` and anything written to stdout/stderr (also by C extensions and child
+  processes) is captured as the process's ` + "`stdout`" + ` and ` + "`stderr`" + `.
+- ` + "`cyrnel.output(dict)`" + ` merges a JSON object into the structured ` + "`output`" + `:
+  later keys overwrite earlier ones, new keys are added. Values must be
+  JSON-serialisable, or it raises ` + "`TypeError`" + `.
+- An uncaught exception ends the process ` + "`failed`" + ` with ` + "`ExcType: message`" + ` as its
+  error and the traceback on stderr. ` + "`sys.exit(0)`" + ` counts as success.
+
+` + "`cyrnel`" + ` is already imported (also ` + "`import cyrnel`" + ` works). Top-level ` + "`await`" + ` works:
+the program then runs in an asyncio event loop.
+
+## Tools
+
+Every enabled tool of every enabled service is a Python function:
+
+` + "```python" + `
+pet = cyrnel.services.petstore.getPetById(petId=1)   # keyword arguments only
+print(pet["status"], pet["body"])
+help(cyrnel.services.petstore.getPetById)            # description and parameters
+` + "```" + `
+
+- The keyword arguments are the top-level properties of the tool's input
+  schema; the host validates them before the call and raises
+  ` + "`cyrnel.ToolError`" + ` (naming each failing field) when they do not fit.
+- A tool returns its decoded result; any failure raises ` + "`cyrnel.ToolError`" + `.
+- Each tool has an awaitable form, so calls can run concurrently:
+
+` + "```python" + `
+import asyncio
+a, b = await asyncio.gather(
+    cyrnel.services.petstore.getPetById.aio(petId=1),
+    cyrnel.services.petstore.getPetById.aio(petId=2),
+)
+` + "```" + `
+
+- The TypeScript-shaped form works too:
+  ` + "`cyrnel.services[\"petstore\"].tools[\"getPetById\"].invoke({\"petId\": 1})`" + `.
+- ` + "`dir(cyrnel.services)`" + ` lists the services; ` + "`dir(cyrnel.services.petstore)`" + ` its tools.
+  ` + "`GET /tools`" + ` and ` + "`GET /tools/{serviceId}/{toolId}/docs`" + ` describe them.
+
+Credentials never enter the interpreter: tool calls go through the host.
+
+## Limits
+
+- The timeout is the process's ` + "`timeoutMs`" + ` (default 30000 ms); past it the
+  process ends ` + "`timeout`" + `.
+- stdout and stderr are each capped (default 1 MiB); past the cap the
+  process ends ` + "`failed`" + ` with reason ` + "`output_limit`" + `.
+- Memory, CPU time, processes, file sizes and open files are limited by the
+  sandbox; hitting a limit ends the process with a precise reason
+  (` + "`memory_limit`" + `, …).
+
+## Example
+
+` + "```python" + `
+import statistics
+data = [3, 1, 4, 1, 5, 9, 2, 6]
+print("mean", statistics.mean(data))
+cyrnel.output({"mean": statistics.mean(data), "max": max(data)})
+` + "```" + `
+`
+
+// Docs describes the environment for those who write code for it.
+func (e *Env) Docs(context.Context) (string, error) {
+	e.mu.Lock()
+	preload := e.cfg.Preload
+	e.mu.Unlock()
+	extra := ""
+	if len(preload) > 0 {
+		extra = "; pre-imported: " + strings.Join(preload, ", ")
+	}
+	return fmt.Sprintf(docs, "3", extra), nil
+}
+
+// ToolDocs renders one tool as the Python function it is inside a program.
+func (e *Env) ToolDocs(_ context.Context, in module.ToolDocsInput) (string, error) {
+	var schema struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+		Required   []string                   `json:"required"`
+	}
+	_ = json.Unmarshal(in.InputSchema, &schema) // a schema without properties documents no parameters
+	required := map[string]bool{}
+	for _, r := range schema.Required {
+		required[r] = true
+	}
+	names := make([]string, 0, len(schema.Properties))
+	for n := range schema.Properties {
+		names = append(names, n)
+	}
+	// Required parameters first, then alphabetical: the order of a signature.
+	sort.Slice(names, func(i, j int) bool {
+		if required[names[i]] != required[names[j]] {
+			return required[names[i]]
+		}
+		return names[i] < names[j]
+	})
+	var sig, rows, example []string
+	for _, n := range names {
+		var p struct {
+			Type        any    `json:"type"`
+			Description string `json:"description"`
+		}
+		_ = json.Unmarshal(schema.Properties[n], &p)
+		typ := pyType(p.Type)
+		if required[n] {
+			sig = append(sig, fmt.Sprintf("%s: %s", n, typ))
+			example = append(example, fmt.Sprintf("%s=%s", n, pyExample(p.Type)))
+		} else {
+			sig = append(sig, fmt.Sprintf("%s: %s | None = None", n, typ))
+		}
+		rows = append(rows, fmt.Sprintf("| `%s` | `%s` | %s | %s |", n, typ, yesNo(required[n]), oneLine(p.Description)))
+	}
+	var b strings.Builder
+	call := fmt.Sprintf("cyrnel.services.%s.%s", in.ServiceID, in.ToolID)
+	fmt.Fprintf(&b, "# `%s`\n\n", call)
+	if in.Description != "" {
+		fmt.Fprintf(&b, "%s\n\n", in.Description)
+	}
+	b.WriteString("```python\n")
+	if len(sig) > 0 {
+		fmt.Fprintf(&b, "%s(*, %s) -> dict\n", call, strings.Join(sig, ", "))
+	} else {
+		fmt.Fprintf(&b, "%s() -> dict\n", call)
+	}
+	b.WriteString("```\n\n")
+	if len(rows) > 0 {
+		b.WriteString("## Parameters\n\n| name | type | required | description |\n| --- | --- | --- | --- |\n")
+		b.WriteString(strings.Join(rows, "\n"))
+		b.WriteString("\n\n")
+	}
+	b.WriteString("## Result\n\n")
+	if len(in.OutputSchema) > 0 && string(in.OutputSchema) != "null" {
+		fmt.Fprintf(&b, "The decoded result, described by this JSON Schema:\n\n```json\n%s\n```\n\n", indent(in.OutputSchema))
+	} else {
+		b.WriteString("The decoded result of the tool.\n\n")
+	}
+	b.WriteString("Failures raise `cyrnel.ToolError`.\n\n## Example\n\n```python\n")
+	fmt.Fprintf(&b, "result = %s(%s)\nprint(result)\n\n", call, strings.Join(example, ", "))
+	fmt.Fprintf(&b, "# concurrently, from async code:\nresult = await %s.aio(%s)\n```\n", call, strings.Join(example, ", "))
+	return b.String(), nil
+}
+
+func pyType(t any) string {
+	switch v := t.(type) {
+	case string:
+		return pyTypeName(v)
+	case []any:
+		parts := make([]string, 0, len(v))
+		for _, x := range v {
+			if s, ok := x.(string); ok {
+				parts = append(parts, pyTypeName(s))
+			}
+		}
+		if len(parts) > 0 {
+			return strings.Join(parts, " | ")
+		}
+	}
+	return "Any"
+}
+
+func pyTypeName(t string) string {
+	switch t {
+	case "string":
+		return "str"
+	case "integer":
+		return "int"
+	case "number":
+		return "float"
+	case "boolean":
+		return "bool"
+	case "array":
+		return "list"
+	case "object":
+		return "dict"
+	case "null":
+		return "None"
+	}
+	return "Any"
+}
+
+func pyExample(t any) string {
+	if s, ok := t.(string); ok {
+		switch s {
+		case "string":
+			return `"..."`
+		case "integer":
+			return "1"
+		case "number":
+			return "1.0"
+		case "boolean":
+			return "True"
+		case "array":
+			return "[]"
+		}
+	}
+	return "{}"
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func oneLine(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(strings.TrimSpace(s), "\n", " "), "|", `\|`)
+}
+
+func indent(raw json.RawMessage) string {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return string(raw)
+	}
+	b, _ := json.MarshalIndent(v, "", "  ")
+	return string(b)
+}

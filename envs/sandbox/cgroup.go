@@ -1,0 +1,351 @@
+package sandbox
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// CgroupSupport says whether and where per-sandbox cgroups of one
+// controller can be created.
+type CgroupSupport struct {
+	// Version is 1 or 2; 0 when the controller cannot be used.
+	Version int `json:"version"`
+	// Dir is the cgroup the sandboxes' cgroups are created in: the host's
+	// own cgroup for the controller, so its limits still hold them.
+	Dir string `json:"dir,omitempty"`
+	// Err says why the controller cannot be used.
+	Err string `json:"error,omitempty"`
+}
+
+// OK reports whether the controller can be used.
+func (c CgroupSupport) OK() bool { return c.Version != 0 }
+
+// detectCgroup finds the controller in /proc/self/mountinfo and
+// /proc/self/cgroup, without assuming v1, v2 or a hybrid layout, and checks
+// that a child cgroup can be created there.
+func detectCgroup(controller string) CgroupSupport {
+	dir, version, err := cgroupDir(controller)
+	if err == nil {
+		err = checkCgroupDir(dir, controller, version)
+	}
+	if err != nil {
+		return CgroupSupport{Err: err.Error()}
+	}
+	return CgroupSupport{Version: version, Dir: dir}
+}
+
+func cgroupDir(controller string) (string, int, error) {
+	own, err := ownCgroups()
+	if err != nil {
+		return "", 0, err
+	}
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return "", 0, err
+	}
+	// A v1 hierarchy with the controller wins: in a hybrid layout the v2
+	// tree then lacks it.
+	for _, m := range mounts {
+		if m.version != 1 || !slices.Contains(m.options, controller) {
+			continue
+		}
+		for key, path := range own {
+			if slices.Contains(strings.Split(key, ","), controller) {
+				return m.join(path), 1, nil
+			}
+		}
+		return "", 0, fmt.Errorf("cgroup v1 %s: own cgroup unknown", controller)
+	}
+	for _, m := range mounts {
+		if m.version != 2 {
+			continue
+		}
+		path, ok := own[""]
+		if !ok {
+			return "", 0, fmt.Errorf("cgroup v2: own cgroup unknown")
+		}
+		dir := m.join(path)
+		avail, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+		if err != nil {
+			return "", 0, fmt.Errorf("cgroup v2: %w", err)
+		}
+		if !slices.Contains(strings.Fields(string(avail)), controller) {
+			continue
+		}
+		return dir, 2, nil
+	}
+	return "", 0, fmt.Errorf("no cgroup hierarchy has the %s controller", controller)
+}
+
+// checkCgroupDir proves a child cgroup with the controller can be made in
+// dir. On v2 the controller must be enabled for children; enabling it fails
+// when dir holds processes itself (the no-internal-processes rule), which
+// only the operator can fix (e.g. systemd Delegate= plus a leaf cgroup).
+func checkCgroupDir(dir, controller string, version int) error {
+	if version == 2 {
+		sub, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+		if err != nil {
+			return fmt.Errorf("cgroup v2: %w", err)
+		}
+		if !slices.Contains(strings.Fields(string(sub)), controller) {
+			if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+"+controller), 0); err != nil {
+				return fmt.Errorf("cgroup v2: enable %s for child cgroups of %s: %w", controller, dir, err)
+			}
+		}
+	}
+	probe := filepath.Join(dir, "cyrnel-probe-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(probe, 0o755); err != nil {
+		return fmt.Errorf("cgroup v%d %s: %w", version, controller, err)
+	}
+	if err := os.Remove(probe); err != nil {
+		return fmt.Errorf("cgroup v%d %s: %w", version, controller, err)
+	}
+	return nil
+}
+
+// ownCgroups maps the controller list of each hierarchy ("" for v2) to this
+// process's cgroup path in it.
+func ownCgroups() (map[string]string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, fmt.Errorf("read own cgroups: %w", err)
+	}
+	own := map[string]string{}
+	for line := range strings.Lines(string(b)) {
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) == 3 {
+			own[parts[1]] = parts[2]
+		}
+	}
+	return own, nil
+}
+
+type cgroupMount struct {
+	version    int
+	root       string // the cgroup mounted there (not "/" inside some containers)
+	mountPoint string
+	options    []string // super options; v1 lists the controllers among them
+}
+
+func (m cgroupMount) join(path string) string {
+	rel, err := filepath.Rel(m.root, path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		rel = "."
+	}
+	return filepath.Join(m.mountPoint, rel)
+}
+
+func cgroupMounts() ([]cgroupMount, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	defer f.Close()
+	var mounts []cgroupMount
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options [optional…] - fstype source superoptions
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		pf, qf := strings.Fields(pre), strings.Fields(post)
+		if len(pf) < 5 || len(qf) < 3 {
+			continue
+		}
+		m := cgroupMount{root: unescapeMount(pf[3]), mountPoint: unescapeMount(pf[4]), options: strings.Split(qf[2], ",")}
+		switch qf[0] {
+		case "cgroup":
+			m.version = 1
+		case "cgroup2":
+			m.version = 2
+		default:
+			continue
+		}
+		mounts = append(mounts, m)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	return mounts, nil
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// cgroups are one sandbox's cgroups: one directory per hierarchy (a v1
+// layout has one for memory and one for pids, v2 one for both).
+type cgroups struct {
+	memory, pids string // "" when that controller is not used
+}
+
+// newCgroups creates the sandbox's cgroups and sets their limits.
+func newCgroups(mem, pids CgroupSupport, l Limits) (*cgroups, error) {
+	var suffix [8]byte
+	_, _ = rand.Read(suffix[:]) // never fails on Linux
+	name := "cyrnel-sbx-" + hex.EncodeToString(suffix[:])
+	cg := &cgroups{}
+	if mem.OK() {
+		cg.memory = filepath.Join(mem.Dir, name)
+	}
+	if pids.OK() {
+		cg.pids = filepath.Join(pids.Dir, name)
+	}
+	for _, dir := range cg.dirs() {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			cg.remove()
+			return nil, fmt.Errorf("create cgroup: %w", err)
+		}
+	}
+	var writes [][2]string
+	if mem.Version == 1 {
+		limit := strconv.FormatInt(l.MemoryBytes, 10)
+		writes = append(writes, [2]string{cg.memory + "/memory.limit_in_bytes", limit})
+		// memsw exists only with swap accounting; it must follow the
+		// memory limit, and keeps the program from swapping past it.
+		if _, err := os.Stat(cg.memory + "/memory.memsw.limit_in_bytes"); err == nil {
+			writes = append(writes, [2]string{cg.memory + "/memory.memsw.limit_in_bytes", limit})
+		}
+	}
+	if mem.Version == 2 {
+		writes = append(writes, [2]string{cg.memory + "/memory.max", strconv.FormatInt(l.MemoryBytes, 10)})
+		if _, err := os.Stat(cg.memory + "/memory.swap.max"); err == nil {
+			writes = append(writes, [2]string{cg.memory + "/memory.swap.max", "0"})
+		}
+	}
+	if pids.OK() {
+		writes = append(writes, [2]string{cg.pids + "/pids.max", strconv.FormatInt(l.Procs, 10)})
+	}
+	for _, w := range writes {
+		if err := os.WriteFile(w[0], []byte(w[1]), 0); err != nil {
+			cg.remove()
+			return nil, fmt.Errorf("set cgroup limit: %w", err)
+		}
+	}
+	return cg, nil
+}
+
+func (cg *cgroups) dirs() []string {
+	var dirs []string
+	for _, d := range []string{cg.memory, cg.pids} {
+		if d != "" && !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// add moves a process into every cgroup of the sandbox.
+func (cg *cgroups) add(pid int) error {
+	for _, dir := range cg.dirs() {
+		if err := os.WriteFile(dir+"/cgroup.procs", []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("join cgroup %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// oomKilled reports whether the memory cgroup's OOM killer ended a process.
+func (cg *cgroups) oomKilled() bool {
+	if cg.memory == "" {
+		return false
+	}
+	// v1 keeps the counter in memory.oom_control, v2 in memory.events.
+	for _, file := range []string{"memory.oom_control", "memory.events"} {
+		if n, ok := readCounter(filepath.Join(cg.memory, file), "oom_kill"); ok {
+			return n > 0
+		}
+	}
+	return false
+}
+
+// forkRefused reports whether the pids cgroup refused a fork.
+func (cg *cgroups) forkRefused() bool {
+	if cg.pids == "" {
+		return false
+	}
+	n, _ := readCounter(filepath.Join(cg.pids, "pids.events"), "max")
+	return n > 0
+}
+
+// killAll SIGKILLs every process in the sandbox's cgroups until none is
+// left: without a PID namespace this is the only way to find processes
+// that left the process group.
+func (cg *cgroups) killAll() {
+	for _, dir := range cg.dirs() {
+		for range 100 { // each pass kills what it saw; forks in flight need another
+			b, err := os.ReadFile(dir + "/cgroup.procs")
+			if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+				break
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL) // already gone is fine
+				}
+			}
+		}
+	}
+}
+
+// remove deletes the cgroups. A cgroup can be removed once its last process
+// is reaped; the kernel may still be finishing that, so busy is retried for
+// a short while.
+func (cg *cgroups) remove() error {
+	var errs []error
+	for _, dir := range cg.dirs() {
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			err := os.Remove(dir)
+			if err == nil || errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+				errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// readCounter reads "key value" from a cgroup's flat-keyed file.
+func readCounter(path, key string) (int64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), " "); ok && k == key {
+			n, err := strconv.ParseInt(v, 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}

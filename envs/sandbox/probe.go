@@ -1,0 +1,154 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+
+	seccomp "github.com/elastic/go-seccomp-bpf"
+)
+
+// Support says which sandbox layers this machine offers to this process.
+type Support struct {
+	UserNS   bool `json:"userNamespace"`
+	PIDNS    bool `json:"pidNamespace"`
+	NetNS    bool `json:"netNamespace"`
+	MountNS  bool `json:"mountNamespace"`
+	IPCNS    bool `json:"ipcNamespace"`
+	UTSNS    bool `json:"utsNamespace"`
+	CgroupNS bool `json:"cgroupNamespace"`
+	// NamespacesErr says why starting the helper in all namespaces and
+	// building the private root failed; "" when it worked.
+	NamespacesErr string `json:"namespacesError,omitempty"`
+	// LandlockABI is the Landlock ABI version the kernel offers (capped at
+	// the newest go-landlock knows); 0 when Landlock is unavailable.
+	LandlockABI int  `json:"landlockAbi"`
+	Seccomp     bool `json:"seccomp"`
+	// Memory and Pids say where per-sandbox cgroups can be created.
+	Memory CgroupSupport `json:"memoryCgroup"`
+	Pids   CgroupSupport `json:"pidsCgroup"`
+	// RootUID: the host runs as uid 0, which RLIMIT_NPROC does not bind
+	// (the kernel exempts the root user), so only a pids cgroup limits the
+	// number of processes.
+	RootUID bool `json:"rootUid"`
+}
+
+// Layers says which layers hold a sandbox.
+type Layers struct {
+	Namespaces bool `json:"namespaces"`
+	// Network is true when the program may use the host's network.
+	Network     bool `json:"network"`
+	LandlockABI int  `json:"landlockAbi"` // 0: Landlock off
+	Seccomp     bool `json:"seccomp"`
+	// Memory is how memory is limited: "cgroup v1", "cgroup v2" or "rlimit".
+	Memory string `json:"memory"`
+	// Procs is how processes are limited: "cgroup v1", "cgroup v2",
+	// "rlimit", or "none" (uid 0 without a pids cgroup).
+	Procs string `json:"procs"`
+}
+
+// namespaces reports whether every namespace a sandbox needs is available.
+func (s Support) namespaces(network bool) bool {
+	return s.UserNS && s.PIDNS && s.MountNS && s.IPCNS && s.UTSNS && s.CgroupNS && (s.NetNS || network)
+}
+
+// Check returns an error naming every layer this machine lacks that r does
+// not relax: the host's cue to refuse to run unsandboxed.
+func (s Support) Check(r Relax) error {
+	var missing []string
+	if !r.Namespaces && !s.namespaces(r.Network) {
+		missing = append(missing, "namespaces ("+s.NamespacesErr+")")
+	}
+	if !r.Landlock && s.LandlockABI == 0 {
+		missing = append(missing, "Landlock (not offered by the kernel)")
+	}
+	if !r.Seccomp && !s.Seccomp {
+		missing = append(missing, "seccomp (not offered by the kernel)")
+	}
+	if !r.Cgroups && s.RootUID && !s.Pids.OK() {
+		missing = append(missing, "process limit (uid 0 is exempt from RLIMIT_NPROC and no pids cgroup is usable: "+s.Pids.Err+")")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("sandbox: unavailable on this machine: %s", strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+// Layers says which layers a sandbox started with r would have here.
+func (s Support) Layers(r Relax) Layers {
+	l := Layers{
+		Namespaces: !r.Namespaces && s.namespaces(r.Network),
+		Network:    r.Network,
+		Seccomp:    !r.Seccomp && s.Seccomp,
+		Memory:     "rlimit",
+		Procs:      "rlimit",
+	}
+	if !r.Landlock {
+		l.LandlockABI = s.LandlockABI
+	}
+	if !r.Cgroups && s.Memory.OK() {
+		l.Memory = fmt.Sprintf("cgroup v%d", s.Memory.Version)
+	}
+	switch {
+	case !r.Cgroups && s.Pids.OK():
+		l.Procs = fmt.Sprintf("cgroup v%d", s.Pids.Version)
+	case s.RootUID:
+		l.Procs = "none"
+	}
+	return l
+}
+
+var probeOnce = sync.OnceValue(probe)
+
+// Probe reports which layers this machine supports. The first call starts
+// the helper once or a few times (a few milliseconds); the result is cached.
+func Probe() Support { return probeOnce() }
+
+func probe() Support {
+	s := Support{
+		LandlockABI: landlockABI(),
+		Seccomp:     seccomp.Supported(),
+		Memory:      detectCgroup("memory"),
+		Pids:        detectCgroup("pids"),
+		RootUID:     os.Geteuid() == 0,
+	}
+	err := probeNamespaces(allNamespaces, true)
+	if err == nil {
+		s.UserNS, s.PIDNS, s.NetNS, s.MountNS, s.IPCNS, s.UTSNS, s.CgroupNS = true, true, true, true, true, true, true
+		return s
+	}
+	s.NamespacesErr = err.Error()
+	// Find out which namespace is refused, for the report.
+	if s.UserNS = probeNamespaces(syscall.CLONE_NEWUSER, false) == nil; !s.UserNS {
+		return s
+	}
+	one := func(flag uintptr) bool { return probeNamespaces(syscall.CLONE_NEWUSER|flag, false) == nil }
+	s.PIDNS = one(syscall.CLONE_NEWPID)
+	s.NetNS = one(syscall.CLONE_NEWNET)
+	s.MountNS = one(syscall.CLONE_NEWNS)
+	s.IPCNS = one(syscall.CLONE_NEWIPC)
+	s.UTSNS = one(syscall.CLONE_NEWUTS)
+	s.CgroupNS = one(syscall.CLONE_NEWCGROUP)
+	return s
+}
+
+// probeNamespaces starts the helper in the given namespaces and, if root,
+// has it build a sandbox root, then lets it exit.
+func probeNamespaces(flags uintptr, root bool) error {
+	if !hooked.Load() {
+		return errNotHooked
+	}
+	p := &Process{done: make(chan struct{}), logger: discardLogger}
+	err := p.start(context.Background(), launch{
+		cloneflags: flags,
+		init:       initSpec{Namespaces: root, ProbeOnly: true, ReadPaths: []string{"/usr"}, TmpBytes: 1 << 20, WorkDir: "/"},
+	})
+	<-p.done
+	return err
+}
+
+var errNotHooked = errors.New("sandbox: sandbox.MaybeRun was not called at start-up, so this binary cannot act as its own sandbox helper")

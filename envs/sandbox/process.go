@@ -1,0 +1,453 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// sandboxID is the uid and gid the program has inside the user namespace;
+// the caller's own ids are mapped to it (the only mapping an unprivileged
+// process may write).
+const sandboxID = 1000
+
+// allNamespaces are the namespaces of a sandbox with the network cut off.
+const allNamespaces = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+	syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP | syscall.CLONE_NEWNET
+
+// hooked is set by MaybeRun in a normal (non-helper) process: only then does
+// re-executing the binary reach the helper instead of, say, the whole test
+// suite again.
+var hooked atomic.Bool
+
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// ExitInfo says how a sandboxed program ended.
+type ExitInfo struct {
+	// Code is the program's exit status; -1 when a signal ended it or it
+	// never ran.
+	Code int
+	// Signal is the signal that ended the program (SIGKILL after Kill);
+	// 0 when it exited.
+	Signal syscall.Signal
+	// Killed is set when Kill ended the sandbox before the program ended.
+	Killed bool
+	// MemoryLimit: the memory cgroup's OOM killer ended a process of the
+	// sandbox. (Under RLIMIT_AS an allocation fails instead, which the
+	// program sees, e.g. as MemoryError; see docs/sandbox.md.)
+	MemoryLimit bool
+	// CPULimit: RLIMIT_CPU ended the program (SIGXCPU, or SIGKILL once its
+	// CPU time reached the limit).
+	CPULimit bool
+	// ProcLimit: the pids cgroup refused at least one fork.
+	ProcLimit bool
+	// CPUTime is the user plus system time of the program and the children
+	// it waited for; MaxRSS its peak resident set in bytes.
+	CPUTime time.Duration
+	MaxRSS  int64
+	// Err is set when the sandbox itself failed: its init ended without
+	// saying how the program did, and neither Kill nor the memory limit
+	// explains it.
+	Err error
+}
+
+// Process is a running sandbox. One goroutine, locked to the OS thread that
+// forked the sandbox's init (Pdeathsig follows that thread), owns it: it
+// reaps the init, removes the sandbox's cgroups and work directory, and
+// then closes Done.
+type Process struct {
+	layers   Layers
+	cg       *cgroups
+	workDir  string // host directory to remove; "" with namespaces
+	cpuLimit time.Duration
+	logger   *slog.Logger
+
+	mu     sync.Mutex
+	proc   *os.Process // the init; nil until started
+	reaped bool
+	killed bool
+
+	done chan struct{}
+	exit ExitInfo
+}
+
+// Start starts spec.Argv in a new sandbox and returns once the program runs
+// (or failed to start). ctx bounds the start only; use Kill to end the
+// program. Layers spec.Relax does not relax must be available (see
+// Support.Check), else Start fails.
+func Start(ctx context.Context, spec Spec) (*Process, error) {
+	if !hooked.Load() {
+		return nil, errNotHooked
+	}
+	readPaths, err := spec.validate()
+	if err != nil {
+		return nil, err
+	}
+	sup := Probe()
+	if err := sup.Check(spec.Relax); err != nil {
+		return nil, err
+	}
+	limits := spec.Limits.withDefaults()
+	p := &Process{
+		layers:   sup.Layers(spec.Relax),
+		cpuLimit: time.Duration(limits.CPUSeconds) * time.Second,
+		logger:   spec.Logger,
+		done:     make(chan struct{}),
+	}
+	if p.logger == nil {
+		p.logger = discardLogger
+	}
+	is := initSpec{
+		Namespaces: p.layers.Namespaces,
+		ReadPaths:  readPaths,
+		TmpBytes:   limits.TmpBytes,
+		ExtraFiles: len(spec.ExtraFiles),
+	}
+	var flags uintptr
+	workDir := sandboxTmp
+	writePaths := []string{sandboxTmp, "/dev/shm"}
+	if p.layers.Namespaces {
+		flags = allNamespaces
+		if spec.Relax.Network {
+			flags &^= syscall.CLONE_NEWNET
+		}
+	} else {
+		// No private /tmp without a mount namespace: a host directory
+		// only the sandbox may write (Landlock) serves, removed at exit.
+		if workDir, err = os.MkdirTemp("", "cyrnel-sandbox-"); err != nil {
+			return nil, fmt.Errorf("sandbox: work dir: %w", err)
+		}
+		p.workDir, is.WorkDir = workDir, workDir
+		writePaths = []string{workDir}
+	}
+	is.Exec = execSpec{
+		Argv:         spec.Argv,
+		Env:          environ(workDir, spec.Env),
+		ReadPaths:    readPaths,
+		WritePaths:   writePaths,
+		Limits:       limits,
+		MemoryRlimit: p.layers.Memory == "rlimit",
+		Landlock:     p.layers.LandlockABI > 0,
+		Seccomp:      p.layers.Seccomp,
+		Network:      spec.Relax.Network,
+	}
+	if !spec.Relax.Cgroups && (sup.Memory.OK() || sup.Pids.OK()) {
+		if p.cg, err = newCgroups(sup.Memory, sup.Pids, limits); err != nil {
+			p.cleanup()
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+	}
+	err = p.start(ctx, launch{
+		cloneflags: flags,
+		init:       is,
+		stdin:      spec.Stdin,
+		stdout:     spec.Stdout,
+		stderr:     spec.Stderr,
+		extra:      spec.ExtraFiles,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Layers says which layers hold this sandbox.
+func (p *Process) Layers() Layers { return p.layers }
+
+// Pid is the host pid of the sandbox's init (the program's parent).
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.proc == nil {
+		return 0
+	}
+	return p.proc.Pid
+}
+
+// Kill ends the sandbox: SIGKILL to its init, upon which the kernel kills
+// every other process in its PID namespace, setsid'd ones included. Without
+// namespaces it also kills the init's process group and whatever is left in
+// the sandbox's cgroups. Killing an ended sandbox does nothing.
+func (p *Process) Kill() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.killed = true
+	if p.proc == nil || p.reaped {
+		return nil // not started yet (the owner kills it once it is) or gone
+	}
+	err := p.proc.Kill()
+	if errors.Is(err, os.ErrProcessDone) {
+		err = nil
+	}
+	if !p.layers.Namespaces {
+		// The init is not yet reaped (p.reaped is false under p.mu),
+		// so its pid, the group's id, cannot have been reused.
+		_ = syscall.Kill(-p.proc.Pid, syscall.SIGKILL) // an empty group is fine
+		if p.cg != nil {
+			p.cg.killAll()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox: kill: %w", err)
+	}
+	return nil
+}
+
+// Signal sends sig to the sandbox's init, which forwards SIGTERM, SIGINT,
+// SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the program's process group.
+func (p *Process) Signal(sig os.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.proc == nil || p.reaped {
+		return nil
+	}
+	if err := p.proc.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("sandbox: signal: %w", err)
+	}
+	return nil
+}
+
+// Done is closed once the sandbox has ended, been reaped and cleaned up.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exit says how the program ended; valid once Done is closed.
+func (p *Process) Exit() ExitInfo { return p.exit }
+
+// Wait waits for Done and returns Exit.
+func (p *Process) Wait() ExitInfo {
+	<-p.done
+	return p.exit
+}
+
+// launch is how to start one init.
+type launch struct {
+	cloneflags     uintptr
+	init           initSpec
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	extra          []*os.File
+}
+
+// start starts the owner goroutine and waits until the init reports that
+// the program runs, or fails. The owner cleans up either way.
+func (p *Process) start(ctx context.Context, l launch) error {
+	spec, err := json.Marshal(l.init)
+	if err != nil {
+		return p.abort(fmt.Errorf("sandbox: encode spec: %w", err))
+	}
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		return p.abort(fmt.Errorf("sandbox: spec pipe: %w", err))
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		closeAll(specR, specW)
+		return p.abort(fmt.Errorf("sandbox: status pipe: %w", err))
+	}
+	cmd := &exec.Cmd{
+		Path: selfExe,
+		Args: []string{"cyrnel-sandbox-init", argInit},
+		// Empty, not nil: the init's /proc/<pid>/environ must not hold
+		// the host's environment, which may carry secrets.
+		Env:         []string{},
+		Dir:         "/",
+		Stdin:       l.stdin,
+		Stdout:      l.stdout,
+		Stderr:      l.stderr,
+		ExtraFiles:  append([]*os.File{specR, statusW}, l.extra...),
+		SysProcAttr: sysProcAttr(l.cloneflags),
+		// Output copied through pipes Start made (non-*os.File writers)
+		// is abandoned this long after the init ends.
+		WaitDelay: time.Second,
+	}
+	started := make(chan error, 1)
+	go p.own(cmd, spec, specR, specW, statusR, statusW, started)
+	select {
+	case err := <-started:
+		return err
+	case <-ctx.Done():
+		_ = p.Kill() // the owner reaps and cleans up
+		<-started
+		return fmt.Errorf("sandbox: start: %w", ctx.Err())
+	}
+}
+
+// abort ends a sandbox that never started.
+func (p *Process) abort(err error) error {
+	p.exit = ExitInfo{Code: -1, Err: err}
+	p.cleanup()
+	close(p.done)
+	return err
+}
+
+// sysProcAttr maps the caller to sandboxID in a new user namespace and gives
+// the init CAP_SYS_ADMIN there (to mount), and ties its life to the calling
+// thread with Pdeathsig.
+func sysProcAttr(cloneflags uintptr) *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if cloneflags == 0 {
+		return attr
+	}
+	uid, gid := os.Geteuid(), os.Getegid()
+	attr.Cloneflags = cloneflags
+	attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxID, HostID: uid, Size: 1}}
+	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxID, HostID: gid, Size: 1}}
+	// Only a privileged caller may allow setgroups; it then drops its
+	// supplementary groups (Credential.Groups is empty). An unprivileged
+	// caller keeps them, as the kernel demands.
+	attr.GidMappingsEnableSetgroups = uid == 0
+	attr.Credential = &syscall.Credential{Uid: sandboxID, Gid: sandboxID}
+	attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
+	return attr
+}
+
+// own is the owner goroutine: it starts the init from its locked thread,
+// hands it the spec, relays the start report, then reaps the init, collects
+// the exit report and cleans up.
+func (p *Process) own(cmd *exec.Cmd, spec []byte, specR, specW, statusR, statusW *os.File, started chan<- error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer close(p.done)
+	err := cmd.Start()
+	closeAll(specR, statusW) // the init has its copies
+	if err != nil {
+		closeAll(specW, statusR)
+		err = fmt.Errorf("sandbox: start helper: %w", err)
+		p.exit = ExitInfo{Code: -1, Err: err}
+		p.cleanup()
+		started <- err
+		return
+	}
+	p.mu.Lock()
+	p.proc = cmd.Process
+	killed := p.killed
+	p.mu.Unlock()
+	startErr := p.handOver(cmd.Process.Pid, spec, specW)
+	if killed || startErr != nil {
+		_ = cmd.Process.Kill() // not reaped yet: cannot fail
+	}
+	dec := json.NewDecoder(statusR)
+	var first report
+	if err := dec.Decode(&first); startErr == nil {
+		switch {
+		case err != nil:
+			startErr = errors.New("sandbox: the helper ended before reporting (does the binary call sandbox.MaybeRun first thing?)")
+		case first.Error != "":
+			startErr = errors.New(first.Error)
+		case !first.Started:
+			startErr = fmt.Errorf("sandbox: unexpected first report %+v", first)
+		}
+	}
+	if startErr != nil {
+		_ = cmd.Process.Kill()
+	}
+	started <- startErr
+
+	waitErr := cmd.Wait()
+	p.mu.Lock()
+	p.reaped = true
+	p.mu.Unlock()
+	var exit *exitReport
+	var initErr string
+	for {
+		var r report
+		if dec.Decode(&r) != nil {
+			break // EOF: the init is gone
+		}
+		if r.Exit != nil {
+			exit = r.Exit
+		}
+		if r.Error != "" {
+			initErr = r.Error
+		}
+	}
+	_ = statusR.Close()
+	p.exit = p.exitInfo(cmd.ProcessState, waitErr, exit, initErr)
+	p.cleanup()
+}
+
+// handOver moves the init into the sandbox's cgroups, then sends it the
+// spec: the init reads the spec before it starts anything, so every process
+// of the sandbox is born inside the cgroups.
+func (p *Process) handOver(pid int, spec []byte, specW *os.File) error {
+	defer specW.Close()
+	if p.cg != nil {
+		if err := p.cg.add(pid); err != nil {
+			return fmt.Errorf("sandbox: %w", err)
+		}
+	}
+	if _, err := specW.Write(spec); err != nil {
+		return fmt.Errorf("sandbox: send spec: %w", err)
+	}
+	return nil
+}
+
+func (p *Process) exitInfo(state *os.ProcessState, waitErr error, r *exitReport, initErr string) ExitInfo {
+	info := ExitInfo{Code: -1}
+	if p.cg != nil {
+		info.MemoryLimit = p.cg.oomKilled()
+		info.ProcLimit = p.cg.forkRefused()
+	}
+	if r != nil {
+		info.Code = r.Code
+		info.Signal = syscall.Signal(r.Signal)
+		info.CPUTime = time.Duration(r.CPUNanos)
+		info.MaxRSS = r.MaxRSSKiB << 10
+	} else {
+		// The init ended without a report: Kill, the OOM killer, the
+		// host dying — or a failure of the sandbox itself.
+		if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			info.Signal = ws.Signal()
+		}
+		p.mu.Lock()
+		info.Killed = p.killed
+		p.mu.Unlock()
+		if !info.Killed && !info.MemoryLimit {
+			info.Err = fmt.Errorf("sandbox: init ended without a report (%v)", state)
+			if initErr != "" {
+				info.Err = errors.New(initErr)
+			} else if waitErr != nil && !errors.As(waitErr, new(*exec.ExitError)) {
+				info.Err = fmt.Errorf("sandbox: wait: %w", waitErr)
+			}
+		}
+	}
+	info.CPULimit = info.Signal == syscall.SIGXCPU ||
+		(info.Signal == syscall.SIGKILL && p.cpuLimit > 0 && info.CPUTime >= p.cpuLimit)
+	return info
+}
+
+// cleanup removes what the sandbox leaves on the host: without namespaces,
+// strays in its cgroups and its work directory; always, the cgroups.
+func (p *Process) cleanup() {
+	if p.cg != nil {
+		if !p.layers.Namespaces {
+			p.cg.killAll()
+		}
+		if err := p.cg.remove(); err != nil {
+			p.logger.Warn("sandbox clean-up", "err", err)
+		}
+	}
+	if p.workDir != "" {
+		if err := os.RemoveAll(p.workDir); err != nil {
+			p.logger.Warn("sandbox clean-up", "err", fmt.Errorf("remove work dir: %w", err))
+		}
+	}
+}
+
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		_ = f.Close() // pipe ends: nothing to flush
+	}
+}

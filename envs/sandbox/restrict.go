@@ -1,0 +1,144 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// execSpec is what the init hands the exec stage: everything the program
+// inherits from it.
+type execSpec struct {
+	Argv       []string `json:"argv"`
+	Env        []string `json:"env"`
+	ReadPaths  []string `json:"readPaths"`
+	WritePaths []string `json:"writePaths"`
+	Limits     Limits   `json:"limits"`
+	// MemoryRlimit says no memory cgroup holds the sandbox, so memory is
+	// limited with RLIMIT_AS instead.
+	MemoryRlimit bool `json:"memoryRlimit"`
+	Landlock     bool `json:"landlock"`
+	Seccomp      bool `json:"seccomp"`
+	Network      bool `json:"network"`
+}
+
+// restrict applies every layer the program inherits to the calling process.
+// It runs in the exec stage, a process that does nothing after it but exec.
+func restrict(s execSpec, firstPrivateFD int) error {
+	// Only fds 0-2 and the caller's extra files may reach the program.
+	if err := unix.CloseRange(uint(firstPrivateFD), ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("close_range: %w", err)
+	}
+	l := s.Limits
+	limits := []struct {
+		resource int
+		value    int64
+		hard     int64
+	}{
+		// SIGXCPU first, so a program can tell why; SIGKILL a second later.
+		{unix.RLIMIT_CPU, l.CPUSeconds, l.CPUSeconds + 1},
+		{unix.RLIMIT_NPROC, l.Procs, l.Procs},
+		{unix.RLIMIT_FSIZE, l.FileSizeBytes, l.FileSizeBytes},
+		{unix.RLIMIT_NOFILE, l.OpenFiles, l.OpenFiles},
+		{unix.RLIMIT_CORE, 0, 0},
+	}
+	for _, r := range limits {
+		if err := setRlimit(r.resource, r.value, r.hard); err != nil {
+			return err
+		}
+	}
+	// Landlock sets no_new_privs itself, seccomp too; this covers a
+	// sandbox with both relaxed.
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	if s.Landlock {
+		if err := restrictLandlock(s); err != nil {
+			return err
+		}
+	}
+	if s.Seccomp {
+		if err := loadSeccomp(s.Network); err != nil {
+			return err
+		}
+	}
+	if s.MemoryRlimit {
+		// Last: the Go runtime reserves far more address space than it
+		// uses and must not run under this limit; exec resets the space.
+		if err := setRlimit(unix.RLIMIT_AS, l.MemoryBytes, l.MemoryBytes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setRlimit lowers a limit; a hard limit already below the wanted one stays.
+func setRlimit(resource int, soft, hard int64) error {
+	var cur syscall.Rlimit
+	if err := syscall.Getrlimit(resource, &cur); err != nil {
+		return fmt.Errorf("getrlimit %d: %w", resource, err)
+	}
+	lim := syscall.Rlimit{Cur: uint64(soft), Max: uint64(hard)}
+	lim.Max = min(lim.Max, cur.Max)
+	lim.Cur = min(lim.Cur, lim.Max)
+	// syscall.Setrlimit, not unix.Prlimit: it tells the Go runtime not to
+	// restore its saved RLIMIT_NOFILE on exec.
+	if err := syscall.Setrlimit(resource, &lim); err != nil {
+		return fmt.Errorf("setrlimit %d: %w", resource, err)
+	}
+	return nil
+}
+
+// landlockABI is the kernel's Landlock ABI version, capped at the newest
+// one go-landlock knows; 0 when Landlock is unavailable.
+func landlockABI() int {
+	v, err := llsys.LandlockGetABIVersion()
+	if err != nil || v < 0 {
+		return 0
+	}
+	return min(v, 11)
+}
+
+// restrictLandlock allows reading (and executing) the read paths, reading
+// /proc, writing the work directories and a few device files, and nothing
+// else; it also denies TCP and UDP (unless the network is allowed) and
+// signals and abstract sockets to processes outside the sandbox.
+func restrictLandlock(s execSpec) error {
+	cfg := landlock.V11
+	if s.Network {
+		cfg = landlock.Config{HandledAccessFS: cfg.HandledAccessFS, Scoped: cfg.Scoped}
+	}
+	rules := []landlock.Rule{
+		landlock.RODirs("/proc"),
+		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full"),
+		landlock.ROFiles("/dev/random", "/dev/urandom"),
+	}
+	for _, p := range s.ReadPaths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("landlock: %w", err)
+		}
+		if fi.IsDir() {
+			rules = append(rules, landlock.RODirs(p))
+		} else {
+			rules = append(rules, landlock.ROFiles(p))
+		}
+	}
+	for _, p := range s.WritePaths {
+		rw := landlock.RWDirs(p)
+		// Renames between directories need "refer"; asking for it on an
+		// ABI 1 kernel would make best-effort mode drop Landlock entirely.
+		if landlockABI() >= 2 {
+			rw = rw.WithRefer()
+		}
+		rules = append(rules, rw)
+	}
+	if err := cfg.BestEffort().Restrict(rules...); err != nil {
+		return fmt.Errorf("landlock: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,258 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary act as its own sandbox helper: Start
+// re-executes /proc/self/exe, which here is this binary, and MaybeRun must
+// take over before m.Run parses the helper's arguments as test flags. The
+// roles are the intermediate processes of the Pdeathsig and unprivileged
+// tests.
+func TestMain(m *testing.M) {
+	MaybeRun()
+	switch os.Getenv(roleEnv) {
+	case "pdeath":
+		os.Exit(pdeathRole())
+	case "unprivileged":
+		os.Exit(unprivilegedRole())
+	}
+	os.Exit(m.Run())
+}
+
+const (
+	roleEnv   = "CYRNEL_SANDBOX_TEST_ROLE"
+	markerEnv = "CYRNEL_SANDBOX_TEST_MARKER"
+)
+
+// python is the real interpreter (never a pyenv shim) and its prefix.
+type python struct{ exe, prefix string }
+
+var pythonOnce = sync.OnceValues(func() (python, error) {
+	out, err := exec.Command("python3", "-c", "import sys; print(sys.executable); print(sys.base_prefix)").Output()
+	if err != nil {
+		return python{}, fmt.Errorf("python3: %w", err)
+	}
+	lines := strings.Fields(string(out))
+	if len(lines) != 2 {
+		return python{}, fmt.Errorf("python3 said %q", out)
+	}
+	exe, err := filepath.EvalSymlinks(lines[0])
+	if err != nil {
+		return python{}, err
+	}
+	return python{exe: exe, prefix: lines[1]}, nil
+})
+
+func needPython(t testing.TB) python {
+	t.Helper()
+	py, err := pythonOnce()
+	if err != nil {
+		t.Skipf("no Python 3 interpreter: %v", err)
+	}
+	return py
+}
+
+// pySpec runs code with the real interpreter, isolated (-I -S).
+func pySpec(t testing.TB, code string, args ...string) Spec {
+	py := needPython(t)
+	return Spec{
+		Argv:      append([]string{py.exe, "-I", "-S", "-c", code}, args...),
+		ReadPaths: []string{py.prefix},
+	}
+}
+
+// needLayers skips the test when the kernel refuses a layer r keeps.
+func needLayers(t testing.TB, r Relax) {
+	t.Helper()
+	if err := Probe().Check(r); err != nil {
+		t.Skipf("kernel forbids a layer: %v", err)
+	}
+}
+
+// result is what a finished sandbox left behind.
+type result struct {
+	exit           ExitInfo
+	stdout, stderr string
+}
+
+// run starts spec, waits for it (killing it if it hangs, as a guard only)
+// and checks the sandbox left nothing on the host.
+func run(t *testing.T, spec Spec) result {
+	t.Helper()
+	var out, errb syncBuffer
+	if spec.Stdout == nil {
+		spec.Stdout = &out
+	}
+	if spec.Stderr == nil {
+		spec.Stderr = &errb
+	}
+	p := start(t, spec)
+	exit := waitDone(t, p)
+	return result{exit: exit, stdout: out.String(), stderr: errb.String()}
+}
+
+func start(t *testing.T, spec Spec) *Process {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	return p
+}
+
+// waitDone waits for the sandbox to end and checks its clean-up: the init
+// reaped, cgroups and host work directory removed.
+func waitDone(t *testing.T, p *Process) ExitInfo {
+	t.Helper()
+	pid := p.Pid()
+	select {
+	case <-p.Done():
+	case <-time.After(2 * time.Minute):
+		_ = p.Kill()
+		<-p.Done()
+		t.Errorf("sandbox still running after 2 minutes; killed")
+	}
+	// Reaped: no process (zombie or not) with that pid is our child.
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(os.Getpid()) {
+			t.Errorf("init %d not reaped after Done: %s", pid, stat)
+		}
+	}
+	if p.cg != nil {
+		for _, dir := range p.cg.dirs() {
+			if _, err := os.Stat(dir); err == nil {
+				t.Errorf("cgroup %s left behind", dir)
+			}
+		}
+	}
+	if p.workDir != "" {
+		if _, err := os.Stat(p.workDir); err == nil {
+			t.Errorf("work dir %s left behind", p.workDir)
+		}
+	}
+	return p.Exit()
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a sandbox writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// lineReader hands out the lines a sandbox writes to a pipe.
+type lineReader struct {
+	lines chan string
+}
+
+func newLineReader(r io.Reader) *lineReader {
+	lr := &lineReader{lines: make(chan string, 1024)}
+	go func() {
+		defer close(lr.lines)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			lr.lines <- sc.Text()
+		}
+	}()
+	return lr
+}
+
+// waitFor returns the first line with the prefix, failing the test if the
+// stream ends or the deadline passes first.
+func (lr *lineReader) waitFor(t *testing.T, prefix string) string {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		select {
+		case line, ok := <-lr.lines:
+			if !ok {
+				t.Fatalf("stream ended before a line starting %q", prefix)
+			}
+			if strings.HasPrefix(line, prefix) {
+				return line
+			}
+		case <-deadline:
+			t.Fatalf("no line starting %q within a minute", prefix)
+		}
+	}
+}
+
+func newMarker() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "cyrnel-canary-" + hex.EncodeToString(b[:])
+}
+
+// hostProcsWith returns the host pids whose command line contains marker.
+func hostProcsWith(marker string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && bytes.Contains(cmdline, []byte(marker)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// waitGone waits, up to a bound, until no host process carries marker.
+func waitGone(t *testing.T, marker string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		left := hostProcsWith(marker)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v with marker still alive after %v", left, within)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a bound
+	}
+}
+
+// pyJSON runs a Python program that prints one JSON object and decodes it.
+func pyJSON(t *testing.T, spec Spec) (map[string]any, result) {
+	t.Helper()
+	res := run(t, spec)
+	var out map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(res.stdout)), &out); err != nil {
+		t.Fatalf("program output is not JSON: %v\nexit %+v\nstdout: %s\nstderr: %s", err, res.exit, res.stdout, res.stderr)
+	}
+	return out, res
+}

@@ -1,0 +1,213 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// ErrClosed is returned by Get once the pool is closed.
+var ErrClosed = errors.New("worker pool is closed")
+
+// SpawnFunc starts one worker and waits until it is warm.
+type SpawnFunc func(ctx context.Context) (*Worker, error)
+
+// Pool keeps Size warm workers ready and refills in the background. It never
+// hands out a worker whose process has died.
+type Pool struct {
+	log          *slog.Logger
+	spawn        SpawnFunc
+	size         int
+	startTimeout time.Duration
+
+	ready chan *Worker
+	wake  chan struct{}
+	stop  chan struct{}
+	wg    sync.WaitGroup
+
+	mu        sync.Mutex
+	spawning  int
+	failures  int64 // spawns that failed, ever
+	streak    int   // consecutive failures, for back-off
+	retryAt   time.Time
+	failed    chan struct{} // closed and replaced on every failed spawn
+	lastError string
+	served    int64
+}
+
+// Stats describe a pool's health.
+type Stats struct {
+	Size      int    `json:"size"`
+	Ready     int    `json:"ready"`
+	Spawning  int    `json:"spawning"`
+	Failures  int64  `json:"failures"`
+	Served    int64  `json:"served"`
+	LastError string `json:"lastError,omitempty"`
+}
+
+// NewPool starts a pool of size warm workers.
+func NewPool(log *slog.Logger, size int, startTimeout time.Duration, spawn SpawnFunc) *Pool {
+	p := &Pool{
+		log: log, spawn: spawn, size: max(size, 1), startTimeout: startTimeout,
+		ready:  make(chan *Worker, max(size, 1)),
+		wake:   make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		failed: make(chan struct{}),
+	}
+	p.wg.Add(1)
+	go p.refill()
+	return p
+}
+
+// failStreak is how many spawns in a row must fail before Get stops waiting
+// and reports the failure instead.
+const failStreak = 3
+
+// Get takes a warm worker, waiting for one if none is ready. When spawns keep
+// failing it returns the last spawn error rather than waiting forever.
+func (p *Pool) Get(ctx context.Context) (*Worker, error) {
+	for {
+		p.mu.Lock()
+		failed, streak, lastErr := p.failed, p.streak, p.lastError
+		p.mu.Unlock()
+		if streak >= failStreak && len(p.ready) == 0 {
+			return nil, fmt.Errorf("no worker could be started (%d failures in a row): %s", streak, lastErr)
+		}
+		select {
+		case w := <-p.ready:
+			p.poke()
+			if w.Dead() {
+				p.log.Warn("discarding a warm worker that died", "exit", w.h.Exit().String())
+				w.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.served++
+			p.mu.Unlock()
+			return w, nil
+		case <-failed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-p.stop:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// Stats reports the pool's health.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return Stats{Size: p.size, Ready: len(p.ready), Spawning: p.spawning, Failures: p.failures, Served: p.served, LastError: p.lastError}
+}
+
+// Close stops refilling and kills every warm worker.
+func (p *Pool) Close() {
+	close(p.stop)
+	p.wg.Wait()
+	for {
+		select {
+		case w := <-p.ready:
+			w.Close()
+		default:
+			return
+		}
+	}
+}
+
+func (p *Pool) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Pool) refill() {
+	defer p.wg.Done()
+	for {
+		var retry <-chan time.Time
+		var t *time.Timer
+		if wait := p.startMore(); wait > 0 {
+			t = time.NewTimer(wait)
+			retry = t.C
+		}
+		select {
+		case <-p.wake:
+		case <-retry:
+		case <-p.stop:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		select {
+		case <-p.stop:
+			return
+		default:
+		}
+	}
+}
+
+// startMore starts the spawns needed to fill the pool. After failures it
+// spawns one at a time with exponential back-off (up to 5 s), returning how
+// long to wait before the next try.
+func (p *Pool) startMore() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	need := p.size - len(p.ready) - p.spawning
+	if p.streak > 0 {
+		if wait := time.Until(p.retryAt); wait > 0 {
+			return wait
+		}
+		need = min(need, 1-p.spawning)
+	}
+	for range max(need, 0) {
+		p.spawning++
+		p.wg.Add(1)
+		go p.spawnOne()
+	}
+	return 0
+}
+
+func (p *Pool) spawnOne() {
+	defer p.wg.Done()
+	defer p.poke()
+	ctx, cancel := context.WithTimeout(context.Background(), p.startTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	w, err := p.spawn(ctx)
+	if err == nil {
+		select {
+		case <-p.stop:
+			w.Close()
+		default:
+			p.ready <- w // never blocks: a spawn counts against the capacity until it lands
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.spawning--
+	if err == nil {
+		p.streak = 0
+		return
+	}
+	p.failures++
+	p.streak++
+	p.lastError = err.Error()
+	close(p.failed)
+	p.failed = make(chan struct{})
+	p.retryAt = time.Now().Add(min(time.Duration(1<<min(p.streak, 7))*20*time.Millisecond, 5*time.Second))
+	select {
+	case <-p.stop:
+	default:
+		p.log.Warn("worker failed to start", "err", err)
+	}
+}

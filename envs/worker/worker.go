@@ -1,0 +1,304 @@
+// Package worker runs runtimes in worker processes driven over JSON-RPC 2.0:
+// fds 3 and 4 carry the protocol, fds 1 and 2 are raw output pipes. It owns
+// the protocol, the pool of warm workers and the execution of one program in
+// one worker; environments (Python, TypeScript) supply the command to start.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+)
+
+// drainBound is how long to wait for output pipes to reach end-of-file after
+// the worker is gone: only processes that escaped the kill can hold them open.
+const drainBound = 500 * time.Millisecond
+
+// Worker is one started runtime process. It serves exactly one execution, so
+// nothing leaks from one program to the next.
+type Worker struct {
+	log     *slog.Logger
+	h       Handle
+	conn    *jsonrpc2.Conn
+	ready   chan struct{}
+	once    sync.Once
+	streams sync.WaitGroup
+	outs    [2]*os.File // parent read ends of stdout, stderr
+	cleanup func()
+
+	cur atomic.Pointer[execution]
+
+	// warmup keeps the tail of what the runtime printed before any
+	// execution, to explain a worker that fails to start.
+	warmupMu sync.Mutex
+	warmup   []byte
+}
+
+const warmupTail = 4 << 10
+
+type execution struct {
+	eid       int64
+	b         module.Bindings
+	ctx       context.Context // tool calls end with the execution
+	limit     int64
+	written   [2]atomic.Int64
+	overLimit atomic.Bool
+	overWhich atomic.Int32
+}
+
+// Start launches a worker. cleanup, if not nil, runs once the process is gone.
+func Start(log *slog.Logger, l Launcher, cmd Command, cleanup func()) (*Worker, error) {
+	// pipes[i] = {read end, write end}: 0 stdout, 1 stderr, 2 requests to
+	// the worker (its fd 3), 3 its answers (its fd 4).
+	var pipes [4][2]*os.File
+	closeAll := func() {
+		for _, p := range pipes {
+			for _, f := range p {
+				if f != nil {
+					f.Close()
+				}
+			}
+		}
+	}
+	for i := range pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("create pipe: %w", err)
+		}
+		pipes[i] = [2]*os.File{r, w}
+	}
+	files := Files{Stdout: pipes[0][1], Stderr: pipes[1][1], ProtoIn: pipes[2][0], ProtoOut: pipes[3][1]}
+	h, err := l.Launch(cmd, files)
+	// The child has its ends now; the parent keeps only its own.
+	for _, f := range []*os.File{files.Stdout, files.Stderr, files.ProtoIn, files.ProtoOut} {
+		f.Close()
+	}
+	if err != nil {
+		for _, f := range []*os.File{pipes[0][0], pipes[1][0], pipes[2][1], pipes[3][0]} {
+			f.Close()
+		}
+		return nil, err
+	}
+	w := &Worker{
+		log:     log,
+		h:       h,
+		ready:   make(chan struct{}),
+		outs:    [2]*os.File{pipes[0][0], pipes[1][0]},
+		cleanup: cleanup,
+	}
+	stream := jsonrpc2.NewPlainObjectStream(pipeRW{r: pipes[3][0], w: pipes[2][1]})
+	w.conn = jsonrpc2.NewConn(context.Background(), stream, w, jsonrpc2.SetLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)))
+	w.streams.Add(2)
+	go w.pump(0)
+	go w.pump(1)
+	return w, nil
+}
+
+// pipeRW joins the two protocol pipes into one stream.
+type pipeRW struct {
+	r io.ReadCloser
+	w io.WriteCloser
+}
+
+func (p pipeRW) Read(b []byte) (int, error)  { return p.r.Read(b) }
+func (p pipeRW) Write(b []byte) (int, error) { return p.w.Write(b) }
+func (p pipeRW) Close() error                { return errors.Join(p.w.Close(), p.r.Close()) }
+
+// WaitReady waits until the runtime announced it is warm.
+func (w *Worker) WaitReady(ctx context.Context) error {
+	select {
+	case <-w.ready:
+		return nil
+	case <-w.h.Done():
+		w.drain()
+		w.warmupMu.Lock()
+		defer w.warmupMu.Unlock()
+		return fmt.Errorf("worker exited before it was ready (%s): %s", w.h.Exit(), strings.TrimSpace(string(w.warmup)))
+	case <-ctx.Done():
+		return fmt.Errorf("worker not ready: %w", ctx.Err())
+	}
+}
+
+// Dead reports whether the process has ended.
+func (w *Worker) Dead() bool {
+	select {
+	case <-w.h.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// Close kills the worker, waits for it and its output, and releases it.
+func (w *Worker) Close() {
+	w.h.Kill()
+	<-w.h.Done()
+	w.conn.Close()
+	w.drain()
+	for _, f := range w.outs {
+		f.Close()
+	}
+	if w.cleanup != nil {
+		w.cleanup()
+	}
+}
+
+func (w *Worker) drain() {
+	done := make(chan struct{})
+	go func() { w.streams.Wait(); close(done) }()
+	t := time.NewTimer(drainBound)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		// Something outside the kill still holds the pipes: stop reading.
+		for _, f := range w.outs {
+			f.Close()
+		}
+		<-done
+	}
+}
+
+func (w *Worker) pump(stream int) {
+	defer w.streams.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := w.outs[stream].Read(buf)
+		if n > 0 {
+			w.emit(stream, buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (w *Worker) emit(stream int, p []byte) {
+	e := w.cur.Load()
+	if e == nil {
+		w.warmupMu.Lock()
+		w.warmup = append(w.warmup, p...)
+		if len(w.warmup) > warmupTail {
+			w.warmup = w.warmup[len(w.warmup)-warmupTail:]
+		}
+		w.warmupMu.Unlock()
+		return
+	}
+	if e.overLimit.Load() {
+		return
+	}
+	total := e.written[stream].Add(int64(len(p)))
+	if e.limit > 0 && total > e.limit {
+		keep := int64(len(p)) - (total - e.limit)
+		p = p[:max(keep, 0)]
+		e.overWhich.Store(int32(stream))
+		e.overLimit.Store(true)
+		w.h.Kill()
+	}
+	if len(p) == 0 {
+		return
+	}
+	if stream == 0 {
+		e.b.EmitStdout(e.eid, p)
+	} else {
+		e.b.EmitStderr(e.eid, p)
+	}
+}
+
+// Handle serves the worker's requests and notifications. Notifications are
+// handled in order on the read loop (output patches must land before the
+// execute answer that follows them); requests that call into the host run on
+// their own goroutines so a slow tool never stalls the stream.
+func (w *Worker) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	switch req.Method {
+	case "ready":
+		w.once.Do(func() { close(w.ready) })
+		return
+	case "output":
+		e := w.cur.Load()
+		var p struct {
+			Patch map[string]any `json:"patch"`
+		}
+		if e == nil || req.Params == nil || json.Unmarshal(*req.Params, &p) != nil || p.Patch == nil {
+			return
+		}
+		e.b.EmitOutput(e.eid, p.Patch)
+		return
+	}
+	if req.Notif {
+		return
+	}
+	go w.serve(conn, req)
+}
+
+func (w *Worker) serve(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	e := w.cur.Load()
+	ctx := context.Background()
+	if e == nil {
+		_ = conn.ReplyWithError(ctx, req.ID, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidRequest, Message: "no execution in progress"})
+		return
+	}
+	result, err := w.call(e, req)
+	if err != nil {
+		var rpcErr *jsonrpc2.Error
+		if !errors.As(err, &rpcErr) {
+			rpcErr = &jsonrpc2.Error{Code: CodeToolError, Message: err.Error()}
+		}
+		_ = conn.ReplyWithError(ctx, req.ID, rpcErr)
+		return
+	}
+	_ = conn.Reply(ctx, req.ID, result)
+}
+
+// CodeToolError is the JSON-RPC error code of a failed tool call.
+const CodeToolError = 1
+
+func (w *Worker) call(e *execution, req *jsonrpc2.Request) (any, error) {
+	params := json.RawMessage("{}")
+	if req.Params != nil {
+		params = *req.Params
+	}
+	switch req.Method {
+	case "invokeTool":
+		var in module.InvokeInput
+		if err := json.Unmarshal(params, &in); err != nil {
+			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "invokeTool: " + err.Error()}
+		}
+		if in.Parameters == nil {
+			in.Parameters = map[string]any{}
+		}
+		return e.b.InvokeTool(e.ctx, in)
+	case "listTools":
+		var in struct {
+			ServiceID string `json:"serviceId"`
+		}
+		if err := json.Unmarshal(params, &in); err != nil {
+			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "listTools: " + err.Error()}
+		}
+		tools, err := e.b.ListTools(e.ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]module.Tool, 0, len(tools))
+		for _, t := range tools {
+			if in.ServiceID == "" || t.ServiceID == in.ServiceID {
+				out = append(out, t)
+			}
+		}
+		return out, nil
+	}
+	return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "method not found: " + req.Method}
+}

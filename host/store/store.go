@@ -1,0 +1,127 @@
+// Package store persists cyrnel's state with bun: embedded SQLite in the data
+// directory by default, PostgreSQL when a postgres:// URL is given.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/dialect/sqlitedialect"
+	"github.com/uptrace/bun/driver/sqliteshim"
+	"github.com/uptrace/bun/migrate"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// ErrNotFound is returned when a row does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Store is the database handle shared by the host's services.
+type Store struct {
+	DB *bun.DB
+}
+
+// Open connects to dbURL (empty: SQLite in dataDir) and runs the embedded
+// migrations.
+func Open(ctx context.Context, dbURL, dataDir string) (*Store, error) {
+	db, tmpl, err := connect(dbURL, dataDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{DB: db}
+	if err := s.migrate(ctx, tmpl); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// dialectSQL fills the dialect-specific parts of the migration templates.
+type dialectSQL struct {
+	PK   string
+	Time string
+	Blob string
+}
+
+func connect(dbURL, dataDir string) (*bun.DB, dialectSQL, error) {
+	if strings.HasPrefix(dbURL, "postgres://") || strings.HasPrefix(dbURL, "postgresql://") {
+		sqldb, err := sql.Open("pgx", dbURL)
+		if err != nil {
+			return nil, dialectSQL{}, fmt.Errorf("open postgres: %w", err)
+		}
+		return bun.NewDB(sqldb, pgdialect.New()), dialectSQL{
+			PK: "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", Time: "TIMESTAMPTZ", Blob: "BYTEA",
+		}, nil
+	}
+	path := dbURL
+	switch {
+	case path == "":
+		if err := os.MkdirAll(dataDir, 0o700); err != nil {
+			return nil, dialectSQL{}, fmt.Errorf("create data dir: %w", err)
+		}
+		path = filepath.Join(dataDir, "cyrnel.db")
+	case strings.HasPrefix(path, "sqlite://"):
+		path = strings.TrimPrefix(path, "sqlite://")
+	case strings.Contains(path, "://"):
+		return nil, dialectSQL{}, fmt.Errorf("unsupported database URL scheme in %q (use postgres:// or sqlite://PATH)", redact(dbURL))
+	}
+	// WAL lets readers proceed while one writer commits; the busy timeout
+	// absorbs writer contention; immediate transactions avoid lock upgrades
+	// that would fail with SQLITE_BUSY instead of waiting.
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)" +
+		"&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate"
+	sqldb, err := sql.Open(sqliteshim.ShimName, dsn)
+	if err != nil {
+		return nil, dialectSQL{}, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	return bun.NewDB(sqldb, sqlitedialect.New()), dialectSQL{
+		PK: "INTEGER PRIMARY KEY AUTOINCREMENT", Time: "TIMESTAMP", Blob: "BLOB",
+	}, nil
+}
+
+// redact drops credentials from a database URL for error messages.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	return u.Redacted()
+}
+
+func (s *Store) migrate(ctx context.Context, tmpl dialectSQL) error {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return err
+	}
+	ms := migrate.NewMigrations()
+	if err := ms.Discover(sub); err != nil {
+		return fmt.Errorf("discover migrations: %w", err)
+	}
+	m := migrate.NewMigrator(s.DB, ms, migrate.WithTemplateData(tmpl), migrate.WithMarkAppliedOnSuccess(true))
+	if err := m.Init(ctx); err != nil {
+		return fmt.Errorf("init migrations: %w", err)
+	}
+	if err := m.Lock(ctx); err != nil {
+		return fmt.Errorf("lock migrations: %w", err)
+	}
+	defer m.Unlock(ctx) //nolint:errcheck // best effort; the lock row is advisory
+	if _, err := m.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.DB.Close() }
