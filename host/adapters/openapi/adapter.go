@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"strconv"
@@ -129,7 +130,7 @@ func (a *Adapter) Definition(ctx context.Context, src adapter.Source) (adapter.S
 	if err != nil {
 		return adapter.ServiceDefinition{}, fmt.Errorf("openapi: %w", err)
 	}
-	def, err := define(doc, src.URL)
+	def, err := define(ctx, doc, src.URL)
 	if err != nil {
 		return adapter.ServiceDefinition{}, fmt.Errorf("openapi: %w", err)
 	}
@@ -148,7 +149,8 @@ type service struct {
 
 // Hydrate replaces the state of one service.
 func (a *Adapter) Hydrate(_ context.Context, st adapter.ServiceState) error {
-	svc := &service{tools: make(map[string]*toolDomain, len(st.Tools)), secrets: st.Secrets}
+	// The secrets map is copied: the host may reuse its own.
+	svc := &service{tools: make(map[string]*toolDomain, len(st.Tools)), secrets: maps.Clone(st.Secrets)}
 	if len(st.AdapterDomain) > 0 {
 		if err := json.Unmarshal(st.AdapterDomain, &svc.domain); err != nil {
 			return fmt.Errorf("openapi: service %q: adapter domain: %w", st.ID, err)

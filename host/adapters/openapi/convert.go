@@ -229,16 +229,15 @@ func stubDef(name string) json.RawMessage {
 // URI fragment: letters, digits, ".", "-" and "_" stay (so "checkout.session"
 // is kept), anything else becomes "_".
 func defName(s string) string {
-	b := []byte(s)
-	for i, ch := range b {
-		if !(ch == '.' || ch == '-' || ch == '_' || ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9') {
-			b[i] = '_'
-		}
-	}
-	if len(b) == 0 {
+	if s == "" {
 		return "schema"
 	}
-	return string(b)
+	return strings.Map(func(r rune) rune {
+		if r == '.' || r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, s)
 }
 
 var tokenUnescaper = strings.NewReplacer("~1", "/", "~0", "~")

@@ -1,6 +1,7 @@
 package openapi
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -51,7 +52,7 @@ type operation struct {
 
 // define describes the service in doc. sourceURL is where it was read from,
 // "" for inline content.
-func define(doc *openapi3.T, sourceURL string) (adapter.ServiceDefinition, error) {
+func define(ctx context.Context, doc *openapi3.T, sourceURL string) (adapter.ServiceDefinition, error) {
 	d := &definer{
 		doc:       doc,
 		req:       newConverter(doc, request),
@@ -90,6 +91,9 @@ func define(doc *openapi3.T, sourceURL string) (adapter.ServiceDefinition, error
 
 	tools := make([]adapter.ToolDefinition, 0, len(ops))
 	for i, o := range ops {
+		if err := ctx.Err(); err != nil {
+			return adapter.ServiceDefinition{}, err
+		}
 		t, err := d.tool(o, ids[i])
 		if err != nil {
 			return adapter.ServiceDefinition{}, fmt.Errorf("%s %s: %w", o.method, o.path, err)
@@ -162,7 +166,7 @@ func (d *definer) tool(o operation, id string) (adapter.ToolDefinition, error) {
 	for i, p := range params {
 		sm, err := p.SerializationMethod()
 		if err != nil {
-			continue // an unknown location: nothing to send it in
+			return adapter.ToolDefinition{}, fmt.Errorf("parameter %q: %w", p.Name, err)
 		}
 		pd := param{Property: names[i], In: p.In, Name: p.Name, Style: sm.Style, Explode: sm.Explode, AllowReserved: p.AllowReserved}
 		var sch any
@@ -172,7 +176,10 @@ func (d *definer) tool(o operation, id string) (adapter.ToolDefinition, error) {
 		case len(p.Content) > 0:
 			mt, media := pickMedia(p.Content)
 			pd.ContentType = mt
-			sch = d.req.schema(media.Schema, dp)
+			sch = map[string]any{}
+			if media != nil {
+				sch = d.req.schema(media.Schema, dp)
+			}
 		default:
 			sch = map[string]any{"type": "string"}
 		}
@@ -238,7 +245,8 @@ func (d *definer) tool(o operation, id string) (adapter.ToolDefinition, error) {
 
 // mergeParams applies an operation's parameters over its path item's (same
 // name and location), dropping the headers OpenAPI says to ignore because the
-// body and the security scheme own them.
+// body and the security scheme own them, and parameters in a location a
+// request does not have (OpenAPI 2.0 leftovers, typos).
 func mergeParams(item, op openapi3.Parameters) []*openapi3.Parameter {
 	var out []*openapi3.Parameter
 	index := map[[2]string]int{}
@@ -248,6 +256,9 @@ func mergeParams(item, op openapi3.Parameters) []*openapi3.Parameter {
 				continue
 			}
 			p := ref.Value
+			if _, ok := locationRank[p.In]; !ok || p.In == "body" {
+				continue
+			}
 			if p.In == openapi3.ParameterInHeader {
 				if h := http.CanonicalHeaderKey(p.Name); h == "Content-Type" || h == "Authorization" {
 					continue
@@ -653,7 +664,7 @@ func (d *definer) outputSchema(op *openapi3.Operation) (json.RawMessage, error) 
 				switch {
 				case !isJSONMedia(mt):
 					props["body"] = map[string]any{"type": "string", "contentMediaType": mt}
-				case media.Schema != nil:
+				case media != nil && media.Schema != nil:
 					props["body"] = d.resp.schema(media.Schema, dp)
 				}
 			}

@@ -39,7 +39,7 @@ func (a *Adapter) Invoke(ctx context.Context, in module.InvokeInput) (any, error
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, svc.timeout, errCallTimeout)
 	defer cancel()
-	req, err := svc.request(ctx, td, params)
+	req, secretHeaders, err := svc.request(ctx, td, params)
 	if err != nil {
 		return nil, fmt.Errorf("openapi: %s.%s: %w", in.ServiceID, in.ToolID, err)
 	}
@@ -50,7 +50,7 @@ func (a *Adapter) Invoke(ctx context.Context, in module.InvokeInput) (any, error
 		}
 		return fmt.Errorf("%s: %w", label, err)
 	}
-	resp, err := a.client.Do(req)
+	resp, err := a.clientFor(secretHeaders).Do(req)
 	if err != nil {
 		return nil, fail(unwrapURLError(err))
 	}
@@ -72,6 +72,32 @@ func (a *Adapter) Invoke(ctx context.Context, in module.InvokeInput) (any, error
 		out["bodyEncoding"] = "base64"
 	}
 	return out, nil
+}
+
+// clientFor returns the client for a call whose credentials travel in the
+// headers named: net/http drops Authorization and Cookie when a redirect
+// leaves the host, but not an API key's own header, so this client does.
+func (a *Adapter) clientFor(secretHeaders []string) *http.Client {
+	if len(secretHeaders) == 0 {
+		return a.client
+	}
+	c := *a.client
+	next := c.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.URL.Host != via[0].URL.Host {
+			for _, h := range secretHeaders {
+				req.Header.Del(h)
+			}
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
 }
 
 // redact is the URL without query and credentials, for error messages.
@@ -122,11 +148,12 @@ func isPlainJSON(v any) bool {
 	return false
 }
 
-// request builds the HTTP request of one call.
-func (s *service) request(ctx context.Context, td *toolDomain, params map[string]any) (*http.Request, error) {
+// request builds the HTTP request of one call, and names the headers that
+// carry credentials.
+func (s *service) request(ctx context.Context, td *toolDomain, params map[string]any) (*http.Request, []string, error) {
 	base, err := s.baseURL(td)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	path := td.Path
 	var query, cookies []string
@@ -135,7 +162,7 @@ func (s *service) request(ctx context.Context, td *toolDomain, params map[string
 		v, ok := params[p.Property]
 		if !ok || v == nil {
 			if p.In == "path" {
-				return nil, fmt.Errorf("missing path parameter %q", p.Property)
+				return nil, nil, fmt.Errorf("missing path parameter %q", p.Property)
 			}
 			continue
 		}
@@ -154,7 +181,7 @@ func (s *service) request(ctx context.Context, td *toolDomain, params map[string
 		}
 	}
 	if i := strings.IndexByte(path, '{'); i >= 0 {
-		return nil, fmt.Errorf("path %s: parameter %s has no value", td.Path, path[i:])
+		return nil, nil, fmt.Errorf("path %s: parameter %s has no value", td.Path, path[i:])
 	}
 
 	var body io.Reader
@@ -162,14 +189,14 @@ func (s *service) request(ctx context.Context, td *toolDomain, params map[string
 		if v, ok := params["body"]; ok && v != nil {
 			data, ct, err := encodeBody(td.Body, v)
 			if err != nil {
-				return nil, fmt.Errorf("body: %w", err)
+				return nil, nil, fmt.Errorf("body: %w", err)
 			}
 			body = bytes.NewReader(data)
 			header.Set("Content-Type", ct)
 		}
 	}
 
-	s.authenticate(td, header, &query, &cookies)
+	secretHeaders := s.authenticate(td, header, &query, &cookies)
 	if len(cookies) > 0 {
 		header.Set("Cookie", strings.Join(cookies, "; "))
 	}
@@ -179,12 +206,12 @@ func (s *service) request(ctx context.Context, td *toolDomain, params map[string
 	}
 	req, err := http.NewRequestWithContext(ctx, td.Method, target, body)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", td.Method, base+path, err)
+		return nil, nil, fmt.Errorf("%s %s: %w", td.Method, base+path, err)
 	}
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	return req, nil
+	return req, secretHeaders, nil
 }
 
 // contentValue serialises the value of a parameter defined by content.
@@ -298,7 +325,8 @@ func encodeBody(b *body, v any) ([]byte, string, error) {
 // naming no scheme (anonymous access) is only the fallback when none can be
 // met. A document that declares no security at all but has schemes gets
 // each scheme tried alone, in name order, so a configured secret is used.
-func (s *service) authenticate(td *toolDomain, header http.Header, query, cookies *[]string) {
+// It returns the names of the headers it set.
+func (s *service) authenticate(td *toolDomain, header http.Header, query, cookies *[]string) []string {
 	var reqs []requirement
 	switch {
 	case td.Security != nil:
@@ -314,11 +342,15 @@ func (s *service) authenticate(td *toolDomain, header http.Header, query, cookie
 		if len(r) == 0 || !s.satisfied(r) {
 			continue
 		}
+		var set []string
 		for _, name := range r {
-			s.apply(s.domain.SecuritySchemes[name], s.secrets[name], header, query, cookies)
+			if h := s.apply(s.domain.SecuritySchemes[name], s.secrets[name], header, query, cookies); h != "" {
+				set = append(set, h)
+			}
 		}
-		return
+		return set
 	}
+	return nil
 }
 
 func (s *service) satisfied(r requirement) bool {
@@ -348,13 +380,15 @@ func (s *service) satisfied(r requirement) bool {
 	return true
 }
 
-func (s *service) apply(scheme securityScheme, secret any, header http.Header, query, cookies *[]string) {
+// apply applies one scheme's secret and returns the header it set, if any.
+func (s *service) apply(scheme securityScheme, secret any, header http.Header, query, cookies *[]string) string {
 	switch scheme.Type {
 	case "apiKey":
 		v := secret.(string)
 		switch scheme.In {
 		case "header":
 			header.Set(scheme.Name, v)
+			return scheme.Name
 		case "query":
 			*query = append(*query, escape(scheme.Name)+"="+escape(v))
 		case "cookie":
@@ -372,9 +406,12 @@ func (s *service) apply(scheme securityScheme, secret any, header http.Header, q
 		default:
 			header.Set("Authorization", httpSchemeName(scheme.Scheme)+" "+secret.(string))
 		}
+		return "Authorization"
 	case "oauth2", "openIdConnect":
 		header.Set("Authorization", "Bearer "+secret.(string))
+		return "Authorization"
 	}
+	return ""
 }
 
 // responseHeaders lower-cases header names; a header sent once is a string,

@@ -1,0 +1,149 @@
+// Command cyrnel is the cyrnel host: serve the API, print its spec, report
+// its version. This file is wiring only.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/cyrnel/cyrnel/host/api"
+	"github.com/cyrnel/cyrnel/host/process"
+	"github.com/cyrnel/cyrnel/host/server"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+const usage = `cyrnel: a self-hosted code-execution host for AI agents
+
+Usage:
+  cyrnel serve [flags]      run the HTTP API server
+  cyrnel openapi [flags]    print the OpenAPI spec
+  cyrnel version            print the version
+
+Run 'cyrnel COMMAND --help' for a command's flags.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		err = serve(os.Args[2:])
+	case "openapi":
+		err = printSpec(os.Stdout, os.Args[2:])
+	case "version", "--version":
+		fmt.Println(version)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "cyrnel: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cyrnel:", err)
+		os.Exit(1)
+	}
+}
+
+// setting resolves a value: the flag when given, else the environment
+// variable, else the default.
+func setting(fs *flag.FlagSet, name, env, def string) string {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	if given {
+		return fs.Lookup(name).Value.String()
+	}
+	if v, ok := os.LookupEnv(env); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+const serveHelp = `
+Environment variables (a flag, when given, wins over its variable):
+  CYRNEL_ADDR          listen address (default 127.0.0.1:9371)
+  CYRNEL_DATA_DIR      data directory (default ./cyrnel-data)
+  CYRNEL_DB_URL        database: empty for SQLite in the data directory, or postgres://…
+  CYRNEL_API_KEY       require "Authorization: Bearer <key>" on every route but /health and the spec
+  CYRNEL_SECRETS_KEY   base64 32-byte key sealing secrets at rest (default: a key file in the data directory)
+  CYRNEL_LOG_LEVEL     debug, info, warn or error (default info)
+`
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.String("addr", "", "listen address (env CYRNEL_ADDR, default 127.0.0.1:9371)")
+	fs.String("data-dir", "", "data directory (env CYRNEL_DATA_DIR, default ./cyrnel-data)")
+	fs.String("db-url", "", "database URL (env CYRNEL_DB_URL, default SQLite in the data directory)")
+	fs.String("log-level", "", "log level (env CYRNEL_LOG_LEVEL, default info)")
+	insecure := fs.Bool("insecure", false, "allow listening on a non-loopback address without CYRNEL_API_KEY")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: cyrnel serve [flags]\n\nFlags:\n")
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), serveHelp)
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	}
+	log, err := newLogger(setting(fs, "log-level", "CYRNEL_LOG_LEVEL", "info"))
+	if err != nil {
+		return err
+	}
+	cfg := server.Config{
+		Addr:       setting(fs, "addr", "CYRNEL_ADDR", "127.0.0.1:9371"),
+		DataDir:    setting(fs, "data-dir", "CYRNEL_DATA_DIR", "./cyrnel-data"),
+		DBURL:      setting(fs, "db-url", "CYRNEL_DB_URL", ""),
+		APIKey:     os.Getenv("CYRNEL_API_KEY"),
+		SecretsKey: os.Getenv("CYRNEL_SECRETS_KEY"),
+		Insecure:   *insecure,
+		Version:    version,
+		Limits:     process.DefaultLimits(),
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := server.New(ctx, log, cfg)
+	if err != nil {
+		return err
+	}
+	return srv.Serve(ctx, nil)
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+func printSpec(w io.Writer, args []string) error {
+	fs := flag.NewFlagSet("openapi", flag.ContinueOnError)
+	format := fs.String("format", "json", "json or yaml")
+	v30 := fs.Bool("3.0", false, "print the OpenAPI 3.0 rendering (for generators that need it)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	b, err := api.Spec(strings.ToLower(*format), *v30)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}

@@ -1,0 +1,128 @@
+// Package api is cyrnel's HTTP API: huma v2 operations on a chi router, RFC
+// 9457 problems for every error, bearer authentication. It is the only layer
+// that maps errors to HTTP statuses.
+package api
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humachi"
+	"github.com/go-chi/chi/v5"
+
+	"github.com/cyrnel/cyrnel/host/modules"
+	"github.com/cyrnel/cyrnel/host/process"
+)
+
+// Title, version and description of the API in the spec. SpecVersion is the
+// version of the HTTP contract, not of the build, so the committed spec does
+// not change with every release.
+const (
+	Title       = "cyrnel"
+	SpecVersion = "0.1.0"
+	description = "Run short programs for AI agents and REST clients in sandboxed environments; programs call tools through the host."
+)
+
+// Deps are what the API serves.
+type Deps struct {
+	Log       *slog.Logger
+	Version   string
+	APIKey    string // empty: no authentication
+	Processes *process.Manager
+	Modules   *modules.Registry
+}
+
+type server struct {
+	Deps
+}
+
+// New builds the HTTP handler and the huma API (whose OpenAPI document is
+// the spec).
+func New(d Deps) (http.Handler, huma.API) {
+	r := chi.NewRouter()
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
+		writeProblem(w, http.StatusNotFound, "no such route")
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		writeProblem(w, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed here")
+	})
+	if d.APIKey != "" {
+		r.Use(bearerAuth(d.APIKey))
+	}
+	api := humachi.New(r, Config())
+	s := &server{d}
+	s.registerHealth(api)
+	s.registerProcesses(api)
+	s.registerEnvironment(api)
+	return r, api
+}
+
+// Config is the huma configuration: no $schema fields or Link headers in
+// responses (bodies carry exactly their documented fields), unknown query
+// parameters rejected.
+func Config() huma.Config {
+	cfg := huma.DefaultConfig(Title, SpecVersion)
+	cfg.CreateHooks = nil
+	cfg.SchemasPath = ""
+	cfg.RejectUnknownQueryParameters = true
+	cfg.Info.Description = description
+	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		"bearer": {Type: "http", Scheme: "bearer", Description: "The server's CYRNEL_API_KEY, when it has one."},
+	}
+	cfg.Security = []map[string][]string{{"bearer": {}}}
+	return cfg
+}
+
+// open lists what needs no key: liveness and the API's own description.
+func open(path string) bool {
+	return path == "/health" || strings.HasPrefix(path, "/openapi") || path == "/docs"
+}
+
+func bearerAuth(key string) func(http.Handler) http.Handler {
+	want := []byte("Bearer " + key)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !open(r.URL.Path) {
+				got := []byte(r.Header.Get("Authorization"))
+				if subtle.ConstantTimeCompare(got, want) != 1 {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="cyrnel"`)
+					writeProblem(w, http.StatusUnauthorized, "missing or wrong bearer token")
+					return
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+func writeProblem(w http.ResponseWriter, status int, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	b, _ := json.Marshal(&huma.ErrorModel{Title: http.StatusText(status), Status: status, Detail: detail})
+	w.Write(b)
+}
+
+// problem maps a domain error to an RFC 9457 problem. Anything unknown is a
+// 500 whose details go to the log, not the client.
+func (s *server) problem(err error) error {
+	var inv *process.InvalidError
+	switch {
+	case errors.As(err, &inv):
+		return huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{Location: inv.Field, Message: inv.Message})
+	case errors.Is(err, process.ErrNotFound), errors.Is(err, modules.ErrUnknownModule):
+		return huma.Error404NotFound(err.Error())
+	case errors.Is(err, process.ErrConflict):
+		return huma.Error409Conflict(err.Error())
+	case errors.Is(err, modules.ErrNotEnvironment), errors.Is(err, modules.ErrDisabled), errors.Is(err, modules.ErrSetup):
+		return huma.Error422UnprocessableEntity(err.Error(), &huma.ErrorDetail{Location: "body.module", Message: err.Error()})
+	case errors.Is(err, modules.ErrNoEnvironment):
+		return huma.Error503ServiceUnavailable(err.Error())
+	}
+	s.Log.Error("request failed", "err", err)
+	return huma.Error500InternalServerError("internal error")
+}

@@ -1,0 +1,177 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/cyrnel/cyrnel/host/modules"
+)
+
+type healthBody struct {
+	Body struct {
+		Status      string  `json:"status" enum:"ok" doc:"Always ok when the server answers."`
+		Version     string  `json:"version"`
+		Environment *string `json:"environment" nullable:"true" doc:"Module id of the active environment; null when none could be activated."`
+	}
+}
+
+type envView struct {
+	Module   string         `json:"module" doc:"Module id."`
+	InFlight int            `json:"inFlight" doc:"Executions queued or running in it."`
+	Status   map[string]any `json:"status,omitempty" doc:"Environment-specific health: pool, sandbox layers in force."`
+}
+
+type environmentBody struct {
+	Body struct {
+		Active   *envView  `json:"active,omitempty" doc:"The active environment; absent when none could be activated (see error)."`
+		Draining []envView `json:"draining" doc:"Environments finishing their executions before teardown."`
+		Error    string    `json:"error,omitempty" doc:"Why no environment is active."`
+	}
+}
+
+type setEnvironmentInput struct {
+	Body struct {
+		Module string `json:"module" minLength:"1" doc:"Module id of the environment to activate (python, typescript)."`
+	}
+}
+
+type moduleView struct {
+	ID            string          `json:"id"`
+	Type          string          `json:"type" enum:"environment,adapter"`
+	Name          string          `json:"name"`
+	Version       string          `json:"version"`
+	Description   string          `json:"description"`
+	ConfigSchema  json.RawMessage `json:"configSchema" doc:"JSON Schema of the module's config."`
+	SecretsSchema json.RawMessage `json:"secretsSchema" doc:"JSON Schema of the module's secrets."`
+	Enabled       bool            `json:"enabled"`
+	Active        bool            `json:"active" doc:"For environments: whether it is the active one."`
+}
+
+type moduleBody struct {
+	Body moduleView
+}
+
+type moduleList struct {
+	Body struct {
+		Items      []moduleView `json:"items"`
+		NextCursor *string      `json:"nextCursor" nullable:"true" doc:"Always null: every module fits one page."`
+		HasMore    bool         `json:"hasMore"`
+	}
+}
+
+type moduleIDPath struct {
+	ID string `path:"id" doc:"Module id."`
+}
+
+type markdownBody struct {
+	ContentType string `header:"Content-Type"`
+	Body        []byte
+}
+
+func markdownResponses(what string) map[string]*huma.Response {
+	return map[string]*huma.Response{"200": {
+		Description: what,
+		Content:     map[string]*huma.MediaType{"text/markdown": {Schema: &huma.Schema{Type: "string"}}},
+	}}
+}
+
+func toModuleView(v modules.ModuleView) moduleView {
+	return moduleView{
+		ID: v.Info.ID, Type: string(v.Info.Type), Name: v.Info.Name, Version: v.Info.Version, Description: v.Info.Description,
+		ConfigSchema: v.Info.ConfigSchema, SecretsSchema: v.Info.SecretsSchema, Enabled: v.Enabled, Active: v.Active,
+	}
+}
+
+func (s *server) registerHealth(api huma.API) {
+	huma.Register(api, huma.Operation{
+		OperationID: "getHealth", Method: http.MethodGet, Path: "/health", Tags: []string{"health"},
+		Summary: "Liveness", Description: "Never needs authentication.", Security: []map[string][]string{},
+	}, func(context.Context, *struct{}) (*healthBody, error) {
+		out := &healthBody{}
+		out.Body.Status, out.Body.Version = "ok", s.Version
+		if active, _, _ := s.Modules.Status(); active != nil {
+			out.Body.Environment = &active.Module
+		}
+		return out, nil
+	})
+}
+
+func (s *server) environment() *environmentBody {
+	active, draining, setupErr := s.Modules.Status()
+	out := &environmentBody{}
+	if active != nil {
+		out.Body.Active = &envView{Module: active.Module, InFlight: active.InFlight, Status: active.Status}
+	}
+	out.Body.Draining = make([]envView, 0, len(draining))
+	for _, d := range draining {
+		out.Body.Draining = append(out.Body.Draining, envView{Module: d.Module, InFlight: d.InFlight, Status: d.Status})
+	}
+	out.Body.Error = setupErr
+	return out
+}
+
+func (s *server) registerEnvironment(api huma.API) {
+	huma.Register(api, huma.Operation{
+		OperationID: "getEnvironment", Method: http.MethodGet, Path: "/environment", Tags: []string{"environment"},
+		Summary: "Get the active environment", Description: "The active environment, with its health, and the draining ones.",
+	}, func(context.Context, *struct{}) (*environmentBody, error) {
+		return s.environment(), nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "setEnvironment", Method: http.MethodPut, Path: "/environment", Tags: []string{"environment"},
+		Summary: "Switch the active environment",
+		Description: "New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. " +
+			"An unknown, disabled or failing module changes nothing.",
+	}, func(ctx context.Context, in *setEnvironmentInput) (*environmentBody, error) {
+		if err := s.Modules.Activate(ctx, in.Body.Module); err != nil {
+			return nil, s.problem(err)
+		}
+		return s.environment(), nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "getEnvironmentDocs", Method: http.MethodGet, Path: "/environment/docs", Tags: []string{"environment"},
+		Summary: "How to write code for the active environment", Responses: markdownResponses("Markdown for those who write programs."),
+	}, func(ctx context.Context, _ *struct{}) (*markdownBody, error) {
+		env, err := s.Modules.Active()
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		doc, err := env.Docs(ctx)
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		return &markdownBody{ContentType: "text/markdown; charset=utf-8", Body: []byte(doc)}, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "listModules", Method: http.MethodGet, Path: "/modules", Tags: []string{"modules"},
+		Summary: "List modules", Description: "Environments and adapters, with their schemas.",
+	}, func(ctx context.Context, _ *struct{}) (*moduleList, error) {
+		ms, err := s.Modules.Modules(ctx)
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		out := &moduleList{}
+		out.Body.Items = make([]moduleView, 0, len(ms))
+		for _, m := range ms {
+			out.Body.Items = append(out.Body.Items, toModuleView(m))
+		}
+		return out, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "getModule", Method: http.MethodGet, Path: "/modules/{id}", Tags: []string{"modules"},
+		Summary: "Get a module",
+	}, func(ctx context.Context, in *moduleIDPath) (*moduleBody, error) {
+		m, err := s.Modules.Module(ctx, in.ID)
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		return &moduleBody{toModuleView(m)}, nil
+	})
+}

@@ -1,0 +1,228 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/cyrnel/cyrnel/host/process"
+)
+
+// maxWaitMs bounds every long poll.
+const maxWaitMs = 300000
+
+type processBody struct {
+	Body *process.View
+}
+
+type pidPath struct {
+	PID int64 `path:"pid" minimum:"1" doc:"Process id."`
+}
+
+type createProcessInput struct {
+	Body struct {
+		Code      string         `json:"code" minLength:"1" doc:"The program to run."`
+		Ref       string         `json:"ref,omitempty" maxLength:"256" doc:"A label of the client's choosing, for filtering."`
+		TimeoutMs int64          `json:"timeoutMs,omitempty" minimum:"1" doc:"Execution timeout in milliseconds (default 30000)."`
+		Autorun   *bool          `json:"autorun,omitempty" doc:"Start the process at once (default true)."`
+		WaitMs    int64          `json:"waitMs,omitempty" minimum:"0" maximum:"300000" doc:"Hold the response until the process is idle or this many milliseconds pass."`
+		EnvConfig map[string]any `json:"envConfig,omitempty" doc:"Per-execution configuration for the environment."`
+	}
+}
+
+type listProcessesInput struct {
+	State     string `query:"state" enum:"idle,queued,running,terminating" doc:"Only processes in this state."`
+	ExitState string `query:"exitState" enum:"success,failed,timeout,canceled" doc:"Only processes whose latest execution ended so."`
+	Ref       string `query:"ref" doc:"Only processes with this ref."`
+	Limit     int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
+	Cursor    string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
+}
+
+type processList struct {
+	Body struct {
+		Items      []process.Summary `json:"items"`
+		NextCursor *string           `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
+		HasMore    bool              `json:"hasMore"`
+	}
+}
+
+type waitInput struct {
+	pidPath
+	TimeoutMs int64 `query:"timeoutMs" minimum:"0" maximum:"300000" default:"30000" doc:"Longest wait in milliseconds."`
+}
+
+type runInput struct {
+	pidPath
+	Body *struct {
+		Force bool `json:"force,omitempty" doc:"Run even though the process has results, replacing them."`
+	} `required:"false"`
+}
+
+type outputBody struct {
+	Body map[string]any
+}
+
+type textBody struct {
+	ContentType string `header:"Content-Type"`
+	Body        []byte
+}
+
+func textResponses(what string) map[string]*huma.Response {
+	return map[string]*huma.Response{"200": {
+		Description: what,
+		Content:     map[string]*huma.MediaType{"text/plain": {Schema: &huma.Schema{Type: "string"}}},
+	}}
+}
+
+func (s *server) registerProcesses(api huma.API) {
+	huma.Register(api, huma.Operation{
+		OperationID: "createProcess", Method: http.MethodPost, Path: "/processes", Tags: []string{"processes"},
+		Summary: "Create a process", DefaultStatus: http.StatusCreated, MaxBodyBytes: 8 << 20,
+		Description: "Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends.",
+	}, func(ctx context.Context, in *createProcessInput) (*processBody, error) {
+		b := in.Body
+		v, err := s.Processes.Create(ctx, process.CreateInput{
+			Code: b.Code, Ref: b.Ref, TimeoutMs: b.TimeoutMs, EnvConfig: b.EnvConfig, Autorun: b.Autorun == nil || *b.Autorun,
+		})
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		if b.WaitMs > 0 && v.State != process.Idle {
+			if v, err = s.Processes.Wait(ctx, v.PID, time.Duration(b.WaitMs)*time.Millisecond); err != nil {
+				return nil, s.problem(err)
+			}
+		}
+		return &processBody{v}, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "listProcesses", Method: http.MethodGet, Path: "/processes", Tags: []string{"processes"},
+		Summary: "List processes", Description: "Newest first, without code, output and streams.",
+	}, func(ctx context.Context, in *listProcessesInput) (*processList, error) {
+		before, err := decodeCursor(in.Cursor)
+		if err != nil {
+			return nil, huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{Location: "query.cursor", Message: "not a cursor from this API", Value: in.Cursor})
+		}
+		items, more, err := s.Processes.List(ctx, process.ListInput{State: in.State, ExitState: in.ExitState, Ref: in.Ref, BeforePID: before, Limit: in.Limit})
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		out := &processList{}
+		out.Body.Items, out.Body.HasMore = items, more
+		if more {
+			c := encodeCursor(items[len(items)-1].PID)
+			out.Body.NextCursor = &c
+		}
+		return out, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "getProcess", Method: http.MethodGet, Path: "/processes/{pid}", Tags: []string{"processes"},
+		Summary: "Get a process", Description: "With its output, stdout and stderr; while it runs, what it produced so far.",
+	}, func(ctx context.Context, in *pidPath) (*processBody, error) {
+		v, err := s.Processes.Get(ctx, in.PID)
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		return &processBody{v}, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "waitProcess", Method: http.MethodGet, Path: "/processes/{pid}/wait", Tags: []string{"processes"},
+		Summary: "Wait for a process", Description: "Long-polls until the process is idle or timeoutMs passes, then returns it.",
+	}, func(ctx context.Context, in *waitInput) (*processBody, error) {
+		v, err := s.Processes.Wait(ctx, in.PID, time.Duration(in.TimeoutMs)*time.Millisecond)
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		return &processBody{v}, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "getProcessOutput", Method: http.MethodGet, Path: "/processes/{pid}/output", Tags: []string{"processes"},
+		Summary: "Get a process's structured output", Description: "The merged cyrnel.output() object itself.",
+	}, func(ctx context.Context, in *pidPath) (*outputBody, error) {
+		v, err := s.Processes.Get(ctx, in.PID)
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		return &outputBody{v.Output}, nil
+	})
+
+	for _, part := range []struct{ id, path, what string }{
+		{"getProcessStdout", "stdout", "Captured standard output."},
+		{"getProcessStderr", "stderr", "Captured standard error."},
+		{"getProcessCode", "code", "The stored code."},
+	} {
+		huma.Register(api, huma.Operation{
+			OperationID: part.id, Method: http.MethodGet, Path: "/processes/{pid}/" + part.path, Tags: []string{"processes"},
+			Summary: part.what, Responses: textResponses(part.what),
+		}, func(ctx context.Context, in *pidPath) (*textBody, error) {
+			v, err := s.Processes.Get(ctx, in.PID)
+			if err != nil {
+				return nil, s.problem(err)
+			}
+			text := map[string]string{"stdout": v.Stdout, "stderr": v.Stderr, "code": v.Code}[part.path]
+			return &textBody{ContentType: "text/plain; charset=utf-8", Body: []byte(text)}, nil
+		})
+	}
+
+	huma.Register(api, huma.Operation{
+		OperationID: "killProcess", Method: http.MethodPost, Path: "/processes/{pid}/kill", Tags: []string{"processes"},
+		Summary: "Kill a process", Errors: []int{http.StatusConflict},
+		Description: "A running process becomes terminating and ends canceled shortly after; a queued one ends canceled at once. 409 when it is already idle.",
+	}, func(ctx context.Context, in *pidPath) (*processBody, error) {
+		v, err := s.Processes.Kill(ctx, in.PID)
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		return &processBody{v}, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "runProcess", Method: http.MethodPost, Path: "/processes/{pid}/run", Tags: []string{"processes"},
+		Summary: "Run a process again", Errors: []int{http.StatusConflict},
+		Description: "Runs the stored code again. 409 unless the process is idle; a process that has results needs force.",
+	}, func(ctx context.Context, in *runInput) (*processBody, error) {
+		force := in.Body != nil && in.Body.Force
+		v, err := s.Processes.Run(ctx, in.PID, force)
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		return &processBody{v}, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "deleteProcess", Method: http.MethodDelete, Path: "/processes/{pid}", Tags: []string{"processes"},
+		Summary: "Delete a process", DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusConflict},
+		Description: "409 unless the process is idle.",
+	}, func(ctx context.Context, in *pidPath) (*struct{}, error) {
+		if err := s.Processes.Delete(ctx, in.PID); err != nil {
+			return nil, s.problem(err)
+		}
+		return nil, nil
+	})
+}
+
+func encodeCursor(pid int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("p" + strconv.FormatInt(pid, 10)))
+}
+
+func decodeCursor(c string) (int64, error) {
+	if c == "" {
+		return 0, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || len(b) < 2 || b[0] != 'p' {
+		return 0, strconv.ErrSyntax
+	}
+	pid, err := strconv.ParseInt(string(b[1:]), 10, 64)
+	if err != nil || pid < 1 {
+		return 0, strconv.ErrSyntax
+	}
+	return pid, nil
+}

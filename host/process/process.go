@@ -1,0 +1,412 @@
+// Package process runs the host side of cyrnel processes: stored code plus
+// its latest execution, moved through idle → queued → running →
+// (terminating) → idle by compare-and-set writes, so a late event can never
+// overwrite a final state.
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// State is a host-side process state.
+type State string
+
+const (
+	Idle        State = "idle"
+	Queued      State = "queued"
+	Running     State = "running"
+	Terminating State = "terminating"
+)
+
+var live = []string{string(Queued), string(Running), string(Terminating)}
+
+// Errors the API maps to statuses.
+var (
+	ErrNotFound = errors.New("process not found")
+	ErrConflict = errors.New("conflict")
+)
+
+// InvalidError is a bad input, naming the field at fault.
+type InvalidError struct {
+	Field   string
+	Message string
+}
+
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Message }
+
+// Executor runs executions: the module registry.
+type Executor interface {
+	Execute(ctx context.Context, in module.ExecutionInput) (envID string, res module.Result, err error)
+	Kill(ctx context.Context, eid int64) error
+}
+
+// Limits bound what one process may hold.
+type Limits struct {
+	OutputBytes      int64 // per stream (stdout, stderr) and for the structured output
+	CodeBytes        int
+	DefaultTimeoutMs int64
+	MaxTimeoutMs     int64
+}
+
+// DefaultLimits are the documented defaults.
+func DefaultLimits() Limits {
+	return Limits{OutputBytes: 1 << 20, CodeBytes: 256 << 10, DefaultTimeoutMs: module.DefaultTimeoutMs, MaxTimeoutMs: 24 * 3600 * 1000}
+}
+
+// Manager owns the processes.
+type Manager struct {
+	log    *slog.Logger
+	st     *store.Store
+	exec   Executor
+	limits Limits
+
+	ctx      context.Context // cancelled at shutdown: kills every execution
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	runs     map[int64]*run
+	stopping bool
+}
+
+// New returns a manager; call Recover before serving.
+func New(log *slog.Logger, st *store.Store, exec Executor, limits Limits) *Manager {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Manager{log: log, st: st, exec: exec, limits: limits, ctx: ctx, cancel: cancel, runs: map[int64]*run{}}
+}
+
+// Recover finishes what a previous host left looking alive.
+func (m *Manager) Recover(ctx context.Context) error {
+	n, err := m.st.FinishAll(ctx, live, string(module.ExitFailed), string(module.ReasonHostRestart),
+		"the host stopped while this process was running", time.Now().UTC())
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		m.log.Warn("finished processes left running by a previous host", "count", n)
+	}
+	return nil
+}
+
+// CreateInput is a new process.
+type CreateInput struct {
+	Code      string
+	Ref       string
+	TimeoutMs int64 // 0: the default
+	EnvConfig map[string]any
+	Autorun   bool
+}
+
+// Create stores a process and, with Autorun, starts it.
+func (m *Manager) Create(ctx context.Context, in CreateInput) (*View, error) {
+	if len(in.Code) > m.limits.CodeBytes {
+		return nil, &InvalidError{Field: "body.code", Message: fmt.Sprintf("code is %d bytes, more than the limit of %d", len(in.Code), m.limits.CodeBytes)}
+	}
+	if in.TimeoutMs == 0 {
+		in.TimeoutMs = m.limits.DefaultTimeoutMs
+	}
+	if in.TimeoutMs < 1 || in.TimeoutMs > m.limits.MaxTimeoutMs {
+		return nil, &InvalidError{Field: "body.timeoutMs", Message: fmt.Sprintf("must be between 1 and %d", m.limits.MaxTimeoutMs)}
+	}
+	p := &store.Process{
+		Ref: in.Ref, Code: in.Code, State: string(Idle), TimeoutMs: in.TimeoutMs,
+		EnvConfig: in.EnvConfig, CreatedAt: time.Now().UTC(),
+	}
+	if in.Autorun {
+		// Inserted already queued: one write fewer on the hot path.
+		p.State, p.Runs = string(Queued), 1
+	}
+	m.mu.Lock()
+	stopping := m.stopping
+	m.mu.Unlock()
+	if stopping && in.Autorun {
+		return nil, fmt.Errorf("%w: the host is shutting down", ErrConflict)
+	}
+	if err := m.st.InsertProcess(ctx, p); err != nil {
+		return nil, err
+	}
+	if in.Autorun {
+		m.launch(p)
+	}
+	return m.view(p), nil
+}
+
+// Run starts a stored process again. Existing results need force.
+func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*View, error) {
+	p, err := m.get(ctx, pid)
+	if err != nil {
+		return nil, err
+	}
+	if p.State != string(Idle) {
+		return nil, fmt.Errorf("%w: process %d is %s, not idle", ErrConflict, pid, p.State)
+	}
+	if p.ExitState != nil && !force {
+		return nil, fmt.Errorf("%w: process %d already ran (exit state %s); pass force to run it again", ErrConflict, pid, *p.ExitState)
+	}
+	m.mu.Lock()
+	_, busy := m.runs[pid]
+	stopping := m.stopping
+	m.mu.Unlock()
+	if busy || stopping {
+		return nil, fmt.Errorf("%w: process %d is still stopping", ErrConflict, pid)
+	}
+	p.State, p.ExitState, p.Reason, p.Error = string(Queued), nil, "", ""
+	p.Output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated = nil, "", "", false, false
+	p.StartedAt, p.FinishedAt, p.DurationMs, p.Environment = nil, nil, nil, ""
+	p.Runs++
+	ok, err := m.st.TransitionProcess(ctx, p, []string{string(Idle)}, "state", "exit_state", "reason", "error",
+		"output", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "started_at", "finished_at",
+		"duration_ms", "environment", "runs")
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: process %d changed state", ErrConflict, pid)
+	}
+	m.launch(p)
+	return m.view(p), nil
+}
+
+// launch starts the execution of a process already stored as queued.
+func (m *Manager) launch(p *store.Process) {
+	r := newRun(p, m.limits.OutputBytes)
+	m.mu.Lock()
+	m.runs[p.PID] = r
+	m.mu.Unlock()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		in := module.ExecutionInput{
+			EID: p.PID, Code: p.Code, EnvConfig: p.EnvConfig,
+			Options: module.Options{TimeoutMs: p.TimeoutMs, OutputLimitBytes: m.limits.OutputBytes},
+		}
+		envID, res, err := m.exec.Execute(m.ctx, in)
+		m.finish(r, envID, res, err)
+	}()
+}
+
+func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
+	m.mu.Lock()
+	stopping := m.stopping
+	m.mu.Unlock()
+	r.mu.Lock()
+	if err != nil {
+		res = module.Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError}
+		r.err = err.Error()
+	}
+	if !res.Exit.Valid() {
+		r.err = fmt.Sprintf("environment returned an invalid exit state %q", res.Exit)
+		res = module.Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError}
+	}
+	if res.Exit == module.ExitCanceled && stopping && !r.killed {
+		res.Reason = module.ReasonHostShutdown
+	}
+	if res.Reason == "" {
+		res.Reason = defaultReason(res.Exit)
+	}
+	r.stdout.flush()
+	r.stderr.flush()
+	now := time.Now().UTC()
+	exit := string(res.Exit)
+	p := &store.Process{
+		PID: r.pid, State: string(Idle), ExitState: &exit, Reason: string(res.Reason), Error: r.err,
+		Environment: envID, Output: maps.Clone(r.output), Stdout: r.stdout.text.String(), Stderr: r.stderr.text.String(),
+		StdoutTruncated: r.stdout.truncated, StderrTruncated: r.stderr.truncated, FinishedAt: &now,
+	}
+	if !r.startedAt.IsZero() {
+		d := now.Sub(r.startedAt).Milliseconds()
+		started := r.startedAt
+		p.StartedAt, p.DurationMs = &started, &d
+	}
+	r.mu.Unlock()
+	cols := []string{"state", "exit_state", "reason", "error", "environment", "output", "stdout", "stderr",
+		"stdout_truncated", "stderr_truncated", "finished_at", "duration_ms"}
+	if p.StartedAt != nil {
+		cols = append(cols, "started_at")
+	}
+	// The write must land even while the host shuts down.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if ok, err := m.st.TransitionProcess(ctx, p, live, cols...); err != nil {
+		m.log.Error("record process result", "pid", r.pid, "err", err)
+	} else if !ok {
+		m.log.Warn("process result arrived for a process no longer live", "pid", r.pid)
+	}
+	m.mu.Lock()
+	delete(m.runs, r.pid)
+	m.mu.Unlock()
+	r.end(p)
+}
+
+func defaultReason(e module.ExitState) module.Reason {
+	switch e {
+	case module.ExitSuccess:
+		return module.ReasonCompleted
+	case module.ExitTimeout:
+		return module.ReasonTimeout
+	case module.ExitCanceled:
+		return module.ReasonKilled
+	}
+	return module.ReasonException
+}
+
+// Kill stops a queued or running process. A queued one is finished before
+// Kill returns (idle, canceled); a running one is left terminating.
+func (m *Manager) Kill(ctx context.Context, pid int64) (*View, error) {
+	m.mu.Lock()
+	r := m.runs[pid]
+	m.mu.Unlock()
+	if r == nil {
+		p, err := m.get(ctx, pid)
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: process %d is %s", ErrConflict, pid, p.State)
+	}
+	r.mu.Lock()
+	was := r.state
+	r.killed = true
+	if was == Queued || was == Running {
+		r.state = Terminating
+		r.publishLocked(Event{Type: EventState, State: Terminating})
+	}
+	r.mu.Unlock()
+	if was == Queued || was == Running {
+		p := &store.Process{PID: pid, State: string(Terminating)}
+		if _, err := m.st.TransitionProcess(ctx, p, []string{string(was)}, "state"); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.exec.Kill(ctx, pid); err != nil {
+		return nil, fmt.Errorf("kill process %d: %w", pid, err)
+	}
+	if was == Queued {
+		// A queued execution is dropped at once: answer with the final state.
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+		}
+	}
+	return m.Get(ctx, pid)
+}
+
+// Wait blocks until the process is idle, the timeout passes or ctx ends,
+// then returns it.
+func (m *Manager) Wait(ctx context.Context, pid int64, timeout time.Duration) (*View, error) {
+	m.mu.Lock()
+	r := m.runs[pid]
+	m.mu.Unlock()
+	if r != nil && timeout > 0 {
+		t := time.NewTimer(timeout)
+		select {
+		case <-r.done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	return m.Get(ctx, pid)
+}
+
+// Get returns a process; while it runs, with what it has produced so far.
+func (m *Manager) Get(ctx context.Context, pid int64) (*View, error) {
+	p, err := m.get(ctx, pid)
+	if err != nil {
+		return nil, err
+	}
+	return m.view(p), nil
+}
+
+func (m *Manager) get(ctx context.Context, pid int64) (*store.Process, error) {
+	p, err := m.st.GetProcess(ctx, pid)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %d", ErrNotFound, pid)
+	}
+	return p, err
+}
+
+// view overlays the live state of a running process on its stored row.
+func (m *Manager) view(p *store.Process) *View {
+	m.mu.Lock()
+	r := m.runs[p.PID]
+	m.mu.Unlock()
+	v := viewOf(p)
+	if r != nil {
+		r.overlay(v)
+	}
+	return v
+}
+
+// ListInput filters and pages a listing.
+type ListInput struct {
+	State, ExitState, Ref string
+	BeforePID             int64
+	Limit                 int
+}
+
+// List returns processes newest first and whether more follow.
+func (m *Manager) List(ctx context.Context, in ListInput) ([]Summary, bool, error) {
+	ps, err := m.st.ListProcesses(ctx, store.ProcessFilter{
+		State: in.State, ExitState: in.ExitState, Ref: in.Ref, BeforePID: in.BeforePID, Limit: int64(in.Limit) + 1,
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	more := len(ps) > in.Limit
+	if more {
+		ps = ps[:in.Limit]
+	}
+	out := make([]Summary, len(ps))
+	for i := range ps {
+		out[i] = viewOf(&ps[i]).Summary
+	}
+	return out, more, nil
+}
+
+// Delete removes an idle process.
+func (m *Manager) Delete(ctx context.Context, pid int64) error {
+	m.mu.Lock()
+	_, busy := m.runs[pid]
+	m.mu.Unlock()
+	if busy {
+		return fmt.Errorf("%w: process %d is not idle", ErrConflict, pid)
+	}
+	ok, err := m.st.DeleteProcess(ctx, pid, []string{string(Idle)})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		p, err := m.get(ctx, pid)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: process %d is %s, not idle", ErrConflict, pid, p.State)
+	}
+	return nil
+}
+
+// Shutdown refuses new executions, kills the running ones (recorded as
+// canceled, reason host_shutdown) and waits for their results to be stored.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	m.mu.Lock()
+	m.stopping = true
+	m.mu.Unlock()
+	m.cancel()
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("processes still stopping: %w", ctx.Err())
+	}
+}

@@ -1,0 +1,152 @@
+package process
+
+import (
+	"context"
+	"encoding/json"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// run is the live state of one execution, kept in memory while it lasts and
+// written to the database when it ends.
+type run struct {
+	pid  int64
+	done chan struct{}
+
+	mu         sync.Mutex
+	state      State
+	startedAt  time.Time
+	stdout     stream
+	stderr     stream
+	output     map[string]any
+	outputSize int64
+	outputCap  int64
+	err        string
+	killed     bool
+	final      *View
+	subs       map[chan Event]struct{}
+}
+
+func newRun(p *store.Process, limit int64) *run {
+	return &run{
+		pid: p.PID, done: make(chan struct{}), state: Queued,
+		stdout: stream{limit: limit}, stderr: stream{limit: limit},
+		output: map[string]any{}, outputCap: limit, subs: map[chan Event]struct{}{},
+	}
+}
+
+// overlay puts the live state on a stored view.
+func (r *run) overlay(v *View) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.final != nil {
+		return
+	}
+	v.State = r.state
+	v.Output = maps.Clone(r.output)
+	v.Stdout, v.Stderr = r.stdout.text.String(), r.stderr.text.String()
+	v.StdoutTruncated, v.StderrTruncated = r.stdout.truncated, r.stderr.truncated
+	if !r.startedAt.IsZero() {
+		t := r.startedAt
+		v.StartedAt = &t
+	}
+}
+
+// end records the final view, tells followers and releases waiters.
+func (r *run) end(p *store.Process) {
+	r.mu.Lock()
+	r.final = viewOf(p)
+	r.publishLocked(Event{Type: EventExit, Process: r.final})
+	for ch := range r.subs {
+		close(ch)
+	}
+	r.subs = nil
+	r.mu.Unlock()
+	close(r.done)
+}
+
+func (m *Manager) lookup(eid int64) *run {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.runs[eid]
+}
+
+// SetState takes an environment's advisory state report: duplicates are
+// ignored and only queued → running is a transition the host accepts.
+func (m *Manager) SetState(eid int64, s module.ExecState) {
+	r := m.lookup(eid)
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	if s != module.StateRunning || r.state != Queued {
+		r.mu.Unlock()
+		return
+	}
+	r.state = Running
+	r.startedAt = time.Now().UTC()
+	started := r.startedAt
+	r.publishLocked(Event{Type: EventState, State: Running})
+	r.mu.Unlock()
+	p := &store.Process{PID: eid, State: string(Running), StartedAt: &started}
+	if _, err := m.st.TransitionProcess(context.Background(), p, []string{string(Queued)}, "state", "started_at"); err != nil {
+		m.log.Error("record running state", "pid", eid, "err", err)
+	}
+}
+
+// SetError records why an execution failed.
+func (m *Manager) SetError(eid int64, msg string) {
+	if r := m.lookup(eid); r != nil {
+		r.mu.Lock()
+		r.err = msg
+		r.mu.Unlock()
+	}
+}
+
+// EmitStdout appends raw bytes to the process's stdout.
+func (m *Manager) EmitStdout(eid int64, p []byte) { m.emit(eid, p, EventStdout) }
+
+// EmitStderr appends raw bytes to the process's stderr.
+func (m *Manager) EmitStderr(eid int64, p []byte) { m.emit(eid, p, EventStderr) }
+
+func (m *Manager) emit(eid int64, p []byte, typ EventType) {
+	r := m.lookup(eid)
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := &r.stdout
+	if typ == EventStderr {
+		s = &r.stderr
+	}
+	if text := s.write(p); text != "" {
+		r.publishLocked(Event{Type: typ, Text: text})
+	}
+}
+
+// EmitOutput merges a patch into the structured output: later keys
+// overwrite, new keys are added. Patches past the size cap are dropped.
+func (m *Manager) EmitOutput(eid int64, patch map[string]any) {
+	r := m.lookup(eid)
+	if r == nil {
+		return
+	}
+	b, err := json.Marshal(patch)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.outputSize+int64(len(b)) > r.outputCap {
+		m.log.Warn("structured output over its cap; patch dropped", "pid", eid, "bytes", len(b))
+		return
+	}
+	r.outputSize += int64(len(b))
+	maps.Copy(r.output, patch)
+	r.publishLocked(Event{Type: EventOutput, Output: patch})
+}

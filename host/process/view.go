@@ -1,0 +1,53 @@
+package process
+
+import (
+	"time"
+
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// Summary is a process as listings show it: without its code and streams.
+type Summary struct {
+	PID             int64          `json:"pid" doc:"Process id: positive, unique, never reused."`
+	Ref             string         `json:"ref" doc:"Client-chosen label, for filtering."`
+	State           State          `json:"state" enum:"idle,queued,running,terminating" doc:"Host state."`
+	ExitState       *string        `json:"exitState" enum:"success,failed,timeout,canceled" nullable:"true" doc:"How the latest execution ended; null before the first."`
+	Reason          *string        `json:"reason" nullable:"true" doc:"Why the latest execution ended: completed, exception, timeout, killed, memory_limit, cpu_limit, output_limit, environment_error, host_restart, host_shutdown; null before the first."`
+	Error           string         `json:"error" doc:"Why the latest execution failed (e.g. 'ValueError: boom'); empty otherwise."`
+	TimeoutMs       int64          `json:"timeoutMs" doc:"Effective timeout of an execution, in milliseconds."`
+	EnvConfig       map[string]any `json:"envConfig" nullable:"true" doc:"Per-execution environment configuration, as submitted."`
+	Environment     string         `json:"environment" doc:"Module id of the environment that ran the latest execution."`
+	Runs            int64          `json:"runs" doc:"How many times the process was started."`
+	StdoutTruncated bool           `json:"stdoutTruncated" doc:"stdout went past its cap and was cut."`
+	StderrTruncated bool           `json:"stderrTruncated" doc:"stderr went past its cap and was cut."`
+	CreatedAt       time.Time      `json:"createdAt"`
+	StartedAt       *time.Time     `json:"startedAt" nullable:"true" doc:"When the latest execution started running."`
+	FinishedAt      *time.Time     `json:"finishedAt" nullable:"true" doc:"When the latest execution ended."`
+	DurationMs      *int64         `json:"durationMs" nullable:"true" doc:"Running time of the latest execution."`
+}
+
+// View is a process with what its latest execution produced.
+type View struct {
+	Summary
+	Output map[string]any `json:"output" doc:"Structured output: the merge of every cyrnel.output() patch."`
+	Stdout string         `json:"stdout" doc:"Captured standard output, decoded as UTF-8."`
+	Stderr string         `json:"stderr" doc:"Captured standard error, decoded as UTF-8."`
+	Code   string         `json:"-"`
+}
+
+func viewOf(p *store.Process) *View {
+	v := &View{Summary: Summary{
+		PID: p.PID, Ref: p.Ref, State: State(p.State), ExitState: p.ExitState, Error: p.Error,
+		TimeoutMs: p.TimeoutMs, EnvConfig: p.EnvConfig, Environment: p.Environment, Runs: p.Runs,
+		StdoutTruncated: p.StdoutTruncated, StderrTruncated: p.StderrTruncated,
+		CreatedAt: p.CreatedAt, StartedAt: p.StartedAt, FinishedAt: p.FinishedAt, DurationMs: p.DurationMs,
+	}, Output: p.Output, Stdout: p.Stdout, Stderr: p.Stderr, Code: p.Code}
+	if p.Reason != "" {
+		reason := p.Reason
+		v.Reason = &reason
+	}
+	if v.Output == nil {
+		v.Output = map[string]any{}
+	}
+	return v
+}

@@ -1,0 +1,170 @@
+// Package server assembles the host: storage, secrets, modules, processes
+// and the HTTP API, and runs them until told to stop.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/envs/python"
+	"github.com/cyrnel/cyrnel/envs/worker"
+	"github.com/cyrnel/cyrnel/host/api"
+	"github.com/cyrnel/cyrnel/host/modules"
+	"github.com/cyrnel/cyrnel/host/process"
+	"github.com/cyrnel/cyrnel/host/secrets"
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// Config is the server's configuration (DESIGN §7).
+type Config struct {
+	Addr       string
+	DataDir    string
+	DBURL      string
+	APIKey     string
+	SecretsKey string
+	// Insecure allows listening beyond loopback without an API key.
+	Insecure        bool
+	Version         string
+	ShutdownTimeout time.Duration
+	Limits          process.Limits
+}
+
+// Server is an assembled host.
+type Server struct {
+	log     *slog.Logger
+	cfg     Config
+	store   *store.Store
+	procs   *process.Manager
+	modules *modules.Registry
+	handler http.Handler
+}
+
+// ErrInsecure is returned when asked to listen beyond loopback unprotected.
+var ErrInsecure = errors.New("refusing to listen on a non-loopback address without CYRNEL_API_KEY (pass --insecure to do it anyway)")
+
+// CheckAddr refuses non-loopback addresses unless a key is set or insecure.
+func CheckAddr(addr, apiKey string, insecure bool) error {
+	if apiKey != "" || insecure {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return ErrInsecure
+	}
+	return nil
+}
+
+// New assembles a host: opens the database, finishes what a previous host
+// left running, and activates the stored environment.
+func New(ctx context.Context, log *slog.Logger, cfg Config) (*Server, error) {
+	if err := CheckAddr(cfg.Addr, cfg.APIKey, cfg.Insecure); err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, cfg.DBURL, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	key, err := secrets.LoadKey(log, cfg.SecretsKey, cfg.DataDir)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	box, err := secrets.New(key)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	launcher := worker.Plain{}
+	reg := modules.New(log.With("component", "modules"), st, box, map[string]modules.Factory{
+		"python": func() module.Environment { return python.New(log, launcher) },
+	})
+	procs := process.New(log.With("component", "processes"), st, reg, cfg.Limits)
+	if err := procs.Recover(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	reg.Start(ctx, &bindings{Manager: procs})
+	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg})
+	return &Server{log: log, cfg: cfg, store: st, procs: procs, modules: reg, handler: handler}, nil
+}
+
+// Handler is the HTTP API.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve listens on cfg.Addr until ctx ends, then shuts down: stop accepting,
+// kill running executions (canceled, host_shutdown), tear environments down,
+// close the database. ready, if not nil, receives the bound address.
+func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		s.Close()
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.log.Info("cyrnel listening", "addr", ln.Addr().String(), "version", s.cfg.Version, "auth", s.cfg.APIKey != "")
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	select {
+	case err := <-errc:
+		s.Close()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down")
+	timeout := s.cfg.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	// Stop accepting first; in-flight requests (long polls included) end as
+	// their processes are killed below.
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- srv.Shutdown(sctx) }()
+	if err := s.procs.Shutdown(sctx); err != nil {
+		s.log.Warn("shutdown", "err", err)
+	}
+	s.modules.Shutdown(sctx)
+	if err := <-httpDone; err != nil {
+		srv.Close()
+	}
+	return s.store.Close()
+}
+
+// Close releases everything without serving (for New's callers that stop
+// early, and tests).
+func (s *Server) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = s.procs.Shutdown(ctx)
+	s.modules.Shutdown(ctx)
+	s.store.Close()
+}
+
+// bindings are the host callbacks environments get: process reporting from
+// the process manager, tools from the tool service.
+type bindings struct {
+	*process.Manager
+}
+
+func (b *bindings) InvokeTool(_ context.Context, in module.InvokeInput) (any, error) {
+	return nil, fmt.Errorf("no tool %s.%s: no services are registered", in.ServiceID, in.ToolID)
+}
+
+func (b *bindings) ListTools(context.Context) ([]module.Tool, error) { return []module.Tool{}, nil }
