@@ -19,7 +19,6 @@ import (
 	"maps"
 	"math"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -213,8 +212,6 @@ func toFloat(v any) (float64, error) {
 		return float64(x), nil
 	case int64:
 		return float64(x), nil
-	case string:
-		return strconv.ParseFloat(x, 64)
 	}
 	return 0, fmt.Errorf("not a number: %T", v)
 }

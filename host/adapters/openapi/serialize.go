@@ -180,7 +180,7 @@ func queryPairs(name, style string, explode, allowReserved bool, v any) []string
 	if allowReserved {
 		esc = escapeReserved
 	}
-	n := escape(name)
+	n := escapeName(name)
 	if style == "deepObject" {
 		var out []string
 		deepPairs(n, v, esc, &out)
@@ -220,13 +220,12 @@ func queryPairs(name, style string, explode, allowReserved bool, v any) []string
 
 // deepPairs writes nested objects and arrays as name[key][sub]=value, arrays
 // with their indexes (name[0]=a), the form Stripe and qs-style parsers read.
-// Brackets are left unescaped.
 func deepPairs(prefix string, v any, esc func(string) string, out *[]string) {
 	switch x := v.(type) {
 	case map[string]any:
 		for _, k := range sortedKeys(x) {
 			if x[k] != nil {
-				deepPairs(prefix+"["+escape(k)+"]", x[k], esc, out)
+				deepPairs(prefix+"["+escapeName(k)+"]", x[k], esc, out)
 			}
 		}
 	case []any:
@@ -392,6 +391,13 @@ func escapeWith(s string, keep func(byte) bool) string {
 // names and values, so a "/" in a path value never splits the path and a "&"
 // in a query value never splits the query.
 func escape(s string) string { return escapeWith(s, isUnreserved) }
+
+// escapeName escapes a query or form field name, leaving brackets as they
+// are: names like Datadog's "filter[shared]" and deepObject's "a[b]" are
+// written the way their APIs document them.
+func escapeName(s string) string {
+	return escapeWith(s, func(c byte) bool { return isUnreserved(c) || c == '[' || c == ']' })
+}
 
 // escapeReserved is for allowReserved parameters: RFC 3986 reserved
 // characters pass, except those that would split the query (& = # +).
