@@ -51,12 +51,12 @@ type processList struct {
 }
 
 type waitInput struct {
-	pidPath
+	PID       int64 `path:"pid" minimum:"1" doc:"Process id."`
 	TimeoutMs int64 `query:"timeoutMs" minimum:"0" maximum:"300000" default:"30000" doc:"Longest wait in milliseconds."`
 }
 
 type runInput struct {
-	pidPath
+	PID  int64 `path:"pid" minimum:"1" doc:"Process id."`
 	Body *struct {
 		Force bool `json:"force,omitempty" doc:"Run even though the process has results, replacing them."`
 	} `required:"false"`

@@ -35,6 +35,16 @@ var (
 	ErrConflict = errors.New("conflict")
 )
 
+// conflictError is an ErrConflict with its own message.
+type conflictError struct{ msg string }
+
+func (e *conflictError) Error() string { return e.msg }
+func (e *conflictError) Unwrap() error { return ErrConflict }
+
+func conflict(format string, args ...any) error {
+	return &conflictError{fmt.Sprintf(format, args...)}
+}
+
 // InvalidError is a bad input, naming the field at fault.
 type InvalidError struct {
 	Field   string
@@ -128,7 +138,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*View, error) {
 	stopping := m.stopping
 	m.mu.Unlock()
 	if stopping && in.Autorun {
-		return nil, fmt.Errorf("%w: the host is shutting down", ErrConflict)
+		return nil, conflict("the host is shutting down")
 	}
 	if err := m.st.InsertProcess(ctx, p); err != nil {
 		return nil, err
@@ -146,17 +156,17 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*View, error)
 		return nil, err
 	}
 	if p.State != string(Idle) {
-		return nil, fmt.Errorf("%w: process %d is %s, not idle", ErrConflict, pid, p.State)
+		return nil, conflict("process %d is %s, not idle", pid, p.State)
 	}
 	if p.ExitState != nil && !force {
-		return nil, fmt.Errorf("%w: process %d already ran (exit state %s); pass force to run it again", ErrConflict, pid, *p.ExitState)
+		return nil, conflict("process %d already ran (exit state %s); pass force to run it again", pid, *p.ExitState)
 	}
 	m.mu.Lock()
 	_, busy := m.runs[pid]
 	stopping := m.stopping
 	m.mu.Unlock()
 	if busy || stopping {
-		return nil, fmt.Errorf("%w: process %d is still stopping", ErrConflict, pid)
+		return nil, conflict("process %d is still stopping", pid)
 	}
 	p.State, p.ExitState, p.Reason, p.Error = string(Queued), nil, "", ""
 	p.Output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated = nil, "", "", false, false
@@ -169,7 +179,7 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*View, error)
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: process %d changed state", ErrConflict, pid)
+		return nil, conflict("process %d changed state", pid)
 	}
 	m.launch(p)
 	return m.view(p), nil
@@ -214,6 +224,13 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	}
 	r.stdout.flush()
 	r.stderr.flush()
+	if res.Reason == module.ReasonOutputLimit {
+		// The environment stops a stream at the cap, so the host may never
+		// see a byte past it: a full stream is a cut one.
+		for _, s := range []*stream{&r.stdout, &r.stderr} {
+			s.truncated = s.truncated || (s.limit > 0 && s.size >= s.limit)
+		}
+	}
 	now := time.Now().UTC()
 	exit := string(res.Exit)
 	p := &store.Process{
@@ -269,7 +286,7 @@ func (m *Manager) Kill(ctx context.Context, pid int64) (*View, error) {
 		if err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w: process %d is %s", ErrConflict, pid, p.State)
+		return nil, conflict("process %d is %s", pid, p.State)
 	}
 	r.mu.Lock()
 	was := r.state
@@ -378,7 +395,7 @@ func (m *Manager) Delete(ctx context.Context, pid int64) error {
 	_, busy := m.runs[pid]
 	m.mu.Unlock()
 	if busy {
-		return fmt.Errorf("%w: process %d is not idle", ErrConflict, pid)
+		return conflict("process %d is not idle", pid)
 	}
 	ok, err := m.st.DeleteProcess(ctx, pid, []string{string(Idle)})
 	if err != nil {
@@ -389,7 +406,7 @@ func (m *Manager) Delete(ctx context.Context, pid int64) error {
 		if err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: process %d is %s, not idle", ErrConflict, pid, p.State)
+		return conflict("process %d is %s, not idle", pid, p.State)
 	}
 	return nil
 }

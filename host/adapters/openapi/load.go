@@ -25,29 +25,32 @@ func (a *Adapter) fetch(ctx context.Context, rawURL string) ([]byte, error) {
 		return nil, fmt.Errorf("source url: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("source url %q: only http and https are supported", rawURL)
+		return nil, fmt.Errorf("source url %q: only http and https are supported", redact(u))
 	}
+	// Messages name the URL without query or credentials, which may be
+	// secret.
+	label := redact(u)
 	ctx, cancel := context.WithTimeout(ctx, a.opts.FetchTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s: %w", rawURL, err)
+		return nil, fmt.Errorf("fetch %s: %w", label, err)
 	}
 	req.Header.Set("Accept", "application/json, application/yaml;q=0.9, */*;q=0.8")
 	resp, err := a.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s: %w", rawURL, unwrapURLError(err))
+		return nil, fmt.Errorf("fetch %s: %w", label, unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, fmt.Errorf("fetch %s: status %s", rawURL, resp.Status)
+		return nil, fmt.Errorf("fetch %s: status %s", label, resp.Status)
 	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, a.opts.MaxDocumentBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s: %w", rawURL, err)
+		return nil, fmt.Errorf("fetch %s: %w", label, err)
 	}
 	if int64(len(data)) > a.opts.MaxDocumentBytes {
-		return nil, fmt.Errorf("fetch %s: document larger than %d bytes", rawURL, a.opts.MaxDocumentBytes)
+		return nil, fmt.Errorf("fetch %s: document larger than %d bytes", label, a.opts.MaxDocumentBytes)
 	}
 	return data, nil
 }
