@@ -102,7 +102,7 @@ func compileSource(code string) (*compiled, error) {
 	if len(res.Errors) > 0 {
 		return &compiled{syntaxErr: esbuildSyntaxError(code, userLines, res.Errors[0]), userLines: userLines, cost: len(code)}, nil
 	}
-	sm, err := shiftSourceMap(res.Map, -1)
+	sm, err := shiftSourceMap(res.Map)
 	if err != nil {
 		return nil, fmt.Errorf("fixing the source map: %w", err)
 	}
@@ -187,8 +187,8 @@ func gojaSyntaxError(js string, sm []byte, code string, line, col int, message s
 		return nil, fmt.Errorf("parsing the source map: %w", err)
 	}
 	tsLine, tsCol := 1, 1
-	if _, _, l, c, ok := consumer.Source(line, col-1); ok && l >= 1 {
-		tsLine, tsCol = l, c+1
+	if _, _, l, c, ok := consumer.Source(line, col); ok && l >= 1 {
+		tsLine, tsCol = l, c
 	}
 	return &SyntaxError{Message: message, Line: tsLine, Column: tsCol, LineText: lineOf(code, tsLine)}, nil
 }
@@ -219,10 +219,15 @@ func utf16Len(s string) int {
 	return n
 }
 
-// shiftSourceMap moves every original line of a v3 source map by delta.
-// Original lines are delta-encoded across the whole mappings string, so only
-// the first segment that names a source needs rewriting.
-func shiftSourceMap(raw []byte, delta int) ([]byte, error) {
+// shiftSourceMap adapts esbuild's v3 source map to how goja reads it.
+// goja looks positions up with 1-based generated columns and reports the
+// original column as is, and go-sourcemap drops any mapping to line 1
+// column 0 (the program's first statement). So every generated and
+// original column moves one right, and original lines move one up, past the
+// wrapper's head. Generated columns restart on each line, so each line's
+// first segment is rewritten; original positions are delta-encoded across
+// the whole string, so only the first segment that names a source is.
+func shiftSourceMap(raw []byte) ([]byte, error) {
 	var m struct {
 		Version  int      `json:"version"`
 		Sources  []string `json:"sources"`
@@ -232,7 +237,7 @@ func shiftSourceMap(raw []byte, delta int) ([]byte, error) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, fmt.Errorf("decoding: %w", err)
 	}
-	shifted, err := shiftFirstSegment(m.Mappings, delta)
+	shifted, err := shiftMappings(m.Mappings)
 	if err != nil {
 		return nil, err
 	}
@@ -240,28 +245,38 @@ func shiftSourceMap(raw []byte, delta int) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-func shiftFirstSegment(mappings string, delta int) (string, error) {
-	for start := 0; start < len(mappings); {
-		if c := mappings[start]; c == ';' || c == ',' {
-			start++
+func shiftMappings(mappings string) (string, error) {
+	lines := strings.Split(mappings, ";")
+	sourceShifted := false
+	for i, line := range lines {
+		if line == "" {
 			continue
 		}
-		end := start
-		for end < len(mappings) && mappings[end] != ';' && mappings[end] != ',' {
-			end++
+		segs := strings.Split(line, ",")
+		for j, seg := range segs {
+			if j > 0 && sourceShifted {
+				break
+			}
+			fields, err := decodeVLQ(seg)
+			if err != nil {
+				return "", err
+			}
+			if len(fields) == 0 {
+				return "", errors.New("empty mapping segment")
+			}
+			if j == 0 {
+				fields[0]++
+			}
+			if !sourceShifted && len(fields) >= 4 {
+				fields[2]--
+				fields[3]++
+				sourceShifted = true
+			}
+			segs[j] = encodeVLQ(fields)
 		}
-		fields, err := decodeVLQ(mappings[start:end])
-		if err != nil {
-			return "", err
-		}
-		if len(fields) < 4 {
-			start = end
-			continue
-		}
-		fields[2] += delta
-		return mappings[:start] + encodeVLQ(fields) + mappings[end:], nil
+		lines[i] = strings.Join(segs, ",")
 	}
-	return mappings, nil
+	return strings.Join(lines, ";"), nil
 }
 
 const base64Digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
