@@ -43,6 +43,7 @@ type Env struct {
 	waiting  int
 	flights  map[int64]context.CancelFunc
 	inflight sync.WaitGroup
+	reaping  sync.WaitGroup
 	closed   bool
 }
 
@@ -223,7 +224,15 @@ func (e *Env) Execute(ctx context.Context, in module.ExecutionInput) (module.Res
 		}
 		return module.Result{}, fmt.Errorf("get a python interpreter: %w", err)
 	}
-	return w.Run(ctx, b, worker.Request{Input: in, OutputLimit: in.Options.OutputLimitBytes}), nil
+	res := w.Run(ctx, b, worker.Request{Input: in, OutputLimit: in.Options.OutputLimitBytes})
+	// Reaping the spent interpreter is off the critical path; Teardown
+	// waits for it.
+	e.reaping.Add(1)
+	go func() {
+		defer e.reaping.Done()
+		w.Close()
+	}()
+	return res, nil
 }
 
 func (e *Env) release(slot bool) {
@@ -272,6 +281,7 @@ func (e *Env) Teardown(context.Context) error {
 	pool, dir := e.pool, e.runtime
 	e.mu.Unlock()
 	e.inflight.Wait()
+	e.reaping.Wait()
 	if pool != nil {
 		pool.Close()
 	}

@@ -2,6 +2,8 @@ package python
 
 import (
 	"context"
+	"io"
+	"slices"
 	"log/slog"
 	"os"
 	"strings"
@@ -59,4 +61,32 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("res=%+v", res)
 	}
 	t.Log("timeout took", time.Since(start))
+}
+
+// BenchmarkExecuteWarm measures one trivial execution through the
+// environment alone (no HTTP, no database), with the pool refilled between
+// executions so each one takes a warm interpreter.
+func BenchmarkExecuteWarm(b *testing.B) {
+	rec := envtest.NewRecorder()
+	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), worker.Plain{})
+	if err := e.Setup(context.Background(), module.SetupContext{Bindings: rec}); err != nil {
+		b.Fatal(err)
+	}
+	defer e.Teardown(context.Background())
+	var lat []time.Duration
+	for i := range b.N {
+		b.StopTimer()
+		for e.pool.Stats().Ready < e.cfg.PoolSize {
+			time.Sleep(time.Millisecond)
+		}
+		b.StartTimer()
+		t0 := time.Now()
+		res, err := e.Execute(context.Background(), module.ExecutionInput{EID: int64(i + 1), Code: "pass", Options: module.Options{TimeoutMs: 5000}})
+		lat = append(lat, time.Since(t0))
+		if err != nil || res.Exit != module.ExitSuccess {
+			b.Fatal(res, err)
+		}
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 }

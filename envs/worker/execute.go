@@ -22,9 +22,14 @@ type executeReply struct {
 	Reason string `json:"reason"`
 }
 
-// Run executes one program in the worker and consumes it: the worker is
-// closed when Run returns, after all its output has been emitted. Cancelling
-// ctx kills the execution (canceled); the timeout is enforced here.
+// outputGrace is how long to wait, after the runtime answered, for its output
+// pipes to reach end-of-file; only children still holding them delay it.
+const outputGrace = 100 * time.Millisecond
+
+// Run executes one program in the worker. Every byte of output has been
+// emitted when it returns. The worker is spent: the caller must Close it
+// (which can happen off the critical path). Cancelling ctx kills the
+// execution (canceled); the timeout is enforced here.
 func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) module.Result {
 	in := req.Input
 	callCtx, cancel := context.WithCancel(ctx)
@@ -62,6 +67,11 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) module
 			res, msg = w.died()
 			break
 		}
+		// The runtime released its stdout and stderr before answering.
+		if !w.waitStreams(outputGrace) {
+			w.h.Kill()
+			w.drain()
+		}
 		switch rep.Status {
 		case "success":
 			res = module.Result{Exit: module.ExitSuccess, Reason: module.ReasonCompleted}
@@ -80,9 +90,8 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) module
 	case <-ctx.Done():
 		res = module.Result{Exit: module.ExitCanceled, Reason: module.ReasonKilled}
 	}
-	// A fresh interpreter per execution: this one is done either way. Closing
-	// waits for its output so every byte is emitted before Run returns.
-	w.Close()
+	w.h.Kill() // idempotent; a no-op when the runtime answered
+	w.drain()
 	if e.overLimit.Load() && res.Exit != module.ExitTimeout && res.Exit != module.ExitCanceled {
 		res = module.Result{Exit: module.ExitFailed, Reason: module.ReasonOutputLimit}
 		msg = fmt.Sprintf("%s exceeded the output limit of %d bytes", [2]string{"stdout", "stderr"}[e.overWhich.Load()], e.limit)

@@ -35,6 +35,7 @@ type Worker struct {
 	ready   chan struct{}
 	once    sync.Once
 	streams sync.WaitGroup
+	eof     chan struct{} // closed when both output pipes are done
 	outs    [2]*os.File // parent read ends of stdout, stderr
 	cleanup func()
 
@@ -101,9 +102,11 @@ func Start(log *slog.Logger, l Launcher, cmd Command, cleanup func()) (*Worker, 
 	}
 	stream := jsonrpc2.NewPlainObjectStream(pipeRW{r: pipes[3][0], w: pipes[2][1]})
 	w.conn = jsonrpc2.NewConn(context.Background(), stream, w, jsonrpc2.SetLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)))
+	w.eof = make(chan struct{})
 	w.streams.Add(2)
 	go w.pump(0)
 	go w.pump(1)
+	go func() { w.streams.Wait(); close(w.eof) }()
 	return w, nil
 }
 
@@ -156,19 +159,26 @@ func (w *Worker) Close() {
 	}
 }
 
-func (w *Worker) drain() {
-	done := make(chan struct{})
-	go func() { w.streams.Wait(); close(done) }()
-	t := time.NewTimer(drainBound)
+// waitStreams waits up to d for stdout and stderr to reach end-of-file.
+func (w *Worker) waitStreams(d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-done:
+	case <-w.eof:
+		return true
 	case <-t.C:
-		// Something outside the kill still holds the pipes: stop reading.
+		return false
+	}
+}
+
+// drain waits for the output pipes to reach end-of-file after a kill; past
+// drainBound something outside the kill still holds them, so stop reading.
+func (w *Worker) drain() {
+	if !w.waitStreams(drainBound) {
 		for _, f := range w.outs {
 			f.Close()
 		}
-		<-done
+		<-w.eof
 	}
 }
 

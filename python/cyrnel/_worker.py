@@ -76,6 +76,16 @@ def run(code):
     return {"status": "success"}
 
 
+def _release_output():
+    """Point fds 1 and 2 at /dev/null so the host's output pipes reach
+    end-of-file before the answer arrives: the host then has every byte
+    without waiting for this interpreter to die."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+
+
 def main(preload=()):
     """Run the worker. ``preload`` names modules to import while warm."""
     sys.argv = [""]
@@ -96,6 +106,7 @@ def main(preload=()):
         if method == "execute":
             params = msg.get("params") or {}
             result = run(params.get("code", ""))
+            _release_output()
             conn.reply(req_id, result)
         elif method == "shutdown":
             if req_id is not None:
