@@ -58,6 +58,7 @@ func New(d Deps) (http.Handler, huma.API) {
 	s := &server{d}
 	s.registerHealth(api)
 	s.registerProcesses(api)
+	s.registerEvents(api)
 	s.registerEnvironment(api)
 	return r, api
 }

@@ -233,11 +233,11 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	}
 	now := time.Now().UTC()
 	exit := string(res.Exit)
-	p := &store.Process{
-		PID: r.pid, State: string(Idle), ExitState: &exit, Reason: string(res.Reason), Error: r.err,
-		Environment: envID, Output: maps.Clone(r.output), Stdout: r.stdout.text.String(), Stderr: r.stderr.text.String(),
-		StdoutTruncated: r.stdout.truncated, StderrTruncated: r.stderr.truncated, FinishedAt: &now,
-	}
+	final := r.base
+	p := &final
+	p.State, p.ExitState, p.Reason, p.Error, p.Environment = string(Idle), &exit, string(res.Reason), r.err, envID
+	p.Output, p.Stdout, p.Stderr = maps.Clone(r.output), r.stdout.text.String(), r.stderr.text.String()
+	p.StdoutTruncated, p.StderrTruncated, p.FinishedAt = r.stdout.truncated, r.stderr.truncated, &now
 	if !r.startedAt.IsZero() {
 		d := now.Sub(r.startedAt).Milliseconds()
 		started := r.startedAt

@@ -15,6 +15,7 @@ import (
 // written to the database when it ends.
 type run struct {
 	pid  int64
+	base store.Process // the row as launched; the final row is built on it
 	done chan struct{}
 
 	mu         sync.Mutex
@@ -33,7 +34,7 @@ type run struct {
 
 func newRun(p *store.Process, limit int64) *run {
 	return &run{
-		pid: p.PID, done: make(chan struct{}), state: Queued,
+		pid: p.PID, base: *p, done: make(chan struct{}), state: Queued,
 		stdout: stream{limit: limit}, stderr: stream{limit: limit},
 		output: map[string]any{}, outputCap: limit, subs: map[chan Event]struct{}{},
 	}
