@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 
 // host is a running cyrnel server.
 type host struct {
-	t       *testing.T
+	t       testing.TB
 	cmd     *exec.Cmd
 	dataDir string
 	base    string
@@ -73,7 +73,7 @@ var listening = regexp.MustCompile(`msg="cyrnel listening" addr=(\S+)`)
 
 // start runs the binary on dataDir (a fresh one when empty) and waits until
 // it listens.
-func start(t *testing.T, dataDir string, env ...string) *host {
+func start(t testing.TB, dataDir string, env ...string) *host {
 	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
