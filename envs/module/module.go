@@ -157,6 +157,12 @@ type Tool struct {
 	InputSchema json.RawMessage `json:"inputSchema"`
 }
 
+// ServiceTools is optional for Bindings: the tools of one service, so a
+// runtime that builds stubs per service need not fetch every schema.
+type ServiceTools interface {
+	ListServiceTools(ctx context.Context, serviceID string) ([]Tool, error)
+}
+
 // Bindings are the host callbacks; calls may come from any goroutine.
 type Bindings interface {
 	InvokeTool(ctx context.Context, in InvokeInput) (any, error)

@@ -298,6 +298,9 @@ func (w *Worker) call(e *execution, req *jsonrpc2.Request) (any, error) {
 		if err := json.Unmarshal(params, &in); err != nil {
 			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "listTools: " + err.Error()}
 		}
+		if st, ok := e.b.(module.ServiceTools); ok && in.ServiceID != "" {
+			return st.ListServiceTools(e.ctx, in.ServiceID)
+		}
 		tools, err := e.b.ListTools(e.ctx)
 		if err != nil {
 			return nil, err

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/process"
+	"github.com/cyrnel/cyrnel/host/services"
 )
 
 // Title, version and description of the API in the spec. SpecVersion is the
@@ -35,6 +37,7 @@ type Deps struct {
 	APIKey    string // empty: no authentication
 	Processes *process.Manager
 	Modules   *modules.Registry
+	Services  *services.Manager
 }
 
 type server struct {
@@ -60,6 +63,8 @@ func New(d Deps) (http.Handler, huma.API) {
 	s.registerProcesses(api)
 	s.registerEvents(api)
 	s.registerEnvironment(api)
+	s.registerServices(api)
+	s.registerTools(api)
 	return r, api
 }
 
@@ -112,9 +117,18 @@ func writeProblem(w http.ResponseWriter, status int, detail string) {
 // 500 whose details go to the log, not the client.
 func (s *server) problem(err error) error {
 	var inv *process.InvalidError
+	var sinv *services.InvalidError
 	switch {
 	case errors.As(err, &inv):
 		return huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{Location: inv.Field, Message: inv.Message})
+	case errors.As(err, &sinv):
+		return invalid(sinv)
+	case errors.Is(err, services.ErrNotFound):
+		return huma.Error404NotFound(err.Error())
+	case errors.Is(err, services.ErrExists), errors.Is(err, services.ErrUnavailable):
+		return huma.Error409Conflict(err.Error())
+	case errors.Is(err, services.ErrAdapter):
+		return huma.Error502BadGateway(err.Error())
 	case errors.Is(err, process.ErrNotFound), errors.Is(err, modules.ErrUnknownModule):
 		return huma.Error404NotFound(err.Error())
 	case errors.Is(err, process.ErrConflict):
@@ -126,4 +140,38 @@ func (s *server) problem(err error) error {
 	}
 	s.Log.Error("request failed", "err", err)
 	return huma.Error500InternalServerError("internal error")
+}
+
+// invalid renders a services validation error: one detail per failing path,
+// located like huma's own (body.config.serverUrl, body.parameters.items[0]).
+func invalid(e *services.InvalidError) error {
+	if len(e.Problems) == 0 {
+		return huma.Error422UnprocessableEntity(e.Message, &huma.ErrorDetail{Location: e.Field, Message: e.Message})
+	}
+	field := e.Field
+	if field == "parameters" {
+		field = "body.parameters"
+	}
+	details := make([]error, 0, len(e.Problems))
+	for _, p := range e.Problems {
+		details = append(details, &huma.ErrorDetail{Location: field + dotted(p.Path), Message: p.Message})
+	}
+	return huma.Error422UnprocessableEntity(e.Message, details...)
+}
+
+// dotted turns a JSON pointer into huma's location syntax: /a/0/b → .a[0].b
+func dotted(pointer string) string {
+	if pointer == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, tok := range strings.Split(pointer[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		if _, err := strconv.Atoi(tok); err == nil {
+			b.WriteString("[" + tok + "]")
+		} else {
+			b.WriteString("." + tok)
+		}
+	}
+	return b.String()
 }

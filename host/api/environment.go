@@ -27,7 +27,7 @@ type envView struct {
 type environmentBody struct {
 	Body struct {
 		Active   *envView  `json:"active,omitempty" doc:"The active environment; absent when none could be activated (see error)."`
-		Draining []envView `json:"draining" doc:"Environments finishing their executions before teardown."`
+		Draining []envView `json:"draining" nullable:"false" doc:"Environments finishing their executions before teardown."`
 		Error    string    `json:"error,omitempty" doc:"Why no environment is active."`
 	}
 }
@@ -56,7 +56,7 @@ type moduleBody struct {
 
 type moduleList struct {
 	Body struct {
-		Items      []moduleView `json:"items"`
+		Items      []moduleView `json:"items" nullable:"false"`
 		NextCursor *string      `json:"nextCursor" nullable:"true" doc:"Always null: every module fits one page."`
 		HasMore    bool         `json:"hasMore"`
 	}

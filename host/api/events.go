@@ -27,7 +27,7 @@ type (
 		Patch map[string]any `json:"patch" doc:"A patch merged into the structured output (on replay: the whole output so far)."`
 	}
 	exitEvent struct {
-		process.View
+		process.Process
 	}
 )
 

@@ -16,7 +16,7 @@ import (
 const maxWaitMs = 300000
 
 type processBody struct {
-	Body *process.View
+	Body *process.Process
 }
 
 type pidPath struct {
@@ -44,7 +44,7 @@ type listProcessesInput struct {
 
 type processList struct {
 	Body struct {
-		Items      []process.Summary `json:"items"`
+		Items      []process.ProcessSummary `json:"items" nullable:"false"`
 		NextCursor *string           `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
 		HasMore    bool              `json:"hasMore"`
 	}

@@ -116,7 +116,7 @@ type CreateInput struct {
 }
 
 // Create stores a process and, with Autorun, starts it.
-func (m *Manager) Create(ctx context.Context, in CreateInput) (*View, error) {
+func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) {
 	if len(in.Code) > m.limits.CodeBytes {
 		return nil, &InvalidError{Field: "body.code", Message: fmt.Sprintf("code is %d bytes, more than the limit of %d", len(in.Code), m.limits.CodeBytes)}
 	}
@@ -150,7 +150,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*View, error) {
 }
 
 // Run starts a stored process again. Existing results need force.
-func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*View, error) {
+func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, error) {
 	p, err := m.get(ctx, pid)
 	if err != nil {
 		return nil, err
@@ -277,7 +277,7 @@ func defaultReason(e module.ExitState) module.Reason {
 
 // Kill stops a queued or running process. A queued one is finished before
 // Kill returns (idle, canceled); a running one is left terminating.
-func (m *Manager) Kill(ctx context.Context, pid int64) (*View, error) {
+func (m *Manager) Kill(ctx context.Context, pid int64) (*Process, error) {
 	m.mu.Lock()
 	r := m.runs[pid]
 	m.mu.Unlock()
@@ -318,7 +318,7 @@ func (m *Manager) Kill(ctx context.Context, pid int64) (*View, error) {
 
 // Wait blocks until the process is idle, the timeout passes or ctx ends,
 // then returns it.
-func (m *Manager) Wait(ctx context.Context, pid int64, timeout time.Duration) (*View, error) {
+func (m *Manager) Wait(ctx context.Context, pid int64, timeout time.Duration) (*Process, error) {
 	m.mu.Lock()
 	r := m.runs[pid]
 	m.mu.Unlock()
@@ -335,7 +335,7 @@ func (m *Manager) Wait(ctx context.Context, pid int64, timeout time.Duration) (*
 }
 
 // Get returns a process; while it runs, with what it has produced so far.
-func (m *Manager) Get(ctx context.Context, pid int64) (*View, error) {
+func (m *Manager) Get(ctx context.Context, pid int64) (*Process, error) {
 	p, err := m.get(ctx, pid)
 	if err != nil {
 		return nil, err
@@ -352,7 +352,7 @@ func (m *Manager) get(ctx context.Context, pid int64) (*store.Process, error) {
 }
 
 // view overlays the live state of a running process on its stored row.
-func (m *Manager) view(p *store.Process) *View {
+func (m *Manager) view(p *store.Process) *Process {
 	m.mu.Lock()
 	r := m.runs[p.PID]
 	m.mu.Unlock()
@@ -371,7 +371,7 @@ type ListInput struct {
 }
 
 // List returns processes newest first and whether more follow.
-func (m *Manager) List(ctx context.Context, in ListInput) ([]Summary, bool, error) {
+func (m *Manager) List(ctx context.Context, in ListInput) ([]ProcessSummary, bool, error) {
 	ps, err := m.st.ListProcesses(ctx, store.ProcessFilter{
 		State: in.State, ExitState: in.ExitState, Ref: in.Ref, BeforePID: in.BeforePID, Limit: int64(in.Limit) + 1,
 	})
@@ -382,9 +382,9 @@ func (m *Manager) List(ctx context.Context, in ListInput) ([]Summary, bool, erro
 	if more {
 		ps = ps[:in.Limit]
 	}
-	out := make([]Summary, len(ps))
+	out := make([]ProcessSummary, len(ps))
 	for i := range ps {
-		out[i] = viewOf(&ps[i]).Summary
+		out[i] = viewOf(&ps[i]).ProcessSummary
 	}
 	return out, more, nil
 }

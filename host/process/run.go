@@ -28,7 +28,7 @@ type run struct {
 	outputCap  int64
 	err        string
 	killed     bool
-	final      *View
+	final      *Process
 	subs       map[chan Event]struct{}
 }
 
@@ -41,7 +41,7 @@ func newRun(p *store.Process, limit int64) *run {
 }
 
 // overlay puts the live state on a stored view.
-func (r *run) overlay(v *View) {
+func (r *run) overlay(v *Process) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.final != nil {

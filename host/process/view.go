@@ -6,8 +6,8 @@ import (
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
-// Summary is a process as listings show it: without its code and streams.
-type Summary struct {
+// ProcessSummary is a process as listings show it: without its code and streams.
+type ProcessSummary struct {
 	PID             int64          `json:"pid" doc:"Process id: positive, unique, never reused."`
 	Ref             string         `json:"ref" doc:"Client-chosen label, for filtering."`
 	State           State          `json:"state" enum:"idle,queued,running,terminating" doc:"Host state."`
@@ -26,17 +26,17 @@ type Summary struct {
 	DurationMs      *int64         `json:"durationMs" nullable:"true" doc:"Running time of the latest execution."`
 }
 
-// View is a process with what its latest execution produced.
-type View struct {
-	Summary
+// Process is a process with what its latest execution produced.
+type Process struct {
+	ProcessSummary
 	Output map[string]any `json:"output" doc:"Structured output: the merge of every cyrnel.output() patch."`
 	Stdout string         `json:"stdout" doc:"Captured standard output, decoded as UTF-8."`
 	Stderr string         `json:"stderr" doc:"Captured standard error, decoded as UTF-8."`
 	Code   string         `json:"-"`
 }
 
-func viewOf(p *store.Process) *View {
-	v := &View{Summary: Summary{
+func viewOf(p *store.Process) *Process {
+	v := &Process{ProcessSummary: ProcessSummary{
 		PID: p.PID, Ref: p.Ref, State: State(p.State), ExitState: p.ExitState, Error: p.Error,
 		TimeoutMs: p.TimeoutMs, EnvConfig: p.EnvConfig, Environment: p.Environment, Runs: p.Runs,
 		StdoutTruncated: p.StdoutTruncated, StderrTruncated: p.StderrTruncated,

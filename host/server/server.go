@@ -14,10 +14,13 @@ import (
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/python"
 	"github.com/cyrnel/cyrnel/envs/worker"
+	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/api"
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/secrets"
+	"github.com/cyrnel/cyrnel/host/services"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -37,12 +40,13 @@ type Config struct {
 
 // Server is an assembled host.
 type Server struct {
-	log     *slog.Logger
-	cfg     Config
-	store   *store.Store
-	procs   *process.Manager
-	modules *modules.Registry
-	handler http.Handler
+	log      *slog.Logger
+	cfg      Config
+	store    *store.Store
+	procs    *process.Manager
+	modules  *modules.Registry
+	services *services.Manager
+	handler  http.Handler
 }
 
 // ErrInsecure is returned when asked to listen beyond loopback unprotected.
@@ -91,14 +95,24 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (*Server, error) {
 	reg := modules.New(log.With("component", "modules"), st, box, map[string]modules.Factory{
 		"python": func() module.Environment { return python.New(log, launcher) },
 	})
+	svcs := services.New(log.With("component", "services"), st, box, map[string]adapter.Adapter{
+		openapi.ID: openapi.New(openapi.Options{}),
+	})
+	for _, info := range svcs.Adapters() {
+		reg.AddInfo(info)
+	}
+	if err := svcs.Start(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
 	procs := process.New(log.With("component", "processes"), st, reg, cfg.Limits)
 	if err := procs.Recover(ctx); err != nil {
 		st.Close()
 		return nil, err
 	}
-	reg.Start(ctx, &bindings{Manager: procs})
-	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg})
-	return &Server{log: log, cfg: cfg, store: st, procs: procs, modules: reg, handler: handler}, nil
+	reg.Start(ctx, &bindings{Manager: procs, tools: svcs})
+	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs})
+	return &Server{log: log, cfg: cfg, store: st, procs: procs, modules: reg, services: svcs, handler: handler}, nil
 }
 
 // Handler is the HTTP API.
@@ -141,6 +155,7 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 		s.log.Warn("shutdown", "err", err)
 	}
 	s.modules.Shutdown(sctx)
+	s.services.Stop(sctx)
 	if err := <-httpDone; err != nil {
 		srv.Close()
 	}
@@ -154,17 +169,25 @@ func (s *Server) Close() {
 	defer cancel()
 	_ = s.procs.Shutdown(ctx)
 	s.modules.Shutdown(ctx)
+	s.services.Stop(ctx)
 	s.store.Close()
 }
 
 // bindings are the host callbacks environments get: process reporting from
-// the process manager, tools from the tool service.
+// the process manager, tools from the services manager.
 type bindings struct {
 	*process.Manager
+	tools *services.Manager
 }
 
-func (b *bindings) InvokeTool(_ context.Context, in module.InvokeInput) (any, error) {
-	return nil, fmt.Errorf("no tool %s.%s: no services are registered", in.ServiceID, in.ToolID)
+func (b *bindings) InvokeTool(ctx context.Context, in module.InvokeInput) (any, error) {
+	return b.tools.Invoke(ctx, in)
 }
 
-func (b *bindings) ListTools(context.Context) ([]module.Tool, error) { return []module.Tool{}, nil }
+func (b *bindings) ListTools(ctx context.Context) ([]module.Tool, error) {
+	return b.tools.ListTools(ctx)
+}
+
+func (b *bindings) ListServiceTools(ctx context.Context, serviceID string) ([]module.Tool, error) {
+	return b.tools.ListServiceTools(ctx, serviceID)
+}

@@ -1,0 +1,311 @@
+package services
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// ToolSummary is a tool as listings show it.
+type ToolSummary struct {
+	ServiceID   string `json:"serviceId"`
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Enabled     bool   `json:"enabled"`
+}
+
+// Service is a service as the API shows it.
+type Service struct {
+	ID            string          `json:"id"`
+	Adapter       string          `json:"adapter"`
+	Name          string          `json:"name"`
+	Description   string          `json:"description"`
+	SourceURL     string          `json:"sourceUrl,omitempty" doc:"Where the description was read from; absent for inline content."`
+	Hash          string          `json:"hash" doc:"Hash of the service definition; changes when a refresh changes it."`
+	Enabled       bool            `json:"enabled" doc:"Whether its tools are callable."`
+	ConfigSchema  json.RawMessage `json:"configSchema"`
+	SecretsSchema json.RawMessage `json:"secretsSchema"`
+	Config        map[string]any  `json:"config"`
+	SecretsSet    []string        `json:"secretsSet" doc:"Which secrets are set (never their values)."`
+	ToolCount     int             `json:"toolCount"`
+	Tools         []ToolSummary   `json:"tools,omitempty" doc:"The service's tools (not in listings)."`
+	CreatedAt     time.Time       `json:"createdAt"`
+	UpdatedAt     time.Time       `json:"updatedAt"`
+}
+
+func (m *Manager) get(ctx context.Context, id string) (*store.Service, error) {
+	svc, err := m.st.GetService(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("service %s: %w", id, ErrNotFound)
+	}
+	return svc, err
+}
+
+func (m *Manager) view(svc *store.Service, tools []store.Tool, withTools bool) (*Service, error) {
+	sec, err := m.box.Open(svc.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	var src adapter.Source
+	_ = json.Unmarshal(svc.Source, &src) // listings omit the source
+	v := &Service{
+		ID: svc.ID, Adapter: svc.Adapter, Name: svc.Name, Description: svc.Description, SourceURL: src.URL, Hash: svc.Hash,
+		Enabled: svc.Enabled, ConfigSchema: svc.ConfigSchema, SecretsSchema: svc.SecretsSchema, Config: orEmpty(svc.Config),
+		SecretsSet: SetPaths(sec), ToolCount: len(tools), CreatedAt: svc.CreatedAt, UpdatedAt: svc.UpdatedAt,
+	}
+	if withTools {
+		v.Tools = make([]ToolSummary, 0, len(tools))
+		for _, t := range tools {
+			v.Tools = append(v.Tools, summary(t))
+		}
+	}
+	return v, nil
+}
+
+func summary(t store.Tool) ToolSummary {
+	return ToolSummary{ServiceID: t.ServiceID, ID: t.ID, Name: t.Name, Description: t.Description, Enabled: t.Enabled}
+}
+
+// SetPaths lists the JSON pointers of the leaves that are set in secrets.
+func SetPaths(secrets map[string]any) []string {
+	out := []string{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		if obj, ok := v.(map[string]any); ok && len(obj) > 0 {
+			for k, sub := range obj {
+				walk(prefix+"/"+k, sub)
+			}
+			return
+		}
+		if v != nil {
+			out = append(out, prefix)
+		}
+	}
+	for k, v := range secrets {
+		walk("/"+k, v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Get returns a service with its tools.
+func (m *Manager) Get(ctx context.Context, id string) (*Service, error) {
+	svc, err := m.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	tools, err := m.st.ListTools(ctx, store.ToolFilter{ServiceID: id})
+	if err != nil {
+		return nil, err
+	}
+	return m.view(svc, tools, true)
+}
+
+// List returns every service, without tools.
+func (m *Manager) List(ctx context.Context) ([]*Service, error) {
+	svcs, err := m.st.ListServices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Service, 0, len(svcs))
+	m.mu.RLock()
+	counts := map[string]int{}
+	for id, l := range m.live {
+		counts[id] = len(l.tools)
+	}
+	m.mu.RUnlock()
+	for i := range svcs {
+		v, err := m.view(&svcs[i], nil, false)
+		if err != nil {
+			return nil, err
+		}
+		v.ToolCount = counts[v.ID]
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// SetEnabled enables or disables a service. Enabling needs its config and
+// secrets to validate.
+func (m *Manager) SetEnabled(ctx context.Context, id string, enabled bool) (*Service, error) {
+	svc, err := m.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if enabled {
+		sec, err := m.box.Open(svc.Secrets)
+		if err != nil {
+			return nil, err
+		}
+		if err := m.check(svc.ConfigSchema, svc.Config, "config"); err != nil {
+			return nil, &InvalidError{Field: "body.enabled", Message: "the service's config does not validate: " + err.Error()}
+		}
+		if err := m.check(svc.SecretsSchema, sec, "secrets"); err != nil {
+			return nil, &InvalidError{Field: "body.enabled", Message: "the service's secrets do not validate: " + redact(err).Error()}
+		}
+	}
+	svc.Enabled, svc.UpdatedAt = enabled, time.Now().UTC()
+	if err := m.st.UpdateService(ctx, svc, "enabled", "updated_at"); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	if l := m.live[id]; l != nil {
+		l.enabled = enabled
+	}
+	m.mu.Unlock()
+	return m.Get(ctx, id)
+}
+
+// Delete removes a service and its tools.
+func (m *Manager) Delete(ctx context.Context, id string) error {
+	svc, err := m.get(ctx, id)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	delete(m.live, id)
+	m.mu.Unlock()
+	if err := m.st.DeleteService(ctx, id); err != nil {
+		return err
+	}
+	if a, ok := m.adapters[svc.Adapter]; ok {
+		if err := a.Forget(ctx, id); err != nil {
+			m.log.Warn("adapter forget failed", "service", id, "err", err)
+		}
+	}
+	return nil
+}
+
+// RefreshResult says what a refresh changed.
+type RefreshResult struct {
+	Service *Service    `json:"service"`
+	Added   []string `json:"added" doc:"Ids of tools that are new."`
+	Removed []string `json:"removed" doc:"Ids of tools that are gone."`
+}
+
+// Refresh re-reads the service's source; tools that survive keep their
+// enabled flags, new ones are enabled.
+func (m *Manager) Refresh(ctx context.Context, id string) (*RefreshResult, error) {
+	svc, err := m.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	a, ok := m.adapters[svc.Adapter]
+	if !ok {
+		return nil, fmt.Errorf("service %s: adapter %q is not available", id, svc.Adapter)
+	}
+	var src adapter.Source
+	if err := json.Unmarshal(svc.Source, &src); err != nil {
+		return nil, fmt.Errorf("service %s: stored source: %w", id, err)
+	}
+	def, err := a.Definition(ctx, src)
+	if err != nil {
+		return nil, &InvalidError{Field: "source", Message: err.Error()}
+	}
+	old, err := m.st.ListTools(ctx, store.ToolFilter{ServiceID: id})
+	if err != nil {
+		return nil, err
+	}
+	flags := map[string]bool{}
+	for _, t := range old {
+		flags[t.ID] = t.Enabled
+	}
+	rows := toolRows(id, def.Tools, flags)
+	res := &RefreshResult{Added: []string{}, Removed: []string{}}
+	seen := map[string]bool{}
+	for _, t := range rows {
+		seen[t.ID] = true
+		if _, ok := flags[t.ID]; !ok {
+			res.Added = append(res.Added, t.ID)
+		}
+	}
+	for _, t := range old {
+		if !seen[t.ID] {
+			res.Removed = append(res.Removed, t.ID)
+		}
+	}
+	svc.Name, svc.Description, svc.Hash = def.Name, def.Description, hash(def)
+	svc.ConfigSchema, svc.SecretsSchema, svc.AdapterDomain, svc.UpdatedAt = def.ConfigSchema, def.SecretsSchema, def.AdapterDomain, time.Now().UTC()
+	if err := m.st.PutService(ctx, svc, rows); err != nil {
+		return nil, err
+	}
+	if err := m.hydrate(ctx, svc); err != nil {
+		return nil, err
+	}
+	if res.Service, err = m.Get(ctx, id); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// Config returns a service's config.
+func (m *Manager) Config(ctx context.Context, id string) (map[string]any, error) {
+	svc, err := m.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return orEmpty(svc.Config), nil
+}
+
+// SetConfig validates and stores a service's config, then re-hydrates it.
+func (m *Manager) SetConfig(ctx context.Context, id string, cfg map[string]any) (map[string]any, error) {
+	svc, err := m.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.check(svc.ConfigSchema, cfg, "body"); err != nil {
+		return nil, err
+	}
+	svc.Config, svc.UpdatedAt = orEmpty(cfg), time.Now().UTC()
+	if err := m.st.UpdateService(ctx, svc, "config", "updated_at"); err != nil {
+		return nil, err
+	}
+	if err := m.hydrate(ctx, svc); err != nil {
+		return nil, err
+	}
+	return svc.Config, nil
+}
+
+// SecretsSet lists which secrets of a service are set.
+func (m *Manager) SecretsSet(ctx context.Context, id string) ([]string, error) {
+	svc, err := m.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	sec, err := m.box.Open(svc.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	return SetPaths(sec), nil
+}
+
+// SetSecrets validates, seals and stores a service's secrets (replacing
+// them), then re-hydrates it. It returns which are set.
+func (m *Manager) SetSecrets(ctx context.Context, id string, secrets map[string]any) ([]string, error) {
+	svc, err := m.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.check(svc.SecretsSchema, secrets, "body"); err != nil {
+		return nil, redact(err) // never echo secret values back
+	}
+	sealed, err := m.box.Seal(orEmpty(secrets))
+	if err != nil {
+		return nil, err
+	}
+	svc.Secrets, svc.UpdatedAt = sealed, time.Now().UTC()
+	if err := m.st.UpdateService(ctx, svc, "secrets", "updated_at"); err != nil {
+		return nil, err
+	}
+	if err := m.hydrate(ctx, svc); err != nil {
+		return nil, err
+	}
+	return SetPaths(orEmpty(secrets)), nil
+}

@@ -1,0 +1,181 @@
+package services
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/schema"
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// Tool is a tool with its schemas.
+type Tool struct {
+	ToolSummary
+	InputSchema  json.RawMessage `json:"inputSchema"`
+	OutputSchema json.RawMessage `json:"outputSchema"`
+}
+
+// ToolListInput filters and pages tools.
+type ToolListInput struct {
+	ServiceID string
+	Enabled   *bool
+	Query     string
+	After     [2]string // (service id, tool id) of the last item of the previous page
+	Limit     int
+}
+
+// Tools lists tools ordered by service and id; more says whether more follow.
+func (m *Manager) Tools(ctx context.Context, in ToolListInput) (items []ToolSummary, more bool, err error) {
+	rows, err := m.st.ListTools(ctx, store.ToolFilter{ServiceID: in.ServiceID, Enabled: in.Enabled, Query: in.Query, AfterKey: in.After, Limit: in.Limit + 1})
+	if err != nil {
+		return nil, false, err
+	}
+	if more = len(rows) > in.Limit; more {
+		rows = rows[:in.Limit]
+	}
+	items = make([]ToolSummary, 0, len(rows))
+	for _, t := range rows {
+		items = append(items, summary(t))
+	}
+	return items, more, nil
+}
+
+// Tool returns one tool with its schemas.
+func (m *Manager) Tool(ctx context.Context, serviceID, toolID string) (*Tool, error) {
+	t, err := m.st.GetTool(ctx, serviceID, toolID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("tool %s.%s: %w", serviceID, toolID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Tool{ToolSummary: summary(*t), InputSchema: t.InputSchema, OutputSchema: t.OutputSchema}, nil
+}
+
+// SetToolEnabled enables or disables one tool.
+func (m *Manager) SetToolEnabled(ctx context.Context, serviceID, toolID string, enabled bool) (*Tool, error) {
+	if err := m.st.SetToolEnabled(ctx, serviceID, toolID, enabled); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("tool %s.%s: %w", serviceID, toolID, ErrNotFound)
+		}
+		return nil, err
+	}
+	m.mu.Lock()
+	if l := m.live[serviceID]; l != nil && l.tools[toolID] != nil {
+		l.tools[toolID].enabled = enabled
+	}
+	m.mu.Unlock()
+	return m.Tool(ctx, serviceID, toolID)
+}
+
+// callable finds a tool a program may call, or says why it may not.
+func (m *Manager) callable(serviceID, toolID string) (*liveService, *liveTool, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	l := m.live[serviceID]
+	if l == nil {
+		return nil, nil, fmt.Errorf("no service %q: %w", serviceID, ErrNotFound)
+	}
+	t := l.tools[toolID]
+	if t == nil {
+		return nil, nil, fmt.Errorf("service %s has no tool %q: %w", serviceID, toolID, ErrNotFound)
+	}
+	if !l.enabled {
+		return nil, nil, fmt.Errorf("service %s is disabled: %w", serviceID, ErrUnavailable)
+	}
+	if !t.enabled {
+		return nil, nil, fmt.Errorf("tool %s.%s is disabled: %w", serviceID, toolID, ErrUnavailable)
+	}
+	return l, t, nil
+}
+
+// inputSchema compiles a tool's input schema once.
+func (m *Manager) inputSchema(ctx context.Context, serviceID, toolID string, t *liveTool) (*schema.Schema, error) {
+	t.once.Do(func() {
+		row, err := m.st.GetTool(ctx, serviceID, toolID)
+		if err != nil {
+			t.err = err
+			return
+		}
+		t.schema, t.err = m.compiler.Compile(row.InputSchema)
+	})
+	if t.err != nil {
+		return nil, fmt.Errorf("input schema of %s.%s: %w", serviceID, toolID, t.err)
+	}
+	return t.schema, nil
+}
+
+// Invoke calls a tool: the same path for programs and for the API. The
+// parameters are validated against the tool's input schema first.
+func (m *Manager) Invoke(ctx context.Context, in module.InvokeInput) (any, error) {
+	l, t, err := m.callable(in.ServiceID, in.ToolID)
+	if err != nil {
+		return nil, err
+	}
+	s, err := m.inputSchema(ctx, in.ServiceID, in.ToolID, t)
+	if err != nil {
+		return nil, err
+	}
+	params := in.Parameters
+	if params == nil {
+		params = map[string]any{}
+	}
+	if err := s.Validate(params); err != nil {
+		var ve *schema.ValidationError
+		if errors.As(err, &ve) {
+			return nil, &InvalidError{Field: "parameters", Message: fmt.Sprintf("invalid parameters for %s.%s", in.ServiceID, in.ToolID), Problems: ve.Problems}
+		}
+		return nil, err
+	}
+	in.Parameters = params
+	res, err := m.adapters[l.adapter].Invoke(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("%s.%s: %w: %w", in.ServiceID, in.ToolID, ErrAdapter, err)
+	}
+	return res, nil
+}
+
+// ListTools lists the callable tools (enabled, of enabled services) for
+// runtimes to build their stubs from.
+func (m *Manager) ListTools(ctx context.Context) ([]module.Tool, error) {
+	return m.ListServiceTools(ctx, "")
+}
+
+// ListServiceTools is ListTools for one service ("" for all).
+func (m *Manager) ListServiceTools(ctx context.Context, serviceID string) ([]module.Tool, error) {
+	on := true
+	rows, err := m.st.ListTools(ctx, store.ToolFilter{ServiceID: serviceID, Enabled: &on, Schemas: true})
+	if err != nil {
+		return nil, err
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]module.Tool, 0, len(rows))
+	for _, t := range rows {
+		if l := m.live[t.ServiceID]; l == nil || !l.enabled {
+			continue
+		}
+		out = append(out, module.Tool{ServiceID: t.ServiceID, ToolID: t.ID, Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+	}
+	return out, nil
+}
+
+var quoted = regexp.MustCompile(`'[^']*'|"[^"]*"`)
+
+// redact drops quoted values from validation messages about secrets.
+func redact(err error) error {
+	var inv *InvalidError
+	if !errors.As(err, &inv) {
+		return err
+	}
+	out := *inv
+	out.Problems = make([]schema.Problem, len(inv.Problems))
+	for i, p := range inv.Problems {
+		out.Problems[i] = schema.Problem{Path: p.Path, Message: quoted.ReplaceAllString(p.Message, "'…'")}
+	}
+	return &out
+}
