@@ -36,7 +36,7 @@ type Worker struct {
 	once    sync.Once
 	streams sync.WaitGroup
 	eof     chan struct{} // closed when both output pipes are done
-	outs    [2]*os.File // parent read ends of stdout, stderr
+	outs    [2]*os.File   // parent read ends of stdout, stderr
 	cleanup func()
 
 	cur atomic.Pointer[execution]

@@ -45,8 +45,8 @@ type listProcessesInput struct {
 type processList struct {
 	Body struct {
 		Items      []process.ProcessSummary `json:"items" nullable:"false"`
-		NextCursor *string           `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
-		HasMore    bool              `json:"hasMore"`
+		NextCursor *string                  `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
+		HasMore    bool                     `json:"hasMore"`
 	}
 }
 

@@ -43,8 +43,8 @@ type patchServiceInput struct {
 type serviceList struct {
 	Body struct {
 		Items      []*services.Service `json:"items"`
-		NextCursor *string          `json:"nextCursor" nullable:"true" doc:"Always null: every service fits one page."`
-		HasMore    bool             `json:"hasMore"`
+		NextCursor *string             `json:"nextCursor" nullable:"true" doc:"Always null: every service fits one page."`
+		HasMore    bool                `json:"hasMore"`
 	}
 }
 

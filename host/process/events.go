@@ -22,7 +22,7 @@ type Event struct {
 	State   State          // state
 	Text    string         // stdout, stderr
 	Output  map[string]any // output: a patch
-	Process *Process          // exit: the final process
+	Process *Process       // exit: the final process
 }
 
 // followBuffer bounds how far a follower may lag before it is cut off.

@@ -185,7 +185,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 
 // RefreshResult says what a refresh changed.
 type RefreshResult struct {
-	Service *Service    `json:"service"`
+	Service *Service `json:"service"`
 	Added   []string `json:"added" doc:"Ids of tools that are new."`
 	Removed []string `json:"removed" doc:"Ids of tools that are gone."`
 }
