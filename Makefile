@@ -42,10 +42,11 @@ bench: deps ## run the benchmarks (medians and ratios against baselines measured
 	$(GO) test -run '^$$' -bench . -benchtime 200x -count 1 -timeout 30m ./...
 
 .PHONY: openapi
-openapi: ## regenerate the committed spec under openapi/
+openapi: ## regenerate the committed spec under openapi/ and the Go client generated from it
 	$(GO) run ./cmd/cyrnel openapi --format json > openapi/openapi.json
 	$(GO) run ./cmd/cyrnel openapi --format yaml > openapi/openapi.yaml
 	$(GO) run ./cmd/cyrnel openapi --format json --3.0 > openapi/openapi-3.0.json
+	$(GO) tool oapi-codegen -config openapi/client/oapi-codegen.yaml -o openapi/client/client.gen.go openapi/openapi.json
 
 .PHONY: fmt
 fmt: ## format the Go code

@@ -55,6 +55,9 @@ func (s *server) registerEvents(api huma.API) {
 				return
 			}
 		}
+		if next == nil {
+			return // not live: the replay was the whole story
+		}
 		for {
 			select {
 			case ev, ok := <-next:
