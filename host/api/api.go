@@ -18,6 +18,7 @@ import (
 
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/process"
+	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/services"
 )
 
@@ -63,6 +64,7 @@ func New(d Deps) (http.Handler, huma.API) {
 	s.registerProcesses(api)
 	s.registerEvents(api)
 	s.registerEnvironment(api)
+	s.registerModuleSettings(api)
 	s.registerServices(api)
 	s.registerTools(api)
 	return r, api
@@ -116,13 +118,10 @@ func writeProblem(w http.ResponseWriter, status int, detail string) {
 // problem maps a domain error to an RFC 9457 problem. Anything unknown is a
 // 500 whose details go to the log, not the client.
 func (s *server) problem(err error) error {
-	var inv *process.InvalidError
-	var sinv *services.InvalidError
+	var inv *schema.FieldError
 	switch {
 	case errors.As(err, &inv):
-		return huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{Location: inv.Field, Message: inv.Message})
-	case errors.As(err, &sinv):
-		return invalid(sinv)
+		return invalid(inv)
 	case errors.Is(err, services.ErrNotFound):
 		return huma.Error404NotFound(err.Error())
 	case errors.Is(err, services.ErrExists), errors.Is(err, services.ErrUnavailable):
@@ -131,7 +130,7 @@ func (s *server) problem(err error) error {
 		return huma.Error502BadGateway(err.Error())
 	case errors.Is(err, process.ErrNotFound), errors.Is(err, modules.ErrUnknownModule):
 		return huma.Error404NotFound(err.Error())
-	case errors.Is(err, process.ErrConflict):
+	case errors.Is(err, process.ErrConflict), errors.Is(err, modules.ErrActive):
 		return huma.Error409Conflict(err.Error())
 	case errors.Is(err, modules.ErrNotEnvironment), errors.Is(err, modules.ErrDisabled), errors.Is(err, modules.ErrSetup):
 		return huma.Error422UnprocessableEntity(err.Error(), &huma.ErrorDetail{Location: "body.module", Message: err.Error()})
@@ -144,9 +143,9 @@ func (s *server) problem(err error) error {
 
 // invalid renders a services validation error: one detail per failing path,
 // located like huma's own (body.config.serverUrl, body.parameters.items[0]).
-func invalid(e *services.InvalidError) error {
+func invalid(e *schema.FieldError) error {
 	if len(e.Problems) == 0 {
-		return huma.Error422UnprocessableEntity(e.Message, &huma.ErrorDetail{Location: e.Field, Message: e.Message})
+		return huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{Location: e.Field, Message: e.Message})
 	}
 	field := e.Field
 	if field == "parameters" {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cyrnel/cyrnel/host/schema"
 	"log/slog"
 	"maps"
 	"sync"
@@ -44,14 +45,6 @@ func (e *conflictError) Unwrap() error { return ErrConflict }
 func conflict(format string, args ...any) error {
 	return &conflictError{fmt.Sprintf(format, args...)}
 }
-
-// InvalidError is a bad input, naming the field at fault.
-type InvalidError struct {
-	Field   string
-	Message string
-}
-
-func (e *InvalidError) Error() string { return e.Field + ": " + e.Message }
 
 // Executor runs executions: the module registry.
 type Executor interface {
@@ -118,13 +111,13 @@ type CreateInput struct {
 // Create stores a process and, with Autorun, starts it.
 func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) {
 	if len(in.Code) > m.limits.CodeBytes {
-		return nil, &InvalidError{Field: "body.code", Message: fmt.Sprintf("code is %d bytes, more than the limit of %d", len(in.Code), m.limits.CodeBytes)}
+		return nil, &schema.FieldError{Field: "body.code", Message: fmt.Sprintf("code is %d bytes, more than the limit of %d", len(in.Code), m.limits.CodeBytes)}
 	}
 	if in.TimeoutMs == 0 {
 		in.TimeoutMs = m.limits.DefaultTimeoutMs
 	}
 	if in.TimeoutMs < 1 || in.TimeoutMs > m.limits.MaxTimeoutMs {
-		return nil, &InvalidError{Field: "body.timeoutMs", Message: fmt.Sprintf("must be between 1 and %d", m.limits.MaxTimeoutMs)}
+		return nil, &schema.FieldError{Field: "body.timeoutMs", Message: fmt.Sprintf("must be between 1 and %d", m.limits.MaxTimeoutMs)}
 	}
 	p := &store.Process{
 		Ref: in.Ref, Code: in.Code, State: string(Idle), TimeoutMs: in.TimeoutMs,

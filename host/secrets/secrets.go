@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -123,4 +124,27 @@ func (b *Box) Open(sealed []byte) (map[string]any, error) {
 		return nil, fmt.Errorf("open secrets: %w", err)
 	}
 	return out, nil
+}
+
+// SetPaths lists the JSON pointers of the leaves that are set in v: what
+// the API shows of secrets instead of their values.
+func SetPaths(v map[string]any) []string {
+	out := []string{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		if obj, ok := v.(map[string]any); ok && len(obj) > 0 {
+			for k, sub := range obj {
+				walk(prefix+"/"+k, sub)
+			}
+			return
+		}
+		if v != nil {
+			out = append(out, prefix)
+		}
+	}
+	for k, sub := range v {
+		walk("/"+k, sub)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"github.com/cyrnel/cyrnel/host/schema"
+	"github.com/cyrnel/cyrnel/host/secrets"
 	"time"
 
 	"github.com/cyrnel/cyrnel/host/adapter"
@@ -58,7 +59,7 @@ func (m *Manager) view(svc *store.Service, tools []store.Tool, withTools bool) (
 	v := &Service{
 		ID: svc.ID, Adapter: svc.Adapter, Name: svc.Name, Description: svc.Description, SourceURL: src.URL, Hash: svc.Hash,
 		Enabled: svc.Enabled, ConfigSchema: svc.ConfigSchema, SecretsSchema: svc.SecretsSchema, Config: orEmpty(svc.Config),
-		SecretsSet: SetPaths(sec), ToolCount: len(tools), CreatedAt: svc.CreatedAt, UpdatedAt: svc.UpdatedAt,
+		SecretsSet: secrets.SetPaths(sec), ToolCount: len(tools), CreatedAt: svc.CreatedAt, UpdatedAt: svc.UpdatedAt,
 	}
 	if withTools {
 		v.Tools = make([]ToolSummary, 0, len(tools))
@@ -71,28 +72,6 @@ func (m *Manager) view(svc *store.Service, tools []store.Tool, withTools bool) (
 
 func summary(t store.Tool) ToolSummary {
 	return ToolSummary{ServiceID: t.ServiceID, ID: t.ID, Name: t.Name, Description: t.Description, Enabled: t.Enabled}
-}
-
-// SetPaths lists the JSON pointers of the leaves that are set in secrets.
-func SetPaths(secrets map[string]any) []string {
-	out := []string{}
-	var walk func(prefix string, v any)
-	walk = func(prefix string, v any) {
-		if obj, ok := v.(map[string]any); ok && len(obj) > 0 {
-			for k, sub := range obj {
-				walk(prefix+"/"+k, sub)
-			}
-			return
-		}
-		if v != nil {
-			out = append(out, prefix)
-		}
-	}
-	for k, v := range secrets {
-		walk("/"+k, v)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // Get returns a service with its tools.
@@ -145,10 +124,10 @@ func (m *Manager) SetEnabled(ctx context.Context, id string, enabled bool) (*Ser
 			return nil, err
 		}
 		if err := m.check(svc.ConfigSchema, svc.Config, "config"); err != nil {
-			return nil, &InvalidError{Field: "body.enabled", Message: "the service's config does not validate: " + err.Error()}
+			return nil, &schema.FieldError{Field: "body.enabled", Message: "the service's config does not validate: " + err.Error()}
 		}
 		if err := m.check(svc.SecretsSchema, sec, "secrets"); err != nil {
-			return nil, &InvalidError{Field: "body.enabled", Message: "the service's secrets do not validate: " + redact(err).Error()}
+			return nil, &schema.FieldError{Field: "body.enabled", Message: "the service's secrets do not validate: " + schema.Redact(err).Error()}
 		}
 	}
 	svc.Enabled, svc.UpdatedAt = enabled, time.Now().UTC()
@@ -207,7 +186,7 @@ func (m *Manager) Refresh(ctx context.Context, id string) (*RefreshResult, error
 	}
 	def, err := a.Definition(ctx, src)
 	if err != nil {
-		return nil, &InvalidError{Field: "source", Message: err.Error()}
+		return nil, &schema.FieldError{Field: "source", Message: err.Error()}
 	}
 	old, err := m.st.ListTools(ctx, store.ToolFilter{ServiceID: id})
 	if err != nil {
@@ -283,20 +262,20 @@ func (m *Manager) SecretsSet(ctx context.Context, id string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return SetPaths(sec), nil
+	return secrets.SetPaths(sec), nil
 }
 
 // SetSecrets validates, seals and stores a service's secrets (replacing
 // them), then re-hydrates it. It returns which are set.
-func (m *Manager) SetSecrets(ctx context.Context, id string, secrets map[string]any) ([]string, error) {
+func (m *Manager) SetSecrets(ctx context.Context, id string, sec map[string]any) ([]string, error) {
 	svc, err := m.get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if err := m.check(svc.SecretsSchema, secrets, "body"); err != nil {
-		return nil, redact(err) // never echo secret values back
+	if err := m.check(svc.SecretsSchema, sec, "body"); err != nil {
+		return nil, schema.Redact(err) // never echo secret values back
 	}
-	sealed, err := m.box.Seal(orEmpty(secrets))
+	sealed, err := m.box.Seal(orEmpty(sec))
 	if err != nil {
 		return nil, err
 	}
@@ -307,5 +286,5 @@ func (m *Manager) SetSecrets(ctx context.Context, id string, secrets map[string]
 	if err := m.hydrate(ctx, svc); err != nil {
 		return nil, err
 	}
-	return SetPaths(orEmpty(secrets)), nil
+	return secrets.SetPaths(orEmpty(sec)), nil
 }

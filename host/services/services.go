@@ -33,29 +33,6 @@ var (
 	ErrAdapter = errors.New("tool call failed")
 )
 
-// InvalidError is a bad input. Field is the API location at fault; Problems,
-// when set, name each failing path inside it.
-type InvalidError struct {
-	Field    string
-	Message  string
-	Problems []schema.Problem
-}
-
-func (e *InvalidError) Error() string {
-	if len(e.Problems) == 0 {
-		return e.Field + ": " + e.Message
-	}
-	msg := e.Field + ": " + e.Message
-	for _, p := range e.Problems {
-		path := p.Path
-		if path == "" {
-			path = "(root)"
-		}
-		msg += "; " + path + ": " + p.Message
-	}
-	return msg
-}
-
 // Sealer seals secrets at rest.
 type Sealer interface {
 	Seal(v map[string]any) ([]byte, error)
@@ -188,21 +165,21 @@ type CreateInput struct {
 // error.
 func (m *Manager) Create(ctx context.Context, in CreateInput) (*Service, error) {
 	if !idPattern.MatchString(in.ID) || reserved[in.ID] {
-		return nil, &InvalidError{Field: "body.id", Message: "must be an identifier (letters, digits, _; not starting with a digit; at most 64; not a Python or TypeScript keyword)"}
+		return nil, &schema.FieldError{Field: "body.id", Message: "must be an identifier (letters, digits, _; not starting with a digit; at most 64; not a Python or TypeScript keyword)"}
 	}
 	a, ok := m.adapters[in.Adapter]
 	if !ok {
-		return nil, &InvalidError{Field: "body.adapter", Message: fmt.Sprintf("unknown adapter %q", in.Adapter)}
+		return nil, &schema.FieldError{Field: "body.adapter", Message: fmt.Sprintf("unknown adapter %q", in.Adapter)}
 	}
 	if (in.Source.URL == "") == (in.Source.Content == "") {
-		return nil, &InvalidError{Field: "body.source", Message: "give exactly one of url or content"}
+		return nil, &schema.FieldError{Field: "body.source", Message: "give exactly one of url or content"}
 	}
 	if _, err := m.st.GetService(ctx, in.ID); err == nil {
 		return nil, fmt.Errorf("service %s: %w", in.ID, ErrExists)
 	}
 	def, err := a.Definition(ctx, in.Source)
 	if err != nil {
-		return nil, &InvalidError{Field: "body.source", Message: err.Error()}
+		return nil, &schema.FieldError{Field: "body.source", Message: err.Error()}
 	}
 	enabled := true
 	if err := m.check(def.ConfigSchema, in.Config, "body.config"); err != nil {
@@ -213,7 +190,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Service, error) 
 	}
 	if err := m.check(def.SecretsSchema, in.Secrets, "body.secrets"); err != nil {
 		if in.Secrets != nil {
-			return nil, redact(err)
+			return nil, schema.Redact(err)
 		}
 		enabled = false
 	}
@@ -254,9 +231,9 @@ func (m *Manager) check(raw json.RawMessage, v map[string]any, field string) err
 	if err := s.Validate(orEmpty(v)); err != nil {
 		var ve *schema.ValidationError
 		if errors.As(err, &ve) {
-			return &InvalidError{Field: field, Message: "does not match its schema", Problems: ve.Problems}
+			return &schema.FieldError{Field: field, Message: "does not match its schema", Problems: ve.Problems}
 		}
-		return &InvalidError{Field: field, Message: err.Error()}
+		return &schema.FieldError{Field: field, Message: err.Error()}
 	}
 	return nil
 }

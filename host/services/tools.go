@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/schema"
@@ -127,7 +126,7 @@ func (m *Manager) Invoke(ctx context.Context, in module.InvokeInput) (any, error
 	if err := s.Validate(params); err != nil {
 		var ve *schema.ValidationError
 		if errors.As(err, &ve) {
-			return nil, &InvalidError{Field: "parameters", Message: fmt.Sprintf("invalid parameters for %s.%s", in.ServiceID, in.ToolID), Problems: ve.Problems}
+			return nil, &schema.FieldError{Field: "parameters", Message: fmt.Sprintf("invalid parameters for %s.%s", in.ServiceID, in.ToolID), Problems: ve.Problems}
 		}
 		return nil, err
 	}
@@ -162,20 +161,4 @@ func (m *Manager) ListServiceTools(ctx context.Context, serviceID string) ([]mod
 		out = append(out, module.Tool{ServiceID: t.ServiceID, ToolID: t.ID, Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
 	}
 	return out, nil
-}
-
-var quoted = regexp.MustCompile(`'[^']*'|"[^"]*"`)
-
-// redact drops quoted values from validation messages about secrets.
-func redact(err error) error {
-	var inv *InvalidError
-	if !errors.As(err, &inv) {
-		return err
-	}
-	out := *inv
-	out.Problems = make([]schema.Problem, len(inv.Problems))
-	for i, p := range inv.Problems {
-		out.Problems[i] = schema.Problem{Path: p.Path, Message: quoted.ReplaceAllString(p.Message, "'…'")}
-	}
-	return &out
 }
