@@ -205,11 +205,15 @@ type cgroups struct {
 	memory, pids string // "" when that controller is not used
 }
 
+// cgroupPrefix starts every sandbox cgroup's name, followed by the host's
+// pid, so a later host can tell the cgroups of hosts that died.
+const cgroupPrefix = "cyrnel-sbx-"
+
 // newCgroups creates the sandbox's cgroups and sets their limits.
 func newCgroups(mem, pids CgroupSupport, l Limits) (*cgroups, error) {
 	var suffix [8]byte
 	_, _ = rand.Read(suffix[:]) // never fails on Linux
-	name := "cyrnel-sbx-" + hex.EncodeToString(suffix[:])
+	name := fmt.Sprintf("%s%d-%s", cgroupPrefix, os.Getpid(), hex.EncodeToString(suffix[:]))
 	cg := &cgroups{}
 	if mem.OK() {
 		cg.memory = filepath.Join(mem.Dir, name)
@@ -333,6 +337,28 @@ func (cg *cgroups) remove() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sweepCgroups removes the sandbox cgroups in dirs left behind by hosts that
+// died before cleaning up (their sandboxes died with them: Pdeathsig). A
+// cgroup whose host pid is alive, or that still holds a process, stays.
+func sweepCgroups(dirs ...string) {
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			host, _, ok := strings.Cut(strings.TrimPrefix(e.Name(), cgroupPrefix), "-")
+			pid, err := strconv.Atoi(host)
+			if !ok || !strings.HasPrefix(e.Name(), cgroupPrefix) || err != nil || pid == os.Getpid() {
+				continue
+			}
+			if syscall.Kill(pid, 0) == syscall.ESRCH {
+				_ = os.Remove(filepath.Join(dir, e.Name())) // busy: not ours to force
+			}
+		}
+	}
 }
 
 // readCounter reads "key value" from a cgroup's flat-keyed file.

@@ -10,8 +10,10 @@ import (
 	"runtime"
 	"strconv"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
+	"kernel.org/pub/linux/libs/security/libcap/psx"
 )
 
 // The helper stages are selected by os.Args[1]. The names are unlikely to
@@ -42,7 +44,14 @@ type initSpec struct {
 	TmpBytes   int64    `json:"tmpBytes"`
 	ExtraFiles int      `json:"extraFiles"`
 	WorkDir    string   `json:"workDir"`
-	Exec       execSpec `json:"exec"`
+	// ExecStage says the program needs RLIMIT_NPROC or RLIMIT_AS (no
+	// cgroup holds its processes or memory). The init cannot take those
+	// limits itself (it must stay able to make threads, and the Go
+	// runtime reserves more address space than any sane limit), so a
+	// second stage sets them and execs the program. Otherwise the init
+	// restricts itself and starts the program directly, saving a Go start.
+	ExecStage bool     `json:"execStage"`
+	Exec      execSpec `json:"exec"`
 }
 
 // report is one line the init writes to the host.
@@ -78,10 +87,13 @@ func MaybeRun() {
 	// Per-thread state (capabilities, the parent-death signal of the
 	// children) must live on the thread that forks and execs.
 	runtime.LockOSThread()
+	// syscall.Exit, not os.Exit: a helper has nothing to finalise, and
+	// exit hooks of instrumented builds (the race detector sleeps a second
+	// at exit) would delay the sandbox's end.
 	if os.Args[1] == argInit {
-		os.Exit(runInit())
+		syscall.Exit(runInit())
 	}
-	os.Exit(runExec(os.Args[2:]))
+	syscall.Exit(runExec(os.Args[2:]))
 }
 
 // runInit is the first stage: PID 1 of the sandbox.
@@ -114,7 +126,7 @@ func runInit() int {
 		send(report{Started: true})
 		return 0
 	}
-	pid, err := startExec(s)
+	pid, err := startProgram(s)
 	if err != nil {
 		return fail(fmt.Errorf("sandbox: %w", err))
 	}
@@ -122,45 +134,84 @@ func runInit() int {
 	return supervise(pid, s.Namespaces, send)
 }
 
-// startExec starts the exec stage with fds 0-2 and the caller's extra files,
-// and waits until it has exec'd the program or failed to.
-func startExec(s initSpec) (int, error) {
+// startProgram starts the program with fds 0-2 and the caller's extra
+// files, restricted, and returns once it has been exec'd.
+func startProgram(s initSpec) (int, error) {
 	// Nothing of the init's may leak into the program: every fd from 3 up
 	// closes on exec; ForkExec dups in the ones that must pass.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return 0, fmt.Errorf("close_range: %w", err)
 	}
+	// Opened now: Landlock may not allow it once the init is restricted.
+	devNull, err := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("open /dev/null: %w", err)
+	}
+	defer unix.Close(devNull)
+	files := []uintptr{0, 1, 2}
+	for i := range s.ExtraFiles {
+		files = append(files, uintptr(initExtraFD+i))
+	}
+	if err := dropPrivileges(); err != nil {
+		return 0, err
+	}
+	sys := &syscall.SysProcAttr{
+		// Its own group inside the namespace, so signals forwarded to
+		// the group reach the program's children too.
+		Setpgid: s.Namespaces,
+		// Without a PID namespace nothing else ends the program when
+		// the init dies; this thread lives as long as the init.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	var pid int
+	if s.ExecStage {
+		pid, err = startExecStage(s, files, sys)
+	} else {
+		// Everything but RLIMIT_NPROC and RLIMIT_AS can hold the init
+		// too, and the program inherits it across fork and exec.
+		if err := restrict(s.Exec, false); err != nil {
+			return 0, fmt.Errorf("restrict: %w", err)
+		}
+		pid, err = syscall.ForkExec(s.Exec.Argv[0], s.Exec.Argv, &syscall.ProcAttr{Env: s.Exec.Env, Files: files, Sys: sys})
+		if err != nil {
+			err = fmt.Errorf("exec %s: %w", s.Exec.Argv[0], err)
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	// Let the host see EOF on the program's pipes once the program and its
+	// children are done with them: the init keeps no copy.
+	for i := range s.ExtraFiles {
+		_ = unix.Close(initExtraFD + i)
+	}
+	for fd := range 3 {
+		if err := unix.Dup3(devNull, fd, 0); err != nil {
+			return pid, fmt.Errorf("dup /dev/null: %w", err)
+		}
+	}
+	return pid, nil
+}
+
+// startExecStage starts the exec stage, which restricts itself and execs
+// the program, and waits until it has done so or failed; the error comes
+// through a pipe passed after the extra files.
+func startExecStage(s initSpec, files []uintptr, sys *syscall.SysProcAttr) (int, error) {
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		return 0, fmt.Errorf("exec error pipe: %w", err)
 	}
 	defer errR.Close()
-	files := []uintptr{0, 1, 2}
-	for i := range s.ExtraFiles {
-		files = append(files, uintptr(initExtraFD+i))
-	}
-	files = append(files, errW.Fd())
 	spec, err := json.Marshal(s.Exec)
 	if err != nil {
+		_ = errW.Close()
 		return 0, fmt.Errorf("encode exec spec: %w", err)
-	}
-	if s.Namespaces {
-		if err := dropInheritedCaps(); err != nil {
-			return 0, err
-		}
 	}
 	argv := []string{"cyrnel-sandbox-exec", argExec, strconv.Itoa(s.ExtraFiles), string(spec)}
 	pid, err := syscall.ForkExec(selfExe, argv, &syscall.ProcAttr{
 		Env:   []string{},
-		Files: files,
-		Sys: &syscall.SysProcAttr{
-			// Its own group inside the namespace, so signals forwarded
-			// to the group reach the program's children too.
-			Setpgid: s.Namespaces,
-			// Without a PID namespace nothing else ends the program
-			// when the init dies; this thread lives as long as the init.
-			Pdeathsig: syscall.SIGKILL,
-		},
+		Files: append(files, errW.Fd()),
+		Sys:   sys,
 	})
 	_ = errW.Close() // the child has its copy; EOF below means exec succeeded
 	if err != nil {
@@ -172,39 +223,55 @@ func startExec(s initSpec) (int, error) {
 		_, _ = unix.Wait4(pid, &ws, 0, nil) // reap the failed stage
 		return 0, errors.New(string(msg))
 	}
-	// Let the host see EOF on the program's pipes once the program and its
-	// children are done with them: the init keeps no copy.
-	for i := range s.ExtraFiles {
-		_ = unix.Close(initExtraFD + i)
-	}
-	devNull, err := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return pid, fmt.Errorf("open /dev/null: %w", err)
-	}
-	for fd := range 3 {
-		if err := unix.Dup3(devNull, fd, 0); err != nil {
-			return pid, fmt.Errorf("dup /dev/null: %w", err)
-		}
-	}
-	_ = unix.Close(devNull)
 	return pid, nil
 }
 
-// dropInheritedCaps clears this thread's ambient and inheritable
-// capabilities (the init got CAP_SYS_ADMIN to mount), so the exec stage, an
-// unprivileged uid, starts with none at all.
-func dropInheritedCaps() error {
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fmt.Errorf("clear ambient capabilities: %w", err)
-	}
+// Securebits (linux/securebits.h): make uid 0 an ordinary uid, for good.
+const (
+	secbitNoRoot                  = 1 << 0
+	secbitNoRootLocked            = 1 << 1
+	secbitNoSetuidFixup           = 1 << 2
+	secbitNoSetuidFixupLocked     = 1 << 3
+	secbitNoCapAmbientRaise       = 1 << 6
+	secbitNoCapAmbientRaiseLocked = 1 << 7
+)
+
+// dropPrivileges leaves every thread of the init, and whatever it starts,
+// without capabilities and not dumpable. In namespaces the init held
+// CAP_SYS_ADMIN only to build the root. Without them a root host's init is
+// root, and its program would regain every capability at exec: the
+// bounding set is emptied and uid 0 stripped of its meaning first.
+func dropPrivileges() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capget: %w", err)
 	}
-	data[0].Inheritable, data[1].Inheritable = 0, 0
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capset: %w", err)
+	// Capabilities are per thread: psx runs each call on all of them.
+	if data[0].Effective&(1<<unix.CAP_SETPCAP) != 0 {
+		for c := range 64 {
+			_, _, errno := psx.Syscall3(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0)
+			if errno == unix.EINVAL {
+				break // past the kernel's last capability
+			}
+			if errno != 0 {
+				return fmt.Errorf("drop bounding capability %d: %w", c, errno)
+			}
+		}
+		bits := secbitNoRoot | secbitNoRootLocked | secbitNoSetuidFixup | secbitNoSetuidFixupLocked |
+			secbitNoCapAmbientRaise | secbitNoCapAmbientRaiseLocked
+		if _, _, errno := psx.Syscall3(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, uintptr(bits), 0); errno != 0 {
+			return fmt.Errorf("securebits: %w", errno)
+		}
+	}
+	none := [2]unix.CapUserData{}
+	if _, _, errno := psx.Syscall3(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&none[0])), 0); errno != 0 {
+		return fmt.Errorf("capset: %w", errno)
+	}
+	// Not dumpable: the program, same uid, cannot read the init's memory
+	// or attach to it even with ptrace allowed.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("dumpable: %w", err)
 	}
 	return nil
 }
@@ -213,6 +280,11 @@ func dropInheritedCaps() error {
 // the namespace are reparented to the init) and, when the program ends,
 // reports how and returns: the kernel then kills what is left in the PID
 // namespace.
+//
+// Signals are sent from this goroutine, locked to the thread that forked
+// the program: before Landlock ABI 8 each thread of the init enforces its
+// own Landlock domain, and only the forking thread's domain is the
+// program's, which scoped signalling requires.
 func supervise(pid int, group bool, send func(report)) int {
 	target := pid
 	if group {
@@ -220,37 +292,53 @@ func supervise(pid int, group bool, send func(report)) int {
 	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
+	type waited struct {
+		pid int
+		ws  unix.WaitStatus
+		ru  unix.Rusage
+		err error
+	}
+	exits := make(chan waited)
 	go func() {
-		for sig := range sigs {
-			_ = unix.Kill(target, sig.(syscall.Signal)) // gone already: nothing to forward to
+		for {
+			var w waited
+			w.pid, w.err = unix.Wait4(-1, &w.ws, 0, &w.ru)
+			if errors.Is(w.err, unix.EINTR) {
+				continue
+			}
+			exits <- w
+			if w.err != nil || w.pid == pid {
+				return
+			}
 		}
 	}()
 	for {
-		var ws unix.WaitStatus
-		var ru unix.Rusage
-		wpid, err := unix.Wait4(-1, &ws, 0, &ru)
-		if errors.Is(err, unix.EINTR) {
+		var w waited
+		select {
+		case sig := <-sigs:
+			_ = unix.Kill(target, sig.(syscall.Signal)) // gone already: nothing to forward to
 			continue
+		case w = <-exits:
 		}
-		if err != nil {
-			send(report{Error: fmt.Sprintf("sandbox init: wait: %v", err)})
+		if w.err != nil {
+			send(report{Error: fmt.Sprintf("sandbox init: wait: %v", w.err)})
 			return 125
 		}
-		if wpid != pid {
+		if w.pid != pid {
 			continue // a reaped orphan
 		}
 		r := exitReport{
 			Code:      -1,
-			CPUNanos:  ru.Utime.Nano() + ru.Stime.Nano(),
-			MaxRSSKiB: ru.Maxrss,
+			CPUNanos:  w.ru.Utime.Nano() + w.ru.Stime.Nano(),
+			MaxRSSKiB: w.ru.Maxrss,
 		}
 		code := 0
 		switch {
-		case ws.Exited():
-			r.Code = ws.ExitStatus()
+		case w.ws.Exited():
+			r.Code = w.ws.ExitStatus()
 			code = r.Code
-		case ws.Signaled():
-			r.Signal = int(ws.Signal())
+		case w.ws.Signaled():
+			r.Signal = int(w.ws.Signal())
 			code = 128 + r.Signal
 		}
 		send(report{Exit: &r})
@@ -258,7 +346,7 @@ func supervise(pid int, group bool, send func(report)) int {
 	}
 }
 
-// runExec is the second stage: it locks itself down and becomes the program.
+// runExec is the exec stage: it locks itself down and becomes the program.
 // Its arguments are the number of extra files and the execSpec; errors go to
 // the pipe the init passed after the extra files.
 func runExec(args []string) int {
@@ -278,7 +366,11 @@ func runExec(args []string) int {
 	if err := json.Unmarshal([]byte(args[1]), &s); err != nil {
 		return fail(fmt.Errorf("exec stage: decode spec: %w", err))
 	}
-	if err := restrict(s, 3+extra); err != nil {
+	// Only fds 0-2 and the caller's extra files may reach the program.
+	if err := unix.CloseRange(uint(3+extra), ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fail(fmt.Errorf("close_range: %w", err))
+	}
+	if err := restrict(s, true); err != nil {
 		return fail(fmt.Errorf("restrict: %w", err))
 	}
 	err = syscall.Exec(s.Argv[0], s.Argv, s.Env)

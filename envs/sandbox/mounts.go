@@ -28,13 +28,12 @@ func buildRoot(readPaths []string, tmpBytes int64) error {
 	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
 		return fmt.Errorf("mount root tmpfs: %w", err)
 	}
-	m := mirror{root: root, bound: map[string]bool{}}
-	paths := slices.Clone(readPaths)
-	slices.Sort(paths) // ancestors first, so descendants are found covered
-	for _, p := range paths {
-		if err := m.add(p, 0); err != nil {
-			return err
-		}
+	// The sandbox's own mounts come first, so read paths below /tmp (a
+	// test's temporary directory, say) are mirrored into its tmpfs
+	// instead of being covered by it.
+	if err := mkdirMount("tmpfs", root+sandboxTmp, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+		fmt.Sprintf("mode=0700,size=%d", tmpBytes)); err != nil {
+		return err
 	}
 	if err := mkdirMount("proc", root+"/proc", "proc",
 		unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY, ""); err != nil {
@@ -43,9 +42,13 @@ func buildRoot(readPaths []string, tmpBytes int64) error {
 	if err := buildDev(root, tmpBytes); err != nil {
 		return err
 	}
-	if err := mkdirMount("tmpfs", root+sandboxTmp, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
-		fmt.Sprintf("mode=0700,size=%d", tmpBytes)); err != nil {
-		return err
+	m := mirror{root: root, bound: map[string]bool{}}
+	paths := slices.Clone(readPaths)
+	slices.Sort(paths) // ancestors first, so descendants are found covered
+	for _, p := range paths {
+		if err := m.add(p, 0); err != nil {
+			return err
+		}
 	}
 	// The skeleton itself (mount points, symlinks) becomes read-only too.
 	if err := setReadOnly(root, false); err != nil {

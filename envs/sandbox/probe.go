@@ -105,7 +105,8 @@ func (s Support) Layers(r Relax) Layers {
 var probeOnce = sync.OnceValue(probe)
 
 // Probe reports which layers this machine supports. The first call starts
-// the helper once or a few times (a few milliseconds); the result is cached.
+// the helper once or a few times (a few milliseconds) and removes cgroups
+// that hosts which died left behind; the result is cached.
 func Probe() Support { return probeOnce() }
 
 func probe() Support {
@@ -116,6 +117,7 @@ func probe() Support {
 		Pids:        detectCgroup("pids"),
 		RootUID:     os.Geteuid() == 0,
 	}
+	sweepCgroups(s.Memory.Dir, s.Pids.Dir)
 	err := probeNamespaces(allNamespaces, true)
 	if err == nil {
 		s.UserNS, s.PIDNS, s.NetNS, s.MountNS, s.IPCNS, s.UTSNS, s.CgroupNS = true, true, true, true, true, true, true

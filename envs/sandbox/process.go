@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -114,6 +115,7 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		ReadPaths:  readPaths,
 		TmpBytes:   limits.TmpBytes,
 		ExtraFiles: len(spec.ExtraFiles),
+		ExecStage:  !strings.HasPrefix(p.layers.Memory, "cgroup") || !strings.HasPrefix(p.layers.Procs, "cgroup"),
 	}
 	var flags uintptr
 	workDir := sandboxTmp
@@ -206,7 +208,8 @@ func (p *Process) Kill() error {
 }
 
 // Signal sends sig to the sandbox's init, which forwards SIGTERM, SIGINT,
-// SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the program's process group.
+// SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the program (to its process group,
+// with namespaces). Other signals reach the init alone; SIGKILL is Kill.
 func (p *Process) Signal(sig os.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

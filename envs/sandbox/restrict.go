@@ -26,28 +26,28 @@ type execSpec struct {
 	Network      bool `json:"network"`
 }
 
-// restrict applies every layer the program inherits to the calling process.
-// It runs in the exec stage, a process that does nothing after it but exec.
-func restrict(s execSpec, firstPrivateFD int) error {
-	// Only fds 0-2 and the caller's extra files may reach the program.
-	if err := unix.CloseRange(uint(firstPrivateFD), ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		return fmt.Errorf("close_range: %w", err)
-	}
+// restrict applies to the calling process every layer the program
+// inherits. processLimits adds RLIMIT_NPROC and, if no memory cgroup holds
+// the sandbox, RLIMIT_AS: only a process that does nothing but exec
+// afterwards may take those (the exec stage).
+func restrict(s execSpec, processLimits bool) error {
 	l := s.Limits
-	limits := []struct {
-		resource int
-		value    int64
-		hard     int64
-	}{
+	type limit struct {
+		resource   int
+		soft, hard int64
+	}
+	limits := []limit{
 		// SIGXCPU first, so a program can tell why; SIGKILL a second later.
 		{unix.RLIMIT_CPU, l.CPUSeconds, l.CPUSeconds + 1},
-		{unix.RLIMIT_NPROC, l.Procs, l.Procs},
 		{unix.RLIMIT_FSIZE, l.FileSizeBytes, l.FileSizeBytes},
 		{unix.RLIMIT_NOFILE, l.OpenFiles, l.OpenFiles},
 		{unix.RLIMIT_CORE, 0, 0},
 	}
+	if processLimits {
+		limits = append(limits, limit{unix.RLIMIT_NPROC, l.Procs, l.Procs})
+	}
 	for _, r := range limits {
-		if err := setRlimit(r.resource, r.value, r.hard); err != nil {
+		if err := setRlimit(r.resource, r.soft, r.hard); err != nil {
 			return err
 		}
 	}
@@ -66,7 +66,7 @@ func restrict(s execSpec, firstPrivateFD int) error {
 			return err
 		}
 	}
-	if s.MemoryRlimit {
+	if processLimits && s.MemoryRlimit {
 		// Last: the Go runtime reserves far more address space than it
 		// uses and must not run under this limit; exec resets the space.
 		if err := setRlimit(unix.RLIMIT_AS, l.MemoryBytes, l.MemoryBytes); err != nil {

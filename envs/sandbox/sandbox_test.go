@@ -207,6 +207,21 @@ func (lr *lineReader) waitFor(t *testing.T, prefix string) string {
 	}
 }
 
+// next returns the next line.
+func (lr *lineReader) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case line, ok := <-lr.lines:
+		if !ok {
+			t.Fatal("stream ended")
+		}
+		return line
+	case <-time.After(time.Minute):
+		t.Fatal("no line within a minute")
+	}
+	return ""
+}
+
 func newMarker() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -215,6 +230,15 @@ func newMarker() string {
 
 // hostProcsWith returns the host pids whose command line contains marker.
 func hostProcsWith(marker string) []int {
+	return hostProcs(func(cmdline []byte) bool { return bytes.Contains(cmdline, []byte(marker)) })
+}
+
+// hostProcsNamed returns the host pids whose argv[0] is name.
+func hostProcsNamed(name string) []int {
+	return hostProcs(func(cmdline []byte) bool { return bytes.HasPrefix(cmdline, []byte(name+"\x00")) })
+}
+
+func hostProcs(match func(cmdline []byte) bool) []int {
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -223,7 +247,7 @@ func hostProcsWith(marker string) []int {
 			continue
 		}
 		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && bytes.Contains(cmdline, []byte(marker)) {
+		if err == nil && match(cmdline) {
 			pids = append(pids, pid)
 		}
 	}

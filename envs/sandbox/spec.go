@@ -145,6 +145,10 @@ func (s *Spec) validate() ([]string, error) {
 		if !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("sandbox: read path %q is not absolute", p)
 		}
+		// The sandbox has its own /proc and /dev.
+		if within(filepath.Clean(p), "/proc") || within(filepath.Clean(p), "/dev") {
+			return nil, fmt.Errorf("sandbox: read path %q: /proc and /dev are the sandbox's own", p)
+		}
 		if _, err := os.Stat(p); err != nil {
 			return nil, fmt.Errorf("sandbox: read path: %w", err)
 		}

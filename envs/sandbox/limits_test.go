@@ -1,0 +1,284 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestForkBombContained proves an exponential fork bomb stays within the
+// process limit, the host keeps working, and Kill leaves none of it.
+func TestForkBombContained(t *testing.T) {
+	needLayers(t, Relax{})
+	if Probe().Layers(Relax{}).Procs == "none" {
+		t.Skip("no process limit on this machine")
+	}
+	marker := newMarker()
+	code := `
+import os
+mark = "` + marker + `"
+told = False
+while True:
+    try:
+        os.fork()
+    except OSError:
+        if not told:
+            os.write(1, b"refused\n")
+            told = True
+`
+	const limit = 32
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := pySpec(t, code)
+	spec.Limits.Procs = limit
+	spec.Stdout = outW
+	p := start(t, spec)
+	_ = outW.Close()
+	newLineReader(outR).waitFor(t, "refused")
+	n := len(hostProcsWith(marker))
+	t.Logf("bomb holds %d processes under a limit of %d (%s)", n, limit, p.Layers().Procs)
+	if n > limit {
+		t.Errorf("%d bomb processes, limit %d", n, limit)
+	}
+	// The host can still start processes.
+	if err := exec.Command("/bin/true").Run(); err != nil {
+		t.Errorf("host cannot start a process during the bomb: %v", err)
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	exit := waitDone(t, p)
+	if left := hostProcsWith(marker); len(left) > 0 {
+		t.Errorf("%d bomb processes survived Kill", len(left))
+	}
+	if strings.HasPrefix(p.Layers().Procs, "cgroup") && !exit.ProcLimit {
+		t.Errorf("exit %+v does not say the process limit was hit", exit)
+	}
+}
+
+// TestUnprivilegedParent proves the sandbox works when its parent is not
+// root: an intermediate running as nobody starts a sandbox whose program
+// forks until RLIMIT_NPROC (the only process limit an unprivileged host has)
+// stops it.
+func TestUnprivilegedParent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("this process is unprivileged already; every other test covers it")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A copy nobody can read and execute.
+	dir, err := os.MkdirTemp("", "cyrnel-sandbox-unprivileged-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyExe := filepath.Join(dir, "sandbox.test")
+	if err := copyFile(exe, copyExe); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := rand.Int(rand.Reader, big.NewInt(1e6))
+	marker := fmt.Sprintf("1000.%06d", n) // a sleep duration nobody else uses
+	cmd := exec.Command(copyExe)
+	cmd.Dir = dir
+	cmd.Env = []string{roleEnv + "=unprivileged", markerEnv + "=" + marker}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	lr := newLineReader(stdout)
+	var sup Support
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(lr.waitFor(t, "probe "), "probe ")), &sup); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("probe as nobody: %+v", sup)
+	if err := sup.Check(Relax{}); err != nil {
+		t.Skipf("kernel forbids a layer to an unprivileged process: %v", err)
+	}
+	if l := sup.Layers(Relax{}); l.Procs != "rlimit" {
+		t.Errorf("process limit as nobody: %q, want rlimit", l.Procs)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("intermediate stderr:\n%s", stderr.String())
+		}
+	}()
+	uidMap := strings.Fields(strings.TrimPrefix(lr.waitFor(t, "uid_map "), "uid_map "))
+	if len(uidMap) != 3 || uidMap[0] != "1000" || uidMap[1] != "65534" || uidMap[2] != "1" {
+		t.Errorf("uid_map %v, want nobody (65534) mapped to 1000", uidMap)
+	}
+	refused := false
+	for line := lr.next(t); line != "spawned"; line = lr.next(t) {
+		refused = refused || strings.Contains(line, "fork")
+	}
+	if !refused {
+		t.Error("the shell never failed to fork")
+	}
+	count := len(hostProcsWith(marker))
+	t.Logf("%d sleepers under a limit of 24 processes and threads", count)
+	if count == 0 || count > 24 {
+		t.Errorf("%d sleepers, want 1 to 24", count)
+	}
+	if err := exec.Command("/bin/true").Run(); err != nil {
+		t.Errorf("host cannot start a process: %v", err)
+	}
+	_ = stdin.Close() // the intermediate kills the sandbox and reports
+	var exit ExitInfo
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(lr.waitFor(t, "exit "), "exit ")), &exit); err != nil {
+		t.Fatal(err)
+	}
+	if !exit.Killed {
+		t.Errorf("exit %+v, want Killed", exit)
+	}
+	if left := hostProcsWith(marker); len(left) > 0 {
+		t.Errorf("sleepers %v survived Kill", left)
+	}
+}
+
+// unprivilegedRole is the intermediate of TestUnprivilegedParent.
+func unprivilegedRole() int {
+	sup := Probe()
+	b, _ := json.Marshal(sup)
+	fmt.Println("probe", string(b))
+	marker := os.Getenv(markerEnv)
+	// The inner shell forks sleepers until a fork fails (dash then gives
+	// up); the outer one, using builtins only once the limit is reached,
+	// reports and stays as the last sleeper. Everything goes to stdout, in
+	// order.
+	script := `read -r m < /proc/self/uid_map; echo "uid_map $m"; ` +
+		`sh -c 'i=0; while [ $i -lt 100 ]; do sleep ` + marker + ` & i=$((i+1)); done' 2>&1; ` +
+		`echo spawned; exec sleep ` + marker
+	p, err := Start(context.Background(), Spec{
+		Argv:   []string{"/bin/sh", "-c", script},
+		Stdout: os.Stdout,
+		Stderr: os.Stderr,
+		Limits: Limits{Procs: 24},
+	})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the test has counted
+	if err := p.Kill(); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	e, _ := json.Marshal(p.Wait())
+	fmt.Println("exit", string(e))
+	return 0
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// TestMemoryLimit proves an allocation past the limit ends the program, and
+// that the exit says so; under the RLIMIT_AS fallback the program gets a
+// MemoryError instead.
+func TestMemoryLimit(t *testing.T) {
+	const code = `
+chunks = []
+try:
+    while True:
+        chunks.append(b"\x01" * (8 << 20))
+except MemoryError:
+    print("MemoryError after", len(chunks) * 8, "MiB", flush=True)
+    raise SystemExit(3)
+`
+	t.Run("cgroup", func(t *testing.T) {
+		needLayers(t, Relax{})
+		spec := pySpec(t, code)
+		spec.Limits.MemoryBytes = 64 << 20
+		if !strings.HasPrefix(Probe().Layers(spec.Relax).Memory, "cgroup") {
+			t.Skip("no memory cgroup on this machine")
+		}
+		res := run(t, spec)
+		if !res.exit.MemoryLimit || res.exit.Signal != syscall.SIGKILL || res.exit.Err != nil {
+			t.Errorf("exit %+v, want MemoryLimit and SIGKILL (stdout %q)", res.exit, res.stdout)
+		}
+	})
+	t.Run("rlimit", func(t *testing.T) {
+		relax := Relax{Cgroups: true}
+		needLayers(t, relax)
+		spec := pySpec(t, code)
+		spec.Limits.MemoryBytes = 96 << 20
+		spec.Relax = relax
+		res := run(t, spec)
+		if res.exit.Code != 3 || !strings.HasPrefix(res.stdout, "MemoryError after") {
+			t.Errorf("exit %+v stdout %q stderr %q, want a MemoryError", res.exit, res.stdout, res.stderr)
+		}
+	})
+}
+
+// TestCPULimit proves RLIMIT_CPU ends a busy loop and the exit says so.
+func TestCPULimit(t *testing.T) {
+	needLayers(t, Relax{})
+	spec := pySpec(t, "while True: pass")
+	spec.Limits.CPUSeconds = 1
+	res := run(t, spec)
+	// The CPU time wait4 reports lags the rlimit's own accounting a bit.
+	if !res.exit.CPULimit || res.exit.Signal != syscall.SIGXCPU || res.exit.CPUTime < 500*time.Millisecond {
+		t.Errorf("exit %+v, want CPULimit by SIGXCPU after about a second of CPU", res.exit)
+	}
+}
+
+// TestFileSizeLimit proves a write past RLIMIT_FSIZE fails (Python ignores
+// SIGXFSZ, so it sees EFBIG) and the file stops at the limit.
+func TestFileSizeLimit(t *testing.T) {
+	needLayers(t, Relax{})
+	const code = `
+import os
+try:
+    with open("big", "wb") as f:
+        f.write(b"\0" * (2 << 20))
+    print("wrote it all")
+except OSError as e:
+    print(e.errno, os.path.getsize("big"))
+`
+	spec := pySpec(t, code)
+	spec.Limits.FileSizeBytes = 1 << 20
+	res := run(t, spec)
+	if want := fmt.Sprintf("%d %d", syscall.EFBIG, 1<<20); strings.TrimSpace(res.stdout) != want {
+		t.Errorf("got %q (stderr %q), want %q", res.stdout, res.stderr, want)
+	}
+}
