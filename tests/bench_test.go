@@ -2,9 +2,14 @@ package tests
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -90,4 +95,167 @@ func BenchmarkWarmExecutionVsSpawn(b *testing.B) {
 	b.ReportMetric(p50(spawnReal)/p50(warm), "speedup-vs-real-x")
 	b.Log(fmt.Sprintf("warm HTTP p50 %.2f ms; python3 -c pass p50 %.2f ms (real interpreter %.2f ms); %.1fx",
 		p50(warm), p50(spawn), p50(spawnReal), p50(spawn)/p50(warm)))
+}
+
+// serverRSS reads the host process's resident memory in KiB.
+func serverRSS(b *testing.B, h *host) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+			return kb
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
+}
+
+// load runs n trivial executions from c concurrent clients and returns each
+// one's latency and the wall time.
+func load(b *testing.B, h *host, n, c int, code string) ([]time.Duration, time.Duration) {
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, n)
+	jobs := make(chan struct{}, n)
+	for range n {
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	var wg sync.WaitGroup
+	began := time.Now()
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range jobs {
+				t0 := time.Now()
+				p := h.run(code, nil)
+				d := time.Since(t0)
+				if p.exit() != "success" {
+					b.Errorf("%+v", p)
+					return
+				}
+				mu.Lock()
+				lat = append(lat, d)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return lat, time.Since(began)
+}
+
+// BenchmarkThroughput: fresh interpreters, 8 concurrent clients; executions
+// per second sustained and latency under load, with the default preload
+// (asyncio) and with nothing preloaded. Run with -benchtime 1x.
+func BenchmarkThroughput(b *testing.B) {
+	h := start(b, "")
+	h.run("pass", nil)
+	for range b.N {
+		lat, wall := load(b, h, 400, 8, "pass")
+		b.ReportMetric(float64(len(lat))/wall.Seconds(), "exec/s")
+		b.ReportMetric(p50(lat), "p50-ms")
+		b.ReportMetric(percentile(lat, 99), "p99-ms")
+		if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"preload": []string{}}, nil); st != 200 {
+			b.Fatalf("set preload: %d", st)
+		}
+		h.run("pass", nil)
+		lat, wall = load(b, h, 400, 8, "pass")
+		b.ReportMetric(float64(len(lat))/wall.Seconds(), "no-preload-exec/s")
+		b.ReportMetric(p50(lat), "no-preload-p50-ms")
+		b.ReportMetric(percentile(lat, 99), "no-preload-p99-ms")
+	}
+}
+
+// BenchmarkHostMemory: host RSS before and after 10 000 executions (with
+// output), after a warm-up. Run with -benchtime 1x.
+func BenchmarkHostMemory(b *testing.B) {
+	h := start(b, "")
+	code := "print('x' * 1000)\ncyrnel.output({'k': list(range(50))})"
+	load(b, h, 200, 8, code)
+	before := serverRSS(b, h)
+	for range b.N {
+		load(b, h, 10000, 8, code)
+	}
+	after := serverRSS(b, h)
+	b.ReportMetric(float64(before)/1024, "rss-before-MiB")
+	b.ReportMetric(float64(after)/1024, "rss-after-MiB")
+	b.ReportMetric(float64(after)/float64(before), "rss-ratio")
+}
+
+// BenchmarkPreload: the first import of a heavy module inside an execution,
+// with and without the module in the python config's preload. The machine
+// has no pandas or numpy (and no PyPI), so http.server stands in.
+func BenchmarkPreload(b *testing.B) {
+	h := start(b, "")
+	code := "import time\nt = time.perf_counter()\nimport http.server\ncyrnel.output({'ms': (time.perf_counter() - t) * 1000})"
+	measure := func() []time.Duration {
+		var out []time.Duration
+		for range b.N {
+			p := h.run(code, nil)
+			ms, _ := p.Output["ms"].(float64)
+			out = append(out, time.Duration(ms*float64(time.Millisecond)))
+		}
+		return out
+	}
+	cold := measure()
+	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"preload": []string{"http.server"}}, nil); st != 200 {
+		b.Fatalf("set preload: %d", st)
+	}
+	warm := measure()
+	b.ReportMetric(p50(cold), "import-p50-ms")
+	b.ReportMetric(p50(warm), "preloaded-import-p50-ms")
+}
+
+// BenchmarkToolCall: a tool call from Python through the host to the openapi
+// adapter and a loopback API that answers at once, timed inside the program
+// (median of 200 sequential calls per iteration), next to the same HTTP
+// request made directly from Go as the baseline.
+func BenchmarkToolCall(b *testing.B) {
+	h := start(b, "")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"id":1,"name":"doggie"}`))
+	}))
+	defer up.Close()
+	if st, _ := h.do("POST", "/services", map[string]any{
+		"id": "pets", "adapter": "openapi", "source": map[string]any{"content": fixture(b, "swagger-petstore-3.0.yaml")},
+		"config": map[string]any{"serverUrl": up.URL},
+	}, nil); st != 201 {
+		b.Fatalf("import: %d", st)
+	}
+	code := strings.Join([]string{
+		"import time, statistics",
+		"f = cyrnel.services.pets.getPetById",
+		"f(petId=1)",
+		"lat = []",
+		"for _ in range(200):",
+		"    t = time.perf_counter(); f(petId=1); lat.append(time.perf_counter() - t)",
+		"cyrnel.output({'p50us': statistics.median(lat) * 1e6})",
+	}, "\n")
+	var inPython, direct []time.Duration
+	client := &http.Client{}
+	for range b.N {
+		p := h.run(code, nil)
+		us, _ := p.Output["p50us"].(float64)
+		inPython = append(inPython, time.Duration(us*float64(time.Microsecond)))
+		var d []time.Duration
+		for range 200 {
+			t0 := time.Now()
+			resp, err := client.Get(up.URL + "/pet/1")
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			d = append(d, time.Since(t0))
+		}
+		direct = append(direct, time.Duration(p50(d)*float64(time.Millisecond)))
+	}
+	b.ReportMetric(p50(inPython)*1000, "python-call-p50-us")
+	b.ReportMetric(p50(direct)*1000, "direct-http-p50-us")
+	b.ReportMetric(p50(inPython)/p50(direct), "ratio")
 }

@@ -15,7 +15,9 @@ type Config struct {
 	Concurrency int `json:"concurrency"`
 	// QueueLimit caps executions waiting for a slot.
 	QueueLimit int `json:"queueLimit"`
-	// Preload names modules every interpreter imports while warm.
+	// Preload names modules every interpreter imports while warm. Every
+	// execution gets a fresh interpreter, so what is preloaded is paid once
+	// per execution, off its critical path but against throughput.
 	Preload []string `json:"preload"`
 	// SitePackages puts the interpreter's site-packages on sys.path (without
 	// running site, which costs tens of milliseconds per start).
@@ -30,6 +32,7 @@ func defaultConfig() Config {
 		PoolSize:       2,
 		Concurrency:    8,
 		QueueLimit:     256,
+		Preload:        []string{"asyncio"},
 		SitePackages:   true,
 		StartTimeoutMs: 10000,
 	}
@@ -44,7 +47,7 @@ const configSchema = `{
     "poolSize": {"type": "integer", "minimum": 1, "maximum": 64, "default": 2, "description": "Warm interpreters kept ready."},
     "concurrency": {"type": "integer", "minimum": 1, "maximum": 256, "default": 8, "description": "Executions running at once; more wait as queued."},
     "queueLimit": {"type": "integer", "minimum": 0, "maximum": 100000, "default": 256, "description": "Executions allowed to wait for a slot; beyond it they fail at once."},
-    "preload": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$"}, "maxItems": 64, "default": [], "description": "Modules imported while warm (e.g. numpy, pandas)."},
+    "preload": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$"}, "maxItems": 64, "default": ["asyncio"], "description": "Modules every interpreter imports while warm (e.g. numpy, pandas). asyncio makes top-level await start at once; an empty list maximises fresh-interpreter throughput."},
     "sitePackages": {"type": "boolean", "default": true, "description": "Put the interpreter's site-packages on sys.path."},
     "startTimeoutMs": {"type": "integer", "minimum": 100, "maximum": 600000, "default": 10000, "description": "An interpreter that is not warm within this time is replaced."}
   }

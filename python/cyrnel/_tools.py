@@ -7,7 +7,6 @@ run concurrently with ``asyncio.gather``; the TypeScript-shaped
 lazily, one service at a time, from the host's tool list.
 """
 
-import inspect
 import keyword
 
 from cyrnel import _rpc
@@ -44,6 +43,8 @@ def _type_name(schema):
 
 
 def _make_tool(service_id, info):
+    import inspect  # only programs that use tools pay for it
+
     tool_id = info["toolId"]
     schema = info.get("inputSchema") or {}
     props = schema.get("properties") or {}

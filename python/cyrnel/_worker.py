@@ -6,11 +6,8 @@ the ``preload`` modules) is imported here, before ``ready``, so an execution
 pays none of it.
 """
 
-import ast
-import asyncio  # noqa: F401  (imported while warm, used for top-level await)
 import builtins
 import importlib
-import inspect
 import linecache
 import os
 import sys
@@ -20,6 +17,12 @@ import cyrnel
 from cyrnel import _rpc
 
 FILENAME = "<process>"
+
+# ast.PyCF_ALLOW_TOP_LEVEL_AWAIT and inspect.CO_COROUTINE, stable since 3.8:
+# importing ast and inspect for two constants would cost every fresh
+# interpreter tens of milliseconds.
+PYCF_ALLOW_TOP_LEVEL_AWAIT = 0x2000
+CO_COROUTINE = 0x0080
 
 
 def _help(*args, **kwargs):
@@ -48,11 +51,13 @@ def run(code):
     scope = {"__name__": "__main__", "__builtins__": builtins, "cyrnel": cyrnel}
     try:
         try:
-            compiled = compile(code, FILENAME, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+            compiled = compile(code, FILENAME, "exec", flags=PYCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
         except (SyntaxError, ValueError) as e:
             traceback.print_exception(type(e), e, None, file=sys.stderr)
             return _failure(e)
-        if compiled.co_flags & inspect.CO_COROUTINE:
+        if compiled.co_flags & CO_COROUTINE:
+            import asyncio  # free when preloaded (the default)
+
             asyncio.run(eval(compiled, scope))
         else:
             exec(compiled, scope)
