@@ -26,6 +26,9 @@ const usage = `cyrnel: a self-hosted code-execution host for AI agents
 
 Usage:
   cyrnel serve [flags]      run the HTTP API server
+  cyrnel run [flags] FILE   run a program (FILE.py, FILE.ts, or - for stdin), streaming its output
+  cyrnel services ...       add, list or remove services (cyrnel services --help)
+  cyrnel tools [QUERY]      list or search the tools programs can call
   cyrnel openapi [flags]    print the OpenAPI spec
   cyrnel version            print the version
 
@@ -43,6 +46,12 @@ func main() {
 		err = serve(os.Args[2:])
 	case "openapi":
 		err = printSpec(os.Stdout, os.Args[2:])
+	case "run":
+		os.Exit(runCommand(os.Args[2:]))
+	case "services":
+		err = servicesCommand(os.Args[2:])
+	case "tools":
+		err = toolsCommand(os.Args[2:])
 	case "version", "--version":
 		fmt.Println(version)
 	case "help", "-h", "--help":

@@ -87,16 +87,21 @@ func New(log *slog.Logger, st Store, box Sealer, envs map[string]Factory) *Regis
 // is listed and configurable.
 func (r *Registry) AddInfo(info module.Info) { r.infos[info.ID] = info }
 
-// Start activates the stored environment (python on a fresh data dir). A
-// failure is logged and reported by Status rather than stopping the host: the
-// operator can fix the config through the API.
-func (r *Registry) Start(ctx context.Context, b module.Bindings) {
+// Start activates the stored environment (python on a fresh data dir), or
+// override when not empty, without storing it: a one-off host (cyrnel run
+// FILE.ts) leaves the data directory's choice alone. A failure is logged and
+// reported by Status rather than stopping the host: the operator can fix the
+// config through the API.
+func (r *Registry) Start(ctx context.Context, b module.Bindings, override string) {
 	r.bindings = b
 	id, ok, err := r.store.Setting(ctx, activeKey)
 	if err != nil || !ok {
 		id = DefaultEnvironment
 	}
-	if err := r.Activate(ctx, id); err != nil {
+	if override != "" {
+		id = override
+	}
+	if err := r.activate(ctx, id, override == ""); err != nil {
 		r.log.Error("no environment is active", "module", id, "err", err)
 	}
 }
@@ -104,7 +109,9 @@ func (r *Registry) Start(ctx context.Context, b module.Bindings) {
 // Activate makes id the active environment. The previous one drains: no new
 // executions, in-flight ones finish, then Teardown. When Setup fails the
 // previous environment stays active.
-func (r *Registry) Activate(ctx context.Context, id string) error {
+func (r *Registry) Activate(ctx context.Context, id string) error { return r.activate(ctx, id, true) }
+
+func (r *Registry) activate(ctx context.Context, id string, persist bool) error {
 	f, ok := r.factories[id]
 	if !ok {
 		if _, known := r.infos[id]; known {
@@ -133,9 +140,11 @@ func (r *Registry) Activate(ctx context.Context, id string) error {
 		_ = env.Teardown(ctx)
 		return fmt.Errorf("%w: %s: %w", ErrSetup, id, err)
 	}
-	if err := r.store.SetSetting(ctx, activeKey, id); err != nil {
-		_ = env.Teardown(ctx)
-		return err
+	if persist {
+		if err := r.store.SetSetting(ctx, activeKey, id); err != nil {
+			_ = env.Teardown(ctx)
+			return err
+		}
 	}
 	r.mu.Lock()
 	if r.closed {

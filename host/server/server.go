@@ -36,6 +36,9 @@ type Config struct {
 	Version         string
 	ShutdownTimeout time.Duration
 	Limits          process.Limits
+	// Environment, when set, is activated instead of the stored choice, and
+	// not stored (cyrnel run FILE.ts on an embedded host).
+	Environment string
 }
 
 // Server is an assembled host.
@@ -110,7 +113,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	reg.Start(ctx, &bindings{Manager: procs, tools: svcs})
+	reg.Start(ctx, &bindings{Manager: procs, tools: svcs}, cfg.Environment)
 	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs})
 	return &Server{log: log, cfg: cfg, store: st, procs: procs, modules: reg, services: svcs, handler: handler}, nil
 }

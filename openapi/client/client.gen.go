@@ -776,6 +776,12 @@ type ToolSummary struct {
 	ServiceId   string `json:"serviceId"`
 }
 
+// SetModuleConfigJSONBody defines parameters for SetModuleConfig.
+type SetModuleConfigJSONBody map[string]interface{}
+
+// SetModuleSecretsJSONBody defines parameters for SetModuleSecrets.
+type SetModuleSecretsJSONBody map[string]interface{}
+
 // ListProcessesParams defines parameters for ListProcesses.
 type ListProcessesParams struct {
 	// State Only processes in this state.
@@ -835,6 +841,15 @@ type ListToolsParamsEnabled string
 
 // SetEnvironmentJSONRequestBody defines body for SetEnvironment for application/json ContentType.
 type SetEnvironmentJSONRequestBody = SetEnvironmentInputBody
+
+// UpdateModuleJSONRequestBody defines body for UpdateModule for application/json ContentType.
+type UpdateModuleJSONRequestBody = EnabledBody
+
+// SetModuleConfigJSONRequestBody defines body for SetModuleConfig for application/json ContentType.
+type SetModuleConfigJSONRequestBody SetModuleConfigJSONBody
+
+// SetModuleSecretsJSONRequestBody defines body for SetModuleSecrets for application/json ContentType.
+type SetModuleSecretsJSONRequestBody SetModuleSecretsJSONBody
 
 // CreateProcessJSONRequestBody defines body for CreateProcess for application/json ContentType.
 type CreateProcessJSONRequestBody = CreateProcessInputBody
@@ -982,6 +997,72 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /modules/{id} (the `GetModule` operationId).
 	GetModule(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateModuleWithBody Enable or disable a module
+	//
+	// A disabled environment cannot be activated; the active one cannot be disabled (409).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /modules/{id} (the `UpdateModule` operationId).
+	UpdateModuleWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateModule Enable or disable a module
+	//
+	// A disabled environment cannot be activated; the active one cannot be disabled (409).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /modules/{id} (the `UpdateModule` operationId).
+	UpdateModule(ctx context.Context, id string, body UpdateModuleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetModuleConfig Get a module's config
+	//
+	// Corresponds with GET /modules/{id}/config (the `GetModuleConfig` operationId).
+	GetModuleConfig(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetModuleConfigWithBody Replace a module's config
+	//
+	// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /modules/{id}/config (the `SetModuleConfig` operationId).
+	SetModuleConfigWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetModuleConfig Replace a module's config
+	//
+	// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /modules/{id}/config (the `SetModuleConfig` operationId).
+	SetModuleConfig(ctx context.Context, id string, body SetModuleConfigJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetModuleSecrets List which of a module's secrets are set
+	//
+	// Never returns values.
+	//
+	// Corresponds with GET /modules/{id}/secrets (the `GetModuleSecrets` operationId).
+	GetModuleSecrets(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetModuleSecretsWithBody Replace a module's secrets
+	//
+	// Validated against the module's secretsSchema, sealed at rest, applied like config.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /modules/{id}/secrets (the `SetModuleSecrets` operationId).
+	SetModuleSecretsWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetModuleSecrets Replace a module's secrets
+	//
+	// Validated against the module's secretsSchema, sealed at rest, applied like config.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /modules/{id}/secrets (the `SetModuleSecrets` operationId).
+	SetModuleSecrets(ctx context.Context, id string, body SetModuleSecretsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListProcesses List processes
 	//
@@ -1346,6 +1427,152 @@ func (c *Client) ListModules(ctx context.Context, reqEditors ...RequestEditorFn)
 // Corresponds with GET /modules/{id} (the `GetModule` operationId).
 func (c *Client) GetModule(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetModuleRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateModuleWithBody Enable or disable a module
+//
+// A disabled environment cannot be activated; the active one cannot be disabled (409).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /modules/{id} (the `UpdateModule` operationId).
+func (c *Client) UpdateModuleWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateModuleRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateModule Enable or disable a module
+//
+// A disabled environment cannot be activated; the active one cannot be disabled (409).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /modules/{id} (the `UpdateModule` operationId).
+func (c *Client) UpdateModule(ctx context.Context, id string, body UpdateModuleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateModuleRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetModuleConfig Get a module's config
+//
+// Corresponds with GET /modules/{id}/config (the `GetModuleConfig` operationId).
+func (c *Client) GetModuleConfig(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetModuleConfigRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetModuleConfigWithBody Replace a module's config
+//
+// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /modules/{id}/config (the `SetModuleConfig` operationId).
+func (c *Client) SetModuleConfigWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetModuleConfigRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetModuleConfig Replace a module's config
+//
+// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /modules/{id}/config (the `SetModuleConfig` operationId).
+func (c *Client) SetModuleConfig(ctx context.Context, id string, body SetModuleConfigJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetModuleConfigRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetModuleSecrets List which of a module's secrets are set
+//
+// Never returns values.
+//
+// Corresponds with GET /modules/{id}/secrets (the `GetModuleSecrets` operationId).
+func (c *Client) GetModuleSecrets(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetModuleSecretsRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetModuleSecretsWithBody Replace a module's secrets
+//
+// Validated against the module's secretsSchema, sealed at rest, applied like config.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /modules/{id}/secrets (the `SetModuleSecrets` operationId).
+func (c *Client) SetModuleSecretsWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetModuleSecretsRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetModuleSecrets Replace a module's secrets
+//
+// Validated against the module's secretsSchema, sealed at rest, applied like config.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /modules/{id}/secrets (the `SetModuleSecrets` operationId).
+func (c *Client) SetModuleSecrets(ctx context.Context, id string, body SetModuleSecretsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetModuleSecretsRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2137,6 +2364,215 @@ func NewGetModuleRequest(server string, id string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewUpdateModuleRequest calls the generic UpdateModule builder with application/json body
+func NewUpdateModuleRequest(server string, id string, body UpdateModuleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateModuleRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewUpdateModuleRequestWithBody constructs an http.Request for the UpdateModule method, with any body, and a specified content type
+func NewUpdateModuleRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/modules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetModuleConfigRequest constructs an http.Request for the GetModuleConfig method
+func NewGetModuleConfigRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/modules/%s/config", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetModuleConfigRequest calls the generic SetModuleConfig builder with application/json body
+func NewSetModuleConfigRequest(server string, id string, body SetModuleConfigJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetModuleConfigRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewSetModuleConfigRequestWithBody constructs an http.Request for the SetModuleConfig method, with any body, and a specified content type
+func NewSetModuleConfigRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/modules/%s/config", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetModuleSecretsRequest constructs an http.Request for the GetModuleSecrets method
+func NewGetModuleSecretsRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/modules/%s/secrets", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetModuleSecretsRequest calls the generic SetModuleSecrets builder with application/json body
+func NewSetModuleSecretsRequest(server string, id string, body SetModuleSecretsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetModuleSecretsRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewSetModuleSecretsRequestWithBody constructs an http.Request for the SetModuleSecrets method, with any body, and a specified content type
+func NewSetModuleSecretsRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/modules/%s/secrets", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -3436,6 +3872,76 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /modules/{id} (the `GetModule` operationId).
 	GetModuleWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetModuleResponse, error)
 
+	// UpdateModuleWithBodyWithResponse Enable or disable a module
+	//
+	// A disabled environment cannot be activated; the active one cannot be disabled (409).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /modules/{id} (the `UpdateModule` operationId).
+	UpdateModuleWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateModuleResponse, error)
+
+	// UpdateModuleWithResponse Enable or disable a module
+	//
+	// A disabled environment cannot be activated; the active one cannot be disabled (409).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /modules/{id} (the `UpdateModule` operationId).
+	UpdateModuleWithResponse(ctx context.Context, id string, body UpdateModuleJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateModuleResponse, error)
+
+	// GetModuleConfigWithResponse Get a module's config
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /modules/{id}/config (the `GetModuleConfig` operationId).
+	GetModuleConfigWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetModuleConfigResponse, error)
+
+	// SetModuleConfigWithBodyWithResponse Replace a module's config
+	//
+	// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /modules/{id}/config (the `SetModuleConfig` operationId).
+	SetModuleConfigWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetModuleConfigResponse, error)
+
+	// SetModuleConfigWithResponse Replace a module's config
+	//
+	// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /modules/{id}/config (the `SetModuleConfig` operationId).
+	SetModuleConfigWithResponse(ctx context.Context, id string, body SetModuleConfigJSONRequestBody, reqEditors ...RequestEditorFn) (*SetModuleConfigResponse, error)
+
+	// GetModuleSecretsWithResponse List which of a module's secrets are set
+	//
+	// Never returns values.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /modules/{id}/secrets (the `GetModuleSecrets` operationId).
+	GetModuleSecretsWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetModuleSecretsResponse, error)
+
+	// SetModuleSecretsWithBodyWithResponse Replace a module's secrets
+	//
+	// Validated against the module's secretsSchema, sealed at rest, applied like config.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /modules/{id}/secrets (the `SetModuleSecrets` operationId).
+	SetModuleSecretsWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetModuleSecretsResponse, error)
+
+	// SetModuleSecretsWithResponse Replace a module's secrets
+	//
+	// Validated against the module's secretsSchema, sealed at rest, applied like config.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /modules/{id}/secrets (the `SetModuleSecrets` operationId).
+	SetModuleSecretsWithResponse(ctx context.Context, id string, body SetModuleSecretsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetModuleSecretsResponse, error)
+
 	// ListProcessesWithResponse List processes
 	//
 	// Newest first, without code, output and streams.
@@ -4010,6 +4516,260 @@ func (r GetModuleResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetModuleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UpdateModuleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ModuleView
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateModuleResponse) GetJSON200() *ModuleView {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r UpdateModuleResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r UpdateModuleResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r UpdateModuleResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateModuleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateModuleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateModuleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateModuleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetModuleConfigResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *map[string]interface{}
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetModuleConfigResponse) GetJSON200() *map[string]interface{} {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetModuleConfigResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetModuleConfigResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetModuleConfigResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetModuleConfigResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetModuleConfigResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SetModuleConfigResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *map[string]interface{}
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetModuleConfigResponse) GetJSON200() *map[string]interface{} {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SetModuleConfigResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r SetModuleConfigResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetModuleConfigResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetModuleConfigResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetModuleConfigResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetModuleSecretsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SecretsSetBodyBody
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetModuleSecretsResponse) GetJSON200() *SecretsSetBodyBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetModuleSecretsResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetModuleSecretsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetModuleSecretsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetModuleSecretsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetModuleSecretsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SetModuleSecretsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SecretsSetBodyBody
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetModuleSecretsResponse) GetJSON200() *SecretsSetBodyBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SetModuleSecretsResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r SetModuleSecretsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetModuleSecretsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetModuleSecretsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetModuleSecretsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5469,6 +6229,124 @@ func (c *ClientWithResponses) GetModuleWithResponse(ctx context.Context, id stri
 	return ParseGetModuleResponse(rsp)
 }
 
+// UpdateModuleWithBodyWithResponse Enable or disable a module
+//
+// A disabled environment cannot be activated; the active one cannot be disabled (409).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /modules/{id} (the `UpdateModule` operationId).
+func (c *ClientWithResponses) UpdateModuleWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateModuleResponse, error) {
+	rsp, err := c.UpdateModuleWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateModuleResponse(rsp)
+}
+
+// UpdateModuleWithResponse Enable or disable a module
+//
+// A disabled environment cannot be activated; the active one cannot be disabled (409).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /modules/{id} (the `UpdateModule` operationId).
+func (c *ClientWithResponses) UpdateModuleWithResponse(ctx context.Context, id string, body UpdateModuleJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateModuleResponse, error) {
+	rsp, err := c.UpdateModule(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateModuleResponse(rsp)
+}
+
+// GetModuleConfigWithResponse Get a module's config
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /modules/{id}/config (the `GetModuleConfig` operationId).
+func (c *ClientWithResponses) GetModuleConfigWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetModuleConfigResponse, error) {
+	rsp, err := c.GetModuleConfig(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetModuleConfigResponse(rsp)
+}
+
+// SetModuleConfigWithBodyWithResponse Replace a module's config
+//
+// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /modules/{id}/config (the `SetModuleConfig` operationId).
+func (c *ClientWithResponses) SetModuleConfigWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetModuleConfigResponse, error) {
+	rsp, err := c.SetModuleConfigWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetModuleConfigResponse(rsp)
+}
+
+// SetModuleConfigWithResponse Replace a module's config
+//
+// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /modules/{id}/config (the `SetModuleConfig` operationId).
+func (c *ClientWithResponses) SetModuleConfigWithResponse(ctx context.Context, id string, body SetModuleConfigJSONRequestBody, reqEditors ...RequestEditorFn) (*SetModuleConfigResponse, error) {
+	rsp, err := c.SetModuleConfig(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetModuleConfigResponse(rsp)
+}
+
+// GetModuleSecretsWithResponse List which of a module's secrets are set
+//
+// Never returns values.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /modules/{id}/secrets (the `GetModuleSecrets` operationId).
+func (c *ClientWithResponses) GetModuleSecretsWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetModuleSecretsResponse, error) {
+	rsp, err := c.GetModuleSecrets(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetModuleSecretsResponse(rsp)
+}
+
+// SetModuleSecretsWithBodyWithResponse Replace a module's secrets
+//
+// Validated against the module's secretsSchema, sealed at rest, applied like config.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /modules/{id}/secrets (the `SetModuleSecrets` operationId).
+func (c *ClientWithResponses) SetModuleSecretsWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetModuleSecretsResponse, error) {
+	rsp, err := c.SetModuleSecretsWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetModuleSecretsResponse(rsp)
+}
+
+// SetModuleSecretsWithResponse Replace a module's secrets
+//
+// Validated against the module's secretsSchema, sealed at rest, applied like config.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /modules/{id}/secrets (the `SetModuleSecrets` operationId).
+func (c *ClientWithResponses) SetModuleSecretsWithResponse(ctx context.Context, id string, body SetModuleSecretsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetModuleSecretsResponse, error) {
+	rsp, err := c.SetModuleSecrets(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetModuleSecretsResponse(rsp)
+}
+
 // ListProcessesWithResponse List processes
 //
 // Newest first, without code, output and streams.
@@ -6157,6 +7035,185 @@ func ParseGetModuleResponse(rsp *http.Response) (*GetModuleResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest ModuleView
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUpdateModuleResponse parses an HTTP response from a UpdateModuleWithResponse call
+func ParseUpdateModuleResponse(rsp *http.Response) (*UpdateModuleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateModuleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ModuleView
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetModuleConfigResponse parses an HTTP response from a GetModuleConfigWithResponse call
+func ParseGetModuleConfigResponse(rsp *http.Response) (*GetModuleConfigResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetModuleConfigResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest map[string]interface{}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSetModuleConfigResponse parses an HTTP response from a SetModuleConfigWithResponse call
+func ParseSetModuleConfigResponse(rsp *http.Response) (*SetModuleConfigResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetModuleConfigResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest map[string]interface{}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetModuleSecretsResponse parses an HTTP response from a GetModuleSecretsWithResponse call
+func ParseGetModuleSecretsResponse(rsp *http.Response) (*GetModuleSecretsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetModuleSecretsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SecretsSetBodyBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSetModuleSecretsResponse parses an HTTP response from a SetModuleSecretsWithResponse call
+func ParseSetModuleSecretsResponse(rsp *http.Response) (*SetModuleSecretsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetModuleSecretsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SecretsSetBodyBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
