@@ -162,8 +162,8 @@ func cell(s string) string {
 // environmentDocs is formatted with the default timeout, the call depth
 // limit and the per-run tool call concurrency.
 const environmentDocs = "# TypeScript environment\n" + `
-Programs are TypeScript, run by an embedded JavaScript engine (goja, ES2023-level)
-after esbuild strips the types. Types are not checked: write them for clarity,
+Programs are TypeScript, run by an embedded modern-JavaScript engine (goja) after
+esbuild strips the types. Types are not checked: write them for clarity,
 they never fail a run. Each execution gets a fresh runtime, so nothing — globals,
 variables, timers — carries over from one process to the next.
 
@@ -228,7 +228,8 @@ console.log(pet.status, pet.body);
 - No memory limit inside the engine itself: allocate with care.
 - Not available: async iteration helpers such as ` + "`Array.fromAsync`" + `, ` + "`Intl`" + `,
   ` + "`structuredClone`" + `, ` + "`TextEncoder`" + `, ` + "`queueMicrotask`" + `, ` + "`setInterval`" + `;
-  regular expressions do not support ` + "`\\p{…}`" + ` property escapes or the ` + "`d`" + ` and ` + "`v`" + ` flags.
+  in regular expressions, ` + "`\\p{…}`" + ` property escapes do not match as in browsers and the
+  ` + "`d`" + ` and ` + "`v`" + ` flags throw a ` + "`SyntaxError`" + `.
   Async generators and ` + "`for await`" + ` work.
 
 ## Example

@@ -3,7 +3,9 @@ package typescript
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
@@ -74,9 +76,20 @@ func NewEngine(opts Options) *Engine {
 	return &Engine{opts: opts, cache: newProgramCache(opts.CacheBytes)}
 }
 
+// abandonAfter is how long Run waits for an interrupted program to stop.
+// goja checks for interrupts between instructions only, so a program inside
+// a long built-in (JSON.stringify of a deeply nested object, a catastrophic
+// regular expression) or a blocked host call does not stop at once.
+const abandonAfter = 250 * time.Millisecond
+
 // Run compiles code (or takes it from the cache) and runs it to the end, at
 // most for timeout. Cancelling ctx kills the run: it ends canceled, never
 // timeout. A failure is also reported on cb.Stderr, with TypeScript positions.
+//
+// Run returns at most abandonAfter past the timeout or the kill. A program
+// that has not stopped by then is abandoned: its goroutine ends on its own
+// once the built-in it is in returns, and none of cb is called any more.
+// Only a separate process bounds the CPU and memory it uses until then.
 func (e *Engine) Run(ctx context.Context, code string, timeout time.Duration, cb Callbacks) Result {
 	deadline := time.Now().Add(timeout)
 	c, err := e.compile(code)
@@ -87,7 +100,69 @@ func (e *Engine) Run(ctx context.Context, code string, timeout time.Duration, cb
 		cb.Stderr([]byte(c.syntaxErr.report()))
 		return Result{Exit: module.ExitFailed, Reason: module.ReasonException, Error: c.syntaxErr.Error()}
 	}
-	return newRun(ctx, e.opts, c, cb).execute(time.Until(deadline))
+	if ctx.Err() != nil {
+		return Result{Exit: module.ExitCanceled, Reason: module.ReasonKilled}
+	}
+	g := &gate{Callbacks: cb}
+	r := newRun(ctx, e.opts, c, g)
+	done := make(chan Result, 1)
+	go func() { done <- r.execute(time.Until(deadline)) }()
+	select {
+	case res := <-done:
+		return res
+	case <-r.stopped:
+	}
+	grace := time.NewTimer(abandonAfter)
+	defer grace.Stop()
+	select {
+	case res := <-done:
+		return res
+	case <-grace.C:
+	}
+	g.Stderr([]byte(fmt.Sprintf("The program did not stop within %v of being interrupted (it is inside a built-in function or a host call); it was abandoned.\n", abandonAfter)))
+	g.closed.Store(true)
+	return r.stoppedResult()
+}
+
+// gate stops a run's callbacks once Run has abandoned it: no callback starts
+// after Run returns.
+type gate struct {
+	Callbacks
+	closed atomic.Bool
+}
+
+var errAbandoned = errors.New("the run was abandoned")
+
+func (g *gate) Stdout(p []byte) {
+	if !g.closed.Load() {
+		g.Callbacks.Stdout(p)
+	}
+}
+
+func (g *gate) Stderr(p []byte) {
+	if !g.closed.Load() {
+		g.Callbacks.Stderr(p)
+	}
+}
+
+func (g *gate) Output(patch map[string]any) {
+	if !g.closed.Load() {
+		g.Callbacks.Output(patch)
+	}
+}
+
+func (g *gate) InvokeTool(ctx context.Context, serviceID, toolID string, params map[string]any) (any, error) {
+	if g.closed.Load() {
+		return nil, errAbandoned
+	}
+	return g.Callbacks.InvokeTool(ctx, serviceID, toolID, params)
+}
+
+func (g *gate) ListTools(ctx context.Context) ([]module.Tool, error) {
+	if g.closed.Load() {
+		return nil, errAbandoned
+	}
+	return g.Callbacks.ListTools(ctx)
 }
 
 func (e *Engine) compile(code string) (*compiled, error) {

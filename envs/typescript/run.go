@@ -24,9 +24,10 @@ const (
 	stopKilled
 )
 
-// run is one execution. goja is not goroutine-safe: the goroutine that calls
+// run is one execution. goja is not goroutine-safe: the goroutine that runs
 // execute owns the runtime and is the event loop. Other goroutines (tool
-// calls, the watchdog) only post jobs to it or interrupt it.
+// calls, the watchdog, Run waiting for the result) only post jobs to it or
+// interrupt it.
 type run struct {
 	opts Options
 	prog *compiled
@@ -105,7 +106,10 @@ func (r *run) execute(timeout time.Duration) (res Result) {
 	}
 	p, ok := v.Export().(*goja.Promise)
 	if !ok {
-		return Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError, Error: "typescript: the wrapped program did not return a promise"}
+		// Only code that closes the wrapper's function itself gets here.
+		const msg = `SyntaxError: the program closes the async function it runs in (an extra "})")`
+		r.cb.Stderr([]byte(msg + "\n"))
+		return Result{Exit: module.ExitFailed, Reason: module.ReasonException, Error: msg}
 	}
 	r.main = p
 	return r.loop()
@@ -324,10 +328,7 @@ func (r *run) callTool(c *toolCall) {
 
 func (r *run) completeTool(c *toolCall, result []byte, err error) {
 	if err != nil {
-		if setErr := r.guard(func() { _ = c.errObj.Set("message", err.Error()) }); setErr != nil {
-			r.settle(setErr)
-			return
-		}
+		r.settle(c.errObj.Set("message", err.Error()))
 		r.settle(c.reject(c.errObj))
 		return
 	}
@@ -384,6 +385,7 @@ func (r *run) setTimeout(call goja.FunctionCall) goja.Value {
 	if math.IsNaN(ms) || ms < 0 {
 		ms = 0
 	}
+	// Browsers clamp delays to 2^31-1 ms too.
 	delay := time.Duration(min(ms, math.MaxInt32) * float64(time.Millisecond))
 	var args []goja.Value
 	if len(call.Arguments) > 2 {
@@ -391,7 +393,7 @@ func (r *run) setTimeout(call goja.FunctionCall) goja.Value {
 	}
 	r.lastTimer++
 	t := &timer{id: r.lastTimer, when: time.Now().Add(delay), fn: fn, args: args}
-	heap.Push(&r.timers, t) // delays beyond the browsers' 2^31-1 ms are clamped
+	heap.Push(&r.timers, t)
 	r.timerByID[t.id] = t
 	r.pending++
 	r.rearm()
