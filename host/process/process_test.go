@@ -1,0 +1,187 @@
+package process
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// scripted is an executor whose executions do what the test tells them,
+// playing the environment's part through the manager's bindings.
+type scripted struct {
+	m     *Manager
+	start chan int64                  // eid of each execution as it starts
+	end   chan module.Result          // what the next execution returns
+	after func(m *Manager, eid int64) // runs after Execute has returned (late events)
+	kills chan int64
+}
+
+func (s *scripted) Execute(_ context.Context, in module.ExecutionInput) (string, module.Result, error) {
+	s.m.SetState(in.EID, module.StateRunning)
+	s.start <- in.EID
+	res := <-s.end
+	if s.after != nil {
+		defer func() { go s.after(s.m, in.EID) }()
+	}
+	return "scripted", res, nil
+}
+
+func (s *scripted) Kill(_ context.Context, eid int64) error {
+	s.kills <- eid
+	return nil
+}
+
+func newManager(t *testing.T) (*Manager, *scripted, *store.Store) {
+	t.Helper()
+	st, err := store.Open(context.Background(), "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ex := &scripted{start: make(chan int64, 8), end: make(chan module.Result, 8), kills: make(chan int64, 8)}
+	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, ex, DefaultLimits())
+	ex.m = m
+	return m, ex, st
+}
+
+func waitIdle(t *testing.T, m *Manager, pid int64) *Process {
+	t.Helper()
+	p, err := m.Wait(context.Background(), pid, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.State != Idle {
+		t.Fatalf("process %d still %s", pid, p.State)
+	}
+	return p
+}
+
+func TestLateEventsNeverOverwriteAFinalState(t *testing.T) {
+	m, ex, _ := newManager(t)
+	late := make(chan struct{})
+	ex.after = func(m *Manager, eid int64) {
+		// An environment reporting after Execute returned: all ignored.
+		m.SetState(eid, module.StateRunning)
+		m.EmitStdout(eid, []byte("late\n"))
+		m.EmitOutput(eid, map[string]any{"late": true})
+		m.SetError(eid, "late error")
+		close(late)
+	}
+	p, err := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ex.start
+	m.EmitStdout(p.PID, []byte("on time\n"))
+	ex.end <- module.Result{Exit: module.ExitSuccess}
+	waitIdle(t, m, p.PID)
+	<-late
+	got, err := m.Get(context.Background(), p.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != Idle || *got.ExitState != "success" || got.Stdout != "on time\n" || len(got.Output) != 0 || got.Error != "" {
+		t.Fatalf("late events changed the final state: %+v", got)
+	}
+}
+
+func TestTimeoutIsNeverRecordedAsCanceled(t *testing.T) {
+	m, ex, _ := newManager(t)
+	p, _ := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})
+	<-ex.start
+	// A kill races with the environment's own timeout; the timeout wins.
+	killed := make(chan *Process, 1)
+	go func() {
+		v, err := m.Kill(context.Background(), p.PID)
+		if err != nil {
+			t.Error(err)
+		}
+		killed <- v
+	}()
+	<-ex.kills
+	if v := <-killed; v.State != Terminating {
+		t.Fatalf("kill answered %s", v.State)
+	}
+	ex.end <- module.Result{Exit: module.ExitTimeout}
+	got := waitIdle(t, m, p.PID)
+	if *got.ExitState != "timeout" || *got.Reason != "timeout" {
+		t.Fatalf("got %s/%s", *got.ExitState, *got.Reason)
+	}
+}
+
+func TestSetStateIsAdvisory(t *testing.T) {
+	m, ex, st := newManager(t)
+	p, _ := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})
+	<-ex.start
+	m.SetState(p.PID, module.StateRunning) // duplicate: ignored
+	m.SetState(p.PID, module.StateQueued)  // backwards: rejected
+	row, err := st.GetProcess(context.Background(), p.PID)
+	if err != nil || row.State != "running" {
+		t.Fatalf("state %v %v", row, err)
+	}
+	m.SetState(999999, module.StateRunning) // unknown eid: ignored
+	ex.end <- module.Result{Exit: module.ExitFailed, Reason: module.ReasonMemoryLimit}
+	if got := waitIdle(t, m, p.PID); *got.Reason != "memory_limit" || got.StartedAt == nil || got.DurationMs == nil {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+func TestEnvironmentErrorAndInvalidExit(t *testing.T) {
+	m, ex, _ := newManager(t)
+	p, _ := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})
+	<-ex.start
+	ex.end <- module.Result{Exit: "exploded"}
+	got := waitIdle(t, m, p.PID)
+	if *got.ExitState != "failed" || *got.Reason != "environment_error" || got.Error == "" {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+func TestRecoverFinishesWhatWasLeftLive(t *testing.T) {
+	m, _, st := newManager(t)
+	ctx := context.Background()
+	var pids []int64
+	for _, s := range []string{"queued", "running", "terminating", "idle"} {
+		p := &store.Process{Code: "x", State: s, TimeoutMs: 1, CreatedAt: time.Now()}
+		if err := st.InsertProcess(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, p.PID)
+	}
+	if err := m.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, pid := range pids {
+		got, _ := m.Get(ctx, pid)
+		if i < 3 && (got.State != Idle || *got.ExitState != "failed" || *got.Reason != "host_restart") {
+			t.Fatalf("pid %d: %+v", pid, got)
+		}
+		if i == 3 && got.ExitState != nil {
+			t.Fatalf("idle process touched: %+v", got)
+		}
+	}
+}
+
+func TestOutputMergeAndCap(t *testing.T) {
+	m, ex, _ := newManager(t)
+	m.limits.OutputBytes = 64
+	p, _ := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})
+	<-ex.start
+	m.EmitOutput(p.PID, map[string]any{"a": 1.0, "b": 1.0})
+	m.EmitOutput(p.PID, map[string]any{"b": 2.0})
+	m.EmitOutput(p.PID, map[string]any{"big": string(make([]byte, 100))}) // past the cap: dropped
+	live, _ := m.Get(context.Background(), p.PID)
+	if live.Output["b"] != 2.0 || live.State != Running {
+		t.Fatalf("live view: %+v", live)
+	}
+	ex.end <- module.Result{Exit: module.ExitSuccess}
+	got := waitIdle(t, m, p.PID)
+	if len(got.Output) != 2 || got.Output["a"] != 1.0 || got.Output["b"] != 2.0 {
+		t.Fatalf("output %v", got.Output)
+	}
+}
