@@ -144,6 +144,12 @@ func typeName(v goja.Value) string {
 		}
 		return "an object"
 	}
+	if _, isSym := v.(*goja.Symbol); isSym {
+		return "a symbol"
+	}
+	if v.ExportType() == bigIntType {
+		return "a bigint"
+	}
 	switch v.ExportType().Kind() {
 	case reflect.String:
 		return "a string"
@@ -152,7 +158,7 @@ func typeName(v goja.Value) string {
 	case reflect.Int64, reflect.Float64:
 		return "a number"
 	}
-	return "a " + v.ExportType().String()
+	return "a " + v.ExportType().Kind().String()
 }
 
 // printer is console.log and friends: arguments are printed as Node prints

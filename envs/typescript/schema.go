@@ -426,6 +426,9 @@ func (t *tsTypes) example(s *object, depth int) any {
 	case "boolean":
 		return false
 	case "array":
+		if items := s.obj("items"); items != nil && depth <= maxInlineDepth {
+			return []any{t.example(items, depth+1)}
+		}
 		return []any{}
 	case "null":
 		return nil
