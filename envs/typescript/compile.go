@@ -65,12 +65,12 @@ type compiled struct {
 	// userLines bounds the positions that belong to the user's code; frames
 	// outside [1, userLines] are the wrapper's.
 	userLines int
-	syntaxErr *SyntaxError
+	syntaxErr *compileError
 	cost      int
 }
 
-// SyntaxError is a compile error at a position in the user's TypeScript.
-type SyntaxError struct {
+// compileError is a syntax error at a position in the user's TypeScript.
+type compileError struct {
 	Message string
 	// Line and Column are 1-based; Column counts UTF-16 code units, as
 	// runtime stack positions do.
@@ -79,13 +79,13 @@ type SyntaxError struct {
 	LineText string
 }
 
-func (e *SyntaxError) Error() string {
+func (e *compileError) Error() string {
 	return fmt.Sprintf("SyntaxError: %s (%s:%d:%d)", e.Message, sourceName, e.Line, e.Column)
 }
 
 // report renders the error the way it is written to stderr: the message and
 // the offending line with a caret under the column.
-func (e *SyntaxError) report() string {
+func (e *compileError) report() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s:%d:%d: SyntaxError: %s\n", sourceName, e.Line, e.Column, e.Message)
 	if e.LineText != "" {
@@ -126,7 +126,7 @@ func compileSource(code string) (*compiled, error) {
 		if errors.As(err, &cse) && cse.File != nil {
 			// The file carries the source map by now, so this is a user position.
 			pos := cse.File.Position(cse.Offset)
-			se := &SyntaxError{Message: cse.Message, Line: pos.Line, Column: pos.Column, LineText: lineOf(code, pos.Line)}
+			se := &compileError{Message: cse.Message, Line: pos.Line, Column: pos.Column, LineText: lineOf(code, pos.Line)}
 			return &compiled{syntaxErr: se, userLines: userLines, cost: len(code)}, nil
 		}
 		return nil, fmt.Errorf("compiling esbuild output: %w", err)
@@ -136,7 +136,7 @@ func compileSource(code string) (*compiled, error) {
 }
 
 // esbuildSyntaxError positions an esbuild error in the user's code.
-func esbuildSyntaxError(code string, userLines int, msg api.Message) *SyntaxError {
+func esbuildSyntaxError(code string, userLines int, msg api.Message) *compileError {
 	loc := msg.Location
 	if loc != nil && (loc.Line-1 < 1 || loc.Line-1 > userLines) {
 		// The error surfaced in the wrapper, typically an unbalanced brace
@@ -146,15 +146,15 @@ func esbuildSyntaxError(code string, userLines int, msg api.Message) *SyntaxErro
 			return positionedSyntaxError(alone.Errors[0].Text, alone.Errors[0].Location.Line, alone.Errors[0].Location)
 		}
 		line := min(max(loc.Line-1, 1), userLines)
-		return &SyntaxError{Message: msg.Text, Line: line, Column: 1, LineText: lineOf(code, line)}
+		return &compileError{Message: msg.Text, Line: line, Column: 1, LineText: lineOf(code, line)}
 	}
 	if loc == nil {
-		return &SyntaxError{Message: msg.Text, Line: 1, Column: 1}
+		return &compileError{Message: msg.Text, Line: 1, Column: 1}
 	}
 	return positionedSyntaxError(msg.Text, loc.Line-1, loc)
 }
 
-func positionedSyntaxError(text string, line int, loc *api.Location) *SyntaxError {
+func positionedSyntaxError(text string, line int, loc *api.Location) *compileError {
 	col := min(max(loc.Column, 0), len(loc.LineText))
 	before, after := loc.LineText[:col], loc.LineText[col:]
 	switch {
@@ -166,7 +166,7 @@ func positionedSyntaxError(text string, line int, loc *api.Location) *SyntaxErro
 	case strings.HasPrefix(after, "export"):
 		text = exportMessage
 	}
-	return &SyntaxError{Message: text, Line: line, Column: utf16Len(loc.LineText[:col]) + 1, LineText: loc.LineText}
+	return &compileError{Message: text, Line: line, Column: utf16Len(loc.LineText[:col]) + 1, LineText: loc.LineText}
 }
 
 const (
@@ -177,7 +177,7 @@ const (
 // gojaSyntaxError positions an error goja's parser found in esbuild's output
 // (dynamic import(), import.meta, syntax goja lacks). Parse errors carry
 // generated positions, so they are mapped here.
-func gojaSyntaxError(js string, sm []byte, code string, line, col int, message string) (*SyntaxError, error) {
+func gojaSyntaxError(js string, sm []byte, code string, line, col int, message string) (*compileError, error) {
 	genLine := lineOf(js, line)
 	if col >= 1 && col <= len(genLine) && strings.HasPrefix(genLine[col-1:], "import") {
 		message = importMessage
@@ -190,7 +190,7 @@ func gojaSyntaxError(js string, sm []byte, code string, line, col int, message s
 	if _, _, l, c, ok := consumer.Source(line, col); ok && l >= 1 {
 		tsLine, tsCol = l, c
 	}
-	return &SyntaxError{Message: message, Line: tsLine, Column: tsCol, LineText: lineOf(code, tsLine)}, nil
+	return &compileError{Message: message, Line: tsLine, Column: tsCol, LineText: lineOf(code, tsLine)}, nil
 }
 
 func lineOf(s string, line int) string {
