@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/cyrnel/cyrnel/envs/sandbox"
 	"github.com/cyrnel/cyrnel/host/api"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/server"
@@ -36,6 +37,7 @@ Run 'cyrnel COMMAND --help' for a command's flags.
 `
 
 func main() {
+	sandbox.MaybeRun() // the sandbox re-executes this binary as its helper
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)

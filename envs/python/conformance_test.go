@@ -8,7 +8,6 @@ import (
 
 	"github.com/cyrnel/cyrnel/envs/envtest"
 	"github.com/cyrnel/cyrnel/envs/module"
-	"github.com/cyrnel/cyrnel/envs/worker"
 )
 
 var programs = envtest.Programs{
@@ -29,7 +28,7 @@ var programs = envtest.Programs{
 
 func TestConformance(t *testing.T) {
 	envtest.Conformance(t, func(t *testing.T, b module.Bindings) module.Environment {
-		e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), worker.Plain{})
+		e := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err := e.Setup(context.Background(), module.SetupContext{Bindings: b}); err != nil {
 			t.Fatal(err)
 		}

@@ -83,13 +83,13 @@ cyrnel.output({"mean": statistics.mean(data), "max": max(data)})
 // Docs describes the environment for those who write code for it.
 func (e *Env) Docs(context.Context) (string, error) {
 	e.mu.Lock()
-	preload := e.cfg.Preload
+	preload, version := e.cfg.Preload, e.version
 	e.mu.Unlock()
 	extra := ""
 	if len(preload) > 0 {
 		extra = "; pre-imported: " + strings.Join(preload, ", ")
 	}
-	return fmt.Sprintf(docs, "3", extra), nil
+	return fmt.Sprintf(docs, version, extra), nil
 }
 
 // ToolDocs renders one tool as the Python function it is inside a program.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/envs/sandbox"
 	"github.com/cyrnel/cyrnel/envs/worker"
 	pyruntime "github.com/cyrnel/cyrnel/python"
 )
@@ -29,15 +30,17 @@ const boot = "import sys; sys.path[:0] = sys.argv[1].split('\\n'); from cyrnel._
 
 // Env is the Python environment module.
 type Env struct {
-	log      *slog.Logger
-	launcher worker.Launcher
+	log *slog.Logger
 
 	mu       sync.Mutex
 	cfg      Config
 	b        module.Bindings
-	python   string   // real interpreter path
+	python   string // real interpreter path
+	version  string
 	paths    []string // sys.path prefix: the runtime, then site-packages
 	runtime  string   // extracted runtime directory
+	launch   worker.Launcher
+	layers   map[string]any // the sandbox in force, for Status
 	pool     *worker.Pool
 	slots    chan struct{}
 	waiting  int
@@ -47,9 +50,9 @@ type Env struct {
 	closed   bool
 }
 
-// New returns the Python environment; launcher starts its interpreters.
-func New(log *slog.Logger, launcher worker.Launcher) *Env {
-	return &Env{log: log.With("env", "python"), launcher: launcher, flights: map[int64]context.CancelFunc{}}
+// New returns the Python environment.
+func New(log *slog.Logger) *Env {
+	return &Env{log: log.With("env", "python"), flights: map[int64]context.CancelFunc{}}
 }
 
 // Info describes the module.
@@ -68,7 +71,11 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	if err != nil {
 		return err
 	}
-	python, site, err := probeInterpreter(ctx, cfg.Interpreter)
+	py, err := probeInterpreter(ctx, cfg.Interpreter)
+	if err != nil {
+		return err
+	}
+	launcher, layers, err := e.launcher(cfg, py)
 	if err != nil {
 		return err
 	}
@@ -78,45 +85,93 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	}
 	paths := []string{dir}
 	if cfg.SitePackages {
-		paths = append(paths, site...)
+		paths = append(paths, py.site...)
+	}
+	if s, ok := launcher.(worker.Sandboxed); ok {
+		s.ReadPaths = append(s.ReadPaths, dir)
+		launcher = s
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.cfg, e.b, e.python, e.paths, e.runtime = cfg, sc.Bindings, python, paths, dir
+	e.cfg, e.b, e.python, e.version, e.paths, e.runtime, e.launch, e.layers = cfg, sc.Bindings, py.exe, py.version, paths, dir, launcher, layers
 	e.slots = make(chan struct{}, cfg.Concurrency)
 	e.pool = worker.NewPool(e.log, cfg.PoolSize, time.Duration(cfg.StartTimeoutMs)*time.Millisecond, e.spawn)
-	e.log.Info("python environment ready", "interpreter", python, "poolSize", cfg.PoolSize, "preload", cfg.Preload)
+	e.log.Info("python environment ready", "interpreter", py.exe, "poolSize", cfg.PoolSize, "preload", cfg.Preload, "sandbox", layers)
 	return nil
 }
 
+// launcher picks how interpreters start: in the sandbox with the layers the
+// config asks for, refusing when the machine lacks one of them; or, only
+// when the config says so, as plain processes.
+func (e *Env) launcher(cfg Config, py interpreter) (worker.Launcher, map[string]any, error) {
+	if !cfg.Sandbox.Enabled {
+		e.log.Warn("the python sandbox is disabled by config: programs run as plain processes with the host's privileges")
+		return worker.Plain{}, map[string]any{"enabled": false}, nil
+	}
+	support := sandbox.Probe()
+	relax := cfg.Sandbox.relax()
+	if err := support.Check(relax); err != nil {
+		return nil, nil, fmt.Errorf("refusing to run python without its sandbox: %w (turn the missing layers off in the python module's sandbox config to run anyway)", err)
+	}
+	layers := support.Layers(relax)
+	return worker.Sandboxed{ReadPaths: py.readPaths(), Limits: cfg.Limits.sandbox(), Relax: relax, Log: e.log},
+		map[string]any{"enabled": true, "layers": layers, "limits": cfg.Limits}, nil
+}
+
+// interpreter is what the probe learnt of a Python installation.
+type interpreter struct {
+	exe      string   // the real executable
+	site     []string // site-packages directories that exist
+	prefixes []string // sys.prefix, base_prefix, exec_prefix: the standard library
+	version  string
+}
+
+// readPaths is what the sandbox must let the interpreter read.
+func (p interpreter) readPaths() []string {
+	paths := append(append([]string{}, p.prefixes...), p.site...)
+	if real, err := filepath.EvalSymlinks(p.exe); err == nil {
+		paths = append(paths, filepath.Dir(real))
+	}
+	return paths
+}
+
 // probeInterpreter resolves the real executable behind name (python3 on PATH
-// may be a shim script costing 60-100 ms per start) and its site-packages.
-func probeInterpreter(ctx context.Context, name string) (string, []string, error) {
+// may be a shim script costing 60-100 ms per start), its site-packages and
+// its prefixes.
+func probeInterpreter(ctx context.Context, name string) (interpreter, error) {
 	path, err := exec.LookPath(name)
 	if err != nil {
-		return "", nil, fmt.Errorf("python interpreter %q: %w", name, err)
+		return interpreter{}, fmt.Errorf("python interpreter %q: %w", name, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, path, "-I", "-c",
-		"import json, site, sys; print(json.dumps({'exe': sys.executable, 'site': site.getsitepackages()}))").Output()
+		"import json, site, sys, platform; print(json.dumps({'exe': sys.executable, 'site': site.getsitepackages(), "+
+			"'prefixes': sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}), 'version': platform.python_version()}))").Output()
 	if err != nil {
-		return "", nil, fmt.Errorf("probe python interpreter %s: %w", path, err)
+		return interpreter{}, fmt.Errorf("probe python interpreter %s: %w", path, err)
 	}
 	var p struct {
-		Exe  string   `json:"exe"`
-		Site []string `json:"site"`
+		Exe      string   `json:"exe"`
+		Site     []string `json:"site"`
+		Prefixes []string `json:"prefixes"`
+		Version  string   `json:"version"`
 	}
 	if err := json.Unmarshal(out, &p); err != nil || !filepath.IsAbs(p.Exe) {
-		return "", nil, fmt.Errorf("probe python interpreter %s: unexpected answer %q", path, out)
+		return interpreter{}, fmt.Errorf("probe python interpreter %s: unexpected answer %q", path, out)
 	}
-	var site []string
+	py := interpreter{exe: p.Exe, version: p.Version}
 	for _, d := range p.Site {
 		if st, err := os.Stat(d); err == nil && st.IsDir() {
-			site = append(site, d)
+			py.site = append(py.site, d)
 		}
 	}
-	return p.Exe, site, nil
+	for _, d := range p.Prefixes {
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			py.prefixes = append(py.prefixes, d)
+		}
+	}
+	return py, nil
 }
 
 // extractRuntime writes the embedded cyrnel package to a fresh directory.
@@ -152,22 +207,11 @@ func extractRuntime() (string, error) {
 
 func (e *Env) spawn(ctx context.Context) (*worker.Worker, error) {
 	e.mu.Lock()
-	python, paths, preload := e.python, e.paths, e.cfg.Preload
+	python, paths, preload, launcher := e.python, e.paths, e.cfg.Preload, e.launch
 	e.mu.Unlock()
-	dir, err := os.MkdirTemp("", "cyrnel-work-")
-	if err != nil {
-		return nil, fmt.Errorf("create work dir: %w", err)
-	}
 	args := append([]string{"-I", "-S", "-c", boot, strings.Join(paths, "\n")}, preload...)
-	cmd := worker.Command{
-		Path: python,
-		Args: args,
-		Env:  []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir, "TMPDIR=" + dir, "LANG=C.UTF-8"},
-		Dir:  dir,
-	}
-	w, err := worker.Start(e.log, e.launcher, cmd, func() { os.RemoveAll(dir) })
+	w, err := worker.Start(ctx, e.log, launcher, worker.Command{Path: python, Args: args})
 	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	if err := w.WaitReady(ctx); err != nil {
@@ -259,7 +303,7 @@ func (e *Env) Kill(_ context.Context, eid int64) error {
 func (e *Env) Status() map[string]any {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	st := map[string]any{"interpreter": e.python, "running": len(e.flights), "concurrency": e.cfg.Concurrency}
+	st := map[string]any{"interpreter": e.python, "running": len(e.flights), "concurrency": e.cfg.Concurrency, "sandbox": e.layers}
 	if e.pool != nil {
 		st["pool"] = e.pool.Stats()
 	}

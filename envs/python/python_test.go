@@ -3,14 +3,13 @@ package python
 import (
 	"context"
 	"io"
-	"slices"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/envtest"
 	"github.com/cyrnel/cyrnel/envs/module"
-	"github.com/cyrnel/cyrnel/envs/worker"
 )
 
 // BenchmarkExecuteWarm measures one trivial execution through the
@@ -18,7 +17,7 @@ import (
 // executions so each one takes a warm interpreter.
 func BenchmarkExecuteWarm(b *testing.B) {
 	rec := envtest.NewRecorder()
-	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), worker.Plain{})
+	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := e.Setup(context.Background(), module.SetupContext{Bindings: rec}); err != nil {
 		b.Fatal(err)
 	}

@@ -62,8 +62,11 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) module
 			break
 		}
 		if err != nil {
-			// The stream broke: the process died or wrote garbage on fd 4.
-			w.h.Kill()
+			// The stream broke: the process is dying (let it report how)
+			// or wrote garbage on fd 4 (kill it).
+			if !w.waitExit(outputGrace) {
+				w.h.Kill()
+			}
 			res, msg = w.died()
 			break
 		}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -39,18 +40,19 @@ type Handle interface {
 	Exit() Exit // valid after Done
 }
 
-// Launcher starts a worker process with the given pipes (the sandbox is one).
+// Launcher starts a worker process with the given pipes (the sandbox is
+// one). The launcher owns the worker's private working directory.
 type Launcher interface {
-	Launch(cmd Command, files Files) (Handle, error)
+	Launch(ctx context.Context, cmd Command, files Files) (Handle, error)
 }
 
-// Command is what to run: an absolute path, its arguments, a fixed
-// environment and a working directory.
+// Command is what to run: an absolute path (the real executable, never a
+// shim), its arguments, and environment entries added to the launcher's
+// fixed base (nothing comes from the host's environment).
 type Command struct {
 	Path string
 	Args []string // without argv[0]
 	Env  []string
-	Dir  string
 }
 
 // Plain launches workers as ordinary child processes in their own process
@@ -66,17 +68,23 @@ type plainHandle struct {
 
 // Launch starts the process from a goroutine locked to its OS thread, because
 // Pdeathsig fires when the thread that forked the child exits, not the
-// process; the goroutine stays locked until it has reaped the child.
-func (Plain) Launch(c Command, f Files) (Handle, error) {
+// process; the goroutine stays locked until it has reaped the child, then
+// removes the work directory.
+func (Plain) Launch(_ context.Context, c Command, f Files) (Handle, error) {
+	dir, err := os.MkdirTemp("", "cyrnel-work-")
+	if err != nil {
+		return nil, fmt.Errorf("create work dir: %w", err)
+	}
 	h := &plainHandle{done: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+		defer os.RemoveAll(dir)
 		cmd := exec.Command(c.Path, c.Args...)
 		cmd.Args[0] = c.Path
-		cmd.Env = c.Env
-		cmd.Dir = c.Dir
+		cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir, "TMPDIR=" + dir, "LANG=C.UTF-8"}, c.Env...)
+		cmd.Dir = dir
 		cmd.Stdin = nil
 		cmd.Stdout = f.Stdout
 		cmd.Stderr = f.Stderr

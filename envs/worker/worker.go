@@ -59,8 +59,8 @@ type execution struct {
 	overWhich atomic.Int32
 }
 
-// Start launches a worker. cleanup, if not nil, runs once the process is gone.
-func Start(log *slog.Logger, l Launcher, cmd Command, cleanup func()) (*Worker, error) {
+// Start launches a worker; ctx bounds the launch.
+func Start(ctx context.Context, log *slog.Logger, l Launcher, cmd Command) (*Worker, error) {
 	// pipes[i] = {read end, write end}: 0 stdout, 1 stderr, 2 requests to
 	// the worker (its fd 3), 3 its answers (its fd 4).
 	var pipes [4][2]*os.File
@@ -82,7 +82,7 @@ func Start(log *slog.Logger, l Launcher, cmd Command, cleanup func()) (*Worker, 
 		pipes[i] = [2]*os.File{r, w}
 	}
 	files := Files{Stdout: pipes[0][1], Stderr: pipes[1][1], ProtoIn: pipes[2][0], ProtoOut: pipes[3][1]}
-	h, err := l.Launch(cmd, files)
+	h, err := l.Launch(ctx, cmd, files)
 	// The child has its ends now; the parent keeps only its own.
 	for _, f := range []*os.File{files.Stdout, files.Stderr, files.ProtoIn, files.ProtoOut} {
 		f.Close()
@@ -94,11 +94,10 @@ func Start(log *slog.Logger, l Launcher, cmd Command, cleanup func()) (*Worker, 
 		return nil, err
 	}
 	w := &Worker{
-		log:     log,
-		h:       h,
-		ready:   make(chan struct{}),
-		outs:    [2]*os.File{pipes[0][0], pipes[1][0]},
-		cleanup: cleanup,
+		log:   log,
+		h:     h,
+		ready: make(chan struct{}),
+		outs:  [2]*os.File{pipes[0][0], pipes[1][0]},
 	}
 	stream := jsonrpc2.NewPlainObjectStream(pipeRW{r: pipes[3][0], w: pipes[2][1]})
 	w.conn = jsonrpc2.NewConn(context.Background(), stream, w, jsonrpc2.SetLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)))
@@ -154,8 +153,17 @@ func (w *Worker) Close() {
 	for _, f := range w.outs {
 		f.Close()
 	}
-	if w.cleanup != nil {
-		w.cleanup()
+}
+
+// waitExit waits up to d for the process to end.
+func (w *Worker) waitExit(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.h.Done():
+		return true
+	case <-t.C:
+		return false
 	}
 }
 

@@ -13,10 +13,10 @@ import (
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/python"
-	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/api"
+	"github.com/cyrnel/cyrnel/host/mcp"
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/secrets"
@@ -94,9 +94,8 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	launcher := worker.Plain{}
 	reg := modules.New(log.With("component", "modules"), st, box, map[string]modules.Factory{
-		"python": func() module.Environment { return python.New(log, launcher) },
+		"python": func() module.Environment { return python.New(log) },
 	})
 	svcs := services.New(log.With("component", "services"), st, box, map[string]adapter.Adapter{
 		openapi.ID: openapi.New(openapi.Options{}),
@@ -114,7 +113,8 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	reg.Start(ctx, &bindings{Manager: procs, tools: svcs}, cfg.Environment)
-	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs})
+	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}})
+	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, MCP: mcpHandler})
 	return &Server{log: log, cfg: cfg, store: st, procs: procs, modules: reg, services: svcs, handler: handler}, nil
 }
 
