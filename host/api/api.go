@@ -39,6 +39,7 @@ type Deps struct {
 	Processes *process.Manager
 	Modules   *modules.Registry
 	Services  *services.Manager
+	MCP       http.Handler // the MCP endpoint, mounted at /mcp when set
 }
 
 type server struct {
@@ -67,6 +68,9 @@ func New(d Deps) (http.Handler, huma.API) {
 	s.registerModuleSettings(api)
 	s.registerServices(api)
 	s.registerTools(api)
+	if d.MCP != nil {
+		r.Handle("/mcp", d.MCP)
+	}
 	return r, api
 }
 
