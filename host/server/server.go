@@ -13,7 +13,6 @@ import (
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/python"
-	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/api"
@@ -95,9 +94,8 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	launcher := worker.Plain{}
 	reg := modules.New(log.With("component", "modules"), st, box, map[string]modules.Factory{
-		"python": func() module.Environment { return python.New(log, launcher) },
+		"python": func() module.Environment { return python.New(log) },
 	})
 	svcs := services.New(log.With("component", "services"), st, box, map[string]adapter.Adapter{
 		openapi.ID: openapi.New(openapi.Options{}),
