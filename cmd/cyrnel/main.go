@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/cyrnel/cyrnel/envs/sandbox"
+	"github.com/cyrnel/cyrnel/envs/typescript"
 	"github.com/cyrnel/cyrnel/host/api"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/server"
@@ -37,7 +38,8 @@ Run 'cyrnel COMMAND --help' for a command's flags.
 `
 
 func main() {
-	sandbox.MaybeRun() // the sandbox re-executes this binary as its helper
+	sandbox.MaybeRun()            // the sandbox re-executes this binary as its helper
+	typescript.MaybeServeWorker() // and as the TypeScript environment's worker
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/cyrnel/cyrnel/envs/sandbox"
+	"github.com/cyrnel/cyrnel/envs/worker"
 )
 
 // Config is the python module's configuration.
@@ -27,33 +27,9 @@ type Config struct {
 	// StartTimeoutMs bounds an interpreter's warm-up; slower ones are replaced.
 	StartTimeoutMs int `json:"startTimeoutMs"`
 	// Sandbox says which isolation layers hold each interpreter.
-	Sandbox SandboxConfig `json:"sandbox"`
+	Sandbox worker.SandboxConfig `json:"sandbox"`
 	// Limits are each execution's resource limits.
-	Limits LimitsConfig `json:"limits"`
-}
-
-// SandboxConfig turns sandbox layers on and off. Every layer is on by
-// default; a machine that lacks one makes Setup fail (naming it) unless that
-// layer is turned off here.
-type SandboxConfig struct {
-	// Enabled false runs interpreters as plain child processes: nothing is
-	// isolated. Only for trusted code.
-	Enabled    bool `json:"enabled"`
-	Network    bool `json:"network"` // true lets programs use the network
-	Namespaces bool `json:"namespaces"`
-	Landlock   bool `json:"landlock"`
-	Seccomp    bool `json:"seccomp"`
-	Cgroups    bool `json:"cgroups"`
-}
-
-// LimitsConfig are per-execution resource limits.
-type LimitsConfig struct {
-	MemoryMB   int64 `json:"memoryMb"`
-	CPUSeconds int64 `json:"cpuSeconds"`
-	Processes  int64 `json:"processes"`
-	FileSizeMB int64 `json:"fileSizeMb"`
-	OpenFiles  int64 `json:"openFiles"`
-	TmpMB      int64 `json:"tmpMb"`
+	Limits worker.LimitsConfig `json:"limits"`
 }
 
 func defaultConfig() Config {
@@ -65,8 +41,8 @@ func defaultConfig() Config {
 		Preload:        []string{"asyncio"},
 		SitePackages:   true,
 		StartTimeoutMs: 10000,
-		Sandbox:        SandboxConfig{Enabled: true, Namespaces: true, Landlock: true, Seccomp: true, Cgroups: true},
-		Limits:         LimitsConfig{MemoryMB: 512, CPUSeconds: 60, Processes: 128, FileSizeMB: 64, OpenFiles: 256, TmpMB: 64},
+		Sandbox:        worker.DefaultSandbox,
+		Limits:         worker.DefaultLimits,
 	}
 }
 
@@ -82,32 +58,7 @@ const configSchema = `{
     "preload": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$"}, "maxItems": 64, "default": ["asyncio"], "description": "Modules every interpreter imports while warm (e.g. numpy, pandas). asyncio makes top-level await start at once; an empty list maximises fresh-interpreter throughput."},
     "sitePackages": {"type": "boolean", "default": true, "description": "Put the interpreter's site-packages on sys.path."},
     "startTimeoutMs": {"type": "integer", "minimum": 100, "maximum": 600000, "default": 10000, "description": "An interpreter that is not warm within this time is replaced."},
-    "sandbox": {
-      "type": "object",
-      "additionalProperties": false,
-      "description": "Isolation layers, all on by default. A machine that lacks a layer refuses to run until that layer is turned off here.",
-      "properties": {
-        "enabled": {"type": "boolean", "default": true, "description": "false runs interpreters as plain child processes with no isolation at all: for trusted code only."},
-        "network": {"type": "boolean", "default": false, "description": "true lets programs use the network."},
-        "namespaces": {"type": "boolean", "default": true, "description": "User, PID, network, mount, IPC and UTS namespaces with a private root and /tmp."},
-        "landlock": {"type": "boolean", "default": true, "description": "Landlock file-system and network rules."},
-        "seccomp": {"type": "boolean", "default": true, "description": "The seccomp system-call filter."},
-        "cgroups": {"type": "boolean", "default": true, "description": "Per-execution memory and process cgroups (else rlimits)."}
-      }
-    },
-    "limits": {
-      "type": "object",
-      "additionalProperties": false,
-      "description": "Per-execution resource limits.",
-      "properties": {
-        "memoryMb": {"type": "integer", "minimum": 16, "maximum": 1048576, "default": 512},
-        "cpuSeconds": {"type": "integer", "minimum": 1, "maximum": 86400, "default": 60},
-        "processes": {"type": "integer", "minimum": 4, "maximum": 65536, "default": 128, "description": "Processes and threads."},
-        "fileSizeMb": {"type": "integer", "minimum": 1, "maximum": 1048576, "default": 64},
-        "openFiles": {"type": "integer", "minimum": 16, "maximum": 1048576, "default": 256},
-        "tmpMb": {"type": "integer", "minimum": 1, "maximum": 1048576, "default": 64, "description": "Size of the private working directory (/tmp)."}
-      }
-    }
+    ` + worker.SandboxSchema + `
   }
 }`
 
@@ -124,15 +75,4 @@ func parseConfig(raw map[string]any) (Config, error) {
 		return c, fmt.Errorf("python config: %w", err)
 	}
 	return c, nil
-}
-
-func (s SandboxConfig) relax() sandbox.Relax {
-	return sandbox.Relax{Network: s.Network, Namespaces: !s.Namespaces, Landlock: !s.Landlock, Seccomp: !s.Seccomp, Cgroups: !s.Cgroups}
-}
-
-func (l LimitsConfig) sandbox() sandbox.Limits {
-	return sandbox.Limits{
-		MemoryBytes: l.MemoryMB << 20, CPUSeconds: l.CPUSeconds, Procs: l.Processes,
-		FileSizeBytes: l.FileSizeMB << 20, OpenFiles: l.OpenFiles, TmpBytes: l.TmpMB << 20,
-	}
 }

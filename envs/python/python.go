@@ -5,10 +5,10 @@ package python
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
-	"github.com/cyrnel/cyrnel/envs/sandbox"
 	"github.com/cyrnel/cyrnel/envs/worker"
 	pyruntime "github.com/cyrnel/cyrnel/python"
 )
@@ -32,27 +31,21 @@ const boot = "import sys; sys.path[:0] = sys.argv[1].split('\\n'); from cyrnel._
 type Env struct {
 	log *slog.Logger
 
-	mu       sync.Mutex
-	cfg      Config
-	b        module.Bindings
-	python   string // real interpreter path
-	version  string
-	paths    []string // sys.path prefix: the runtime, then site-packages
-	runtime  string   // extracted runtime directory
-	launch   worker.Launcher
-	layers   map[string]any // the sandbox in force, for Status
-	pool     *worker.Pool
-	slots    chan struct{}
-	waiting  int
-	flights  map[int64]context.CancelFunc
-	inflight sync.WaitGroup
-	reaping  sync.WaitGroup
-	closed   bool
+	mu      sync.Mutex
+	cfg     Config
+	b       module.Bindings
+	python  string // real interpreter path
+	version string
+	paths   []string // sys.path prefix: the runtime, then site-packages
+	runtime string   // extracted runtime directory
+	launch  worker.Launcher
+	layers  map[string]any // the sandbox in force, for Status
+	runner  *worker.Runner
 }
 
 // New returns the Python environment.
 func New(log *slog.Logger) *Env {
-	return &Env{log: log.With("env", "python"), flights: map[int64]context.CancelFunc{}}
+	return &Env{log: log.With("env", "python")}
 }
 
 // Info describes the module.
@@ -75,7 +68,7 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	if err != nil {
 		return err
 	}
-	launcher, layers, err := e.launcher(cfg, py)
+	launcher, layers, err := worker.ChooseLauncher(e.log, cfg.Sandbox, cfg.Limits, py.readPaths())
 	if err != nil {
 		return err
 	}
@@ -94,28 +87,12 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.cfg, e.b, e.python, e.version, e.paths, e.runtime, e.launch, e.layers = cfg, sc.Bindings, py.exe, py.version, paths, dir, launcher, layers
-	e.slots = make(chan struct{}, cfg.Concurrency)
-	e.pool = worker.NewPool(e.log, cfg.PoolSize, time.Duration(cfg.StartTimeoutMs)*time.Millisecond, e.spawn)
+	e.runner = worker.NewRunner(e.log, worker.RunnerConfig{
+		PoolSize: cfg.PoolSize, Concurrency: cfg.Concurrency, QueueLimit: cfg.QueueLimit,
+		StartTimeout: time.Duration(cfg.StartTimeoutMs) * time.Millisecond,
+	}, e.spawn)
 	e.log.Info("python environment ready", "interpreter", py.exe, "poolSize", cfg.PoolSize, "preload", cfg.Preload, "sandbox", layers)
 	return nil
-}
-
-// launcher picks how interpreters start: in the sandbox with the layers the
-// config asks for, refusing when the machine lacks one of them; or, only
-// when the config says so, as plain processes.
-func (e *Env) launcher(cfg Config, py interpreter) (worker.Launcher, map[string]any, error) {
-	if !cfg.Sandbox.Enabled {
-		e.log.Warn("the python sandbox is disabled by config: programs run as plain processes with the host's privileges")
-		return worker.Plain{}, map[string]any{"enabled": false}, nil
-	}
-	support := sandbox.Probe()
-	relax := cfg.Sandbox.relax()
-	if err := support.Check(relax); err != nil {
-		return nil, nil, fmt.Errorf("refusing to run python without its sandbox: %w (turn the missing layers off in the python module's sandbox config to run anyway)", err)
-	}
-	layers := support.Layers(relax)
-	return worker.Sandboxed{ReadPaths: py.readPaths(), Limits: cfg.Limits.sandbox(), Relax: relax, Log: e.log},
-		map[string]any{"enabled": true, "layers": layers, "limits": cfg.Limits}, nil
 }
 
 // interpreter is what the probe learnt of a Python installation.
@@ -221,91 +198,35 @@ func (e *Env) spawn(ctx context.Context) (*worker.Worker, error) {
 	return w, nil
 }
 
-// ErrQueueFull is returned when more executions wait than QueueLimit allows.
-var ErrQueueFull = errors.New("python execution queue is full")
-
-// ErrTornDown is returned for executions after Teardown.
-var ErrTornDown = errors.New("python environment is torn down")
-
 // Execute runs one program in a fresh interpreter.
 func (e *Env) Execute(ctx context.Context, in module.ExecutionInput) (module.Result, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	e.mu.Lock()
-	if e.closed || e.pool == nil {
-		e.mu.Unlock()
-		return module.Result{}, ErrTornDown
-	}
-	if e.waiting >= e.cfg.QueueLimit+e.cfg.Concurrency {
-		e.mu.Unlock()
-		return module.Result{}, fmt.Errorf("%w (%d waiting)", ErrQueueFull, e.cfg.QueueLimit)
-	}
-	e.waiting++
-	e.flights[in.EID] = cancel
-	e.inflight.Add(1)
-	b, pool, slots := e.b, e.pool, e.slots
+	r, b := e.runner, e.b
 	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		delete(e.flights, in.EID)
-		e.mu.Unlock()
-		e.inflight.Done()
-	}()
-
-	b.SetState(in.EID, module.StateQueued)
-	canceled := module.Result{Exit: module.ExitCanceled, Reason: module.ReasonKilled}
-	select {
-	case slots <- struct{}{}:
-	case <-ctx.Done():
-		e.release(false)
-		return canceled, nil
+	if r == nil {
+		return module.Result{}, worker.ErrTornDown
 	}
-	defer e.release(true)
-	w, err := pool.Get(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return canceled, nil
-		}
-		return module.Result{}, fmt.Errorf("get a python interpreter: %w", err)
-	}
-	res := w.Run(ctx, b, worker.Request{Input: in, OutputLimit: in.Options.OutputLimitBytes})
-	// Reaping the spent interpreter is off the critical path; Teardown
-	// waits for it.
-	e.reaping.Add(1)
-	go func() {
-		defer e.reaping.Done()
-		w.Close()
-	}()
-	return res, nil
-}
-
-func (e *Env) release(slot bool) {
-	if slot {
-		<-e.slots
-	}
-	e.mu.Lock()
-	e.waiting--
-	e.mu.Unlock()
+	return r.Execute(ctx, b, in)
 }
 
 // Kill stops a queued or running execution; unknown eids are ignored.
 func (e *Env) Kill(_ context.Context, eid int64) error {
 	e.mu.Lock()
-	cancel := e.flights[eid]
+	r := e.runner
 	e.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	if r != nil {
+		r.Kill(eid)
 	}
 	return nil
 }
 
-// Status reports the pool's health for GET /environment.
+// Status reports the pool's health and the sandbox in force.
 func (e *Env) Status() map[string]any {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	st := map[string]any{"interpreter": e.python, "running": len(e.flights), "concurrency": e.cfg.Concurrency, "sandbox": e.layers}
-	if e.pool != nil {
-		st["pool"] = e.pool.Stats()
+	st := map[string]any{"interpreter": e.python, "version": e.version, "sandbox": e.layers}
+	if e.runner != nil {
+		maps.Copy(st, e.runner.Status())
 	}
 	return st
 }
@@ -314,20 +235,11 @@ func (e *Env) Status() map[string]any {
 // extracted runtime.
 func (e *Env) Teardown(context.Context) error {
 	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return nil
-	}
-	e.closed = true
-	for _, cancel := range e.flights {
-		cancel()
-	}
-	pool, dir := e.pool, e.runtime
+	r, dir := e.runner, e.runtime
+	e.runtime = ""
 	e.mu.Unlock()
-	e.inflight.Wait()
-	e.reaping.Wait()
-	if pool != nil {
-		pool.Close()
+	if r != nil {
+		r.Close()
 	}
 	if dir != "" {
 		return os.RemoveAll(dir)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cyrnel/cyrnel/envs/envtest"
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/envs/worker"
 )
 
 // BenchmarkExecuteWarm measures one trivial execution through the
@@ -25,7 +26,7 @@ func BenchmarkExecuteWarm(b *testing.B) {
 	var lat []time.Duration
 	for i := range b.N {
 		b.StopTimer()
-		for e.pool.Stats().Ready < e.cfg.PoolSize {
+		for e.Status()["pool"].(worker.Stats).Ready < e.cfg.PoolSize {
 			time.Sleep(time.Millisecond)
 		}
 		b.StartTimer()

@@ -40,7 +40,7 @@ func BenchmarkExecuteToolCall(b *testing.B) {
 }
 
 func benchmarkExecute(b *testing.B, code string) {
-	env := New(nil, Options{})
+	env := New(nil)
 	if err := env.Setup(context.Background(), module.SetupContext{Bindings: discard{}}); err != nil {
 		b.Fatal(err)
 	}

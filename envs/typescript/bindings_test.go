@@ -188,7 +188,7 @@ func (r *recorder) waitState(t *testing.T, eid int64, state module.ExecState) {
 func newEnv(t testing.TB, config map[string]any) (*Environment, *recorder) {
 	t.Helper()
 	rec := newRecorder()
-	env := New(nil, Options{})
+	env := New(nil)
 	if err := env.Setup(context.Background(), module.SetupContext{Config: config, Bindings: rec}); err != nil {
 		t.Fatalf("setup: %v", err)
 	}

@@ -12,7 +12,7 @@ import (
 // When the host can list tools, they are summarised at the end.
 func (e *Environment) Docs(ctx context.Context) (string, error) {
 	e.mu.Lock()
-	b, cfg := e.bindings, e.cfg
+	b, cfg := e.b, e.cfg
 	e.mu.Unlock()
 	if b == nil {
 		cfg, _ = ParseConfig(nil)

@@ -39,7 +39,7 @@ func TestDocs(t *testing.T) {
 }
 
 func TestToolDocs(t *testing.T) {
-	env := New(nil, Options{})
+	env := New(nil)
 	input := `{
 	  "type": "object",
 	  "properties": {
@@ -91,7 +91,7 @@ func TestToolDocs(t *testing.T) {
 }
 
 func TestToolDocsWithoutParameters(t *testing.T) {
-	env := New(nil, Options{})
+	env := New(nil)
 	docs, err := env.ToolDocs(context.Background(), module.ToolDocsInput{ServiceID: "my-svc", ToolID: "ping", InputSchema: json.RawMessage(`{"type":"object"}`)})
 	if err != nil {
 		t.Fatal(err)

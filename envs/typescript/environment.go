@@ -6,10 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/envs/worker"
 )
 
 // ID is the module id of the TypeScript environment.
@@ -22,20 +26,27 @@ const Version = "0.1.0"
 type Config struct {
 	// TimeoutMs applies when the host passes no timeout of its own.
 	TimeoutMs int64 `json:"timeoutMs"`
-	// MemoryLimitMb is for the worker subprocess that will host the engine;
-	// in-process it is accepted but not enforced (goja has no heap limit).
-	MemoryLimitMb int64 `json:"memoryLimitMb"`
-	// Concurrency bounds the executions running at once; the rest wait,
-	// reported as queued.
+	// Concurrency bounds the executions running at once (one per worker);
+	// the rest wait, reported as queued.
 	Concurrency int `json:"concurrency"`
+	// PoolSize is how many warm workers wait for work.
+	PoolSize int                  `json:"poolSize"`
+	Sandbox  worker.SandboxConfig `json:"sandbox"`
+	// Limits hold each worker process: a memory bomb or a runaway built-in
+	// ends that worker, never the host.
+	Limits worker.LimitsConfig `json:"limits"`
 }
 
-// Configuration defaults and bounds.
+// Configuration defaults.
 const (
-	DefaultMemoryLimitMb = 512
-	DefaultConcurrency   = 8
-	maxConcurrency       = 1024
+	DefaultConcurrency = 8
+	DefaultPoolSize    = 2
 )
+
+// grace is how long a worker gets to stop a program by itself (the engine
+// abandons a run within 250 ms of its timeout or cancel) before its process
+// is killed and replaced.
+const grace = 500 * time.Millisecond
 
 const configSchema = `{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -44,37 +55,33 @@ const configSchema = `{
   "properties": {
     "timeoutMs": {
       "type": "integer", "minimum": 1, "default": 30000,
-      "description": "Execution timeout in milliseconds when the request does not set one."
-    },
-    "memoryLimitMb": {
-      "type": "integer", "minimum": 16, "default": 512,
-      "description": "Memory limit per execution in MiB, enforced by the worker subprocess; not enforced when the engine runs in-process."
+      "description": "Execution timeout in milliseconds when the host passes none."
     },
     "concurrency": {
-      "type": "integer", "minimum": 1, "maximum": 1024, "default": 8,
+      "type": "integer", "minimum": 1, "maximum": 256, "default": 8,
       "description": "Executions running at once; further executions wait as queued."
-    }
+    },
+    "poolSize": {
+      "type": "integer", "minimum": 1, "maximum": 64, "default": 2,
+      "description": "Warm worker processes kept ready."
+    },
+    ` + worker.SandboxSchema + `
   }
 }`
 
-// Environment is the TypeScript environment module: the engine run
-// in-process, one fresh goja runtime per execution.
+// Environment is the TypeScript environment module. Programs run in the
+// engine inside sandboxed worker processes (this binary in worker mode),
+// a fresh goja runtime per execution; a worker serves executions one at a
+// time and is replaced when one ends uncleanly.
 type Environment struct {
-	engine *Engine
 	logger *slog.Logger
 
-	mu       sync.Mutex
-	bindings module.Bindings
-	cfg      Config
-	slots    chan struct{} // one token per running execution
-	execs    map[int64]*execution
-	closed   bool
-	inflight sync.WaitGroup
-}
-
-type execution struct {
-	kill    context.CancelFunc
-	running bool
+	mu     sync.Mutex
+	b      module.Bindings
+	cfg    Config
+	layers map[string]any
+	runner *worker.Runner
+	closed bool
 }
 
 var (
@@ -84,11 +91,11 @@ var (
 
 // New returns the environment; it runs nothing before Setup. A nil logger
 // discards.
-func New(logger *slog.Logger, opts Options) *Environment {
+func New(logger *slog.Logger) *Environment {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Environment{engine: NewEngine(opts), logger: logger, execs: map[int64]*execution{}}
+	return &Environment{logger: logger.With("env", ID)}
 }
 
 // Info describes the module.
@@ -98,7 +105,7 @@ func (e *Environment) Info() module.Info {
 		Type:          module.TypeEnvironment,
 		Name:          "TypeScript",
 		Version:       Version,
-		Description:   "Runs TypeScript in an embedded JavaScript engine (goja); types are stripped by esbuild. Each execution gets a fresh runtime with top-level await, cyrnel.output, cyrnel.services and console.",
+		Description:   "Runs TypeScript in an embedded JavaScript engine (goja) inside sandboxed worker processes; types are stripped by esbuild. Each execution gets a fresh runtime with top-level await, cyrnel.output, cyrnel.services and console.",
 		ConfigSchema:  json.RawMessage(configSchema),
 		SecretsSchema: json.RawMessage(`{"type":"object","additionalProperties":false}`),
 	}
@@ -106,7 +113,10 @@ func (e *Environment) Info() module.Info {
 
 // ParseConfig applies defaults to raw and checks it.
 func ParseConfig(raw map[string]any) (Config, error) {
-	cfg := Config{TimeoutMs: module.DefaultTimeoutMs, MemoryLimitMb: DefaultMemoryLimitMb, Concurrency: DefaultConcurrency}
+	cfg := Config{
+		TimeoutMs: module.DefaultTimeoutMs, Concurrency: DefaultConcurrency, PoolSize: DefaultPoolSize,
+		Sandbox: worker.DefaultSandbox, Limits: worker.DefaultLimits,
+	}
 	if len(raw) > 0 {
 		b, err := json.Marshal(raw)
 		if err != nil {
@@ -119,15 +129,17 @@ func ParseConfig(raw map[string]any) (Config, error) {
 	switch {
 	case cfg.TimeoutMs < 1:
 		return Config{}, fmt.Errorf("typescript: config: timeoutMs must be at least 1, got %d", cfg.TimeoutMs)
-	case cfg.MemoryLimitMb < 16:
-		return Config{}, fmt.Errorf("typescript: config: memoryLimitMb must be at least 16, got %d", cfg.MemoryLimitMb)
-	case cfg.Concurrency < 1 || cfg.Concurrency > maxConcurrency:
-		return Config{}, fmt.Errorf("typescript: config: concurrency must be between 1 and %d, got %d", maxConcurrency, cfg.Concurrency)
+	case cfg.Concurrency < 1 || cfg.Concurrency > 256:
+		return Config{}, fmt.Errorf("typescript: config: concurrency must be between 1 and 256, got %d", cfg.Concurrency)
+	case cfg.PoolSize < 1 || cfg.PoolSize > 64:
+		return Config{}, fmt.Errorf("typescript: config: poolSize must be between 1 and 64, got %d", cfg.PoolSize)
+	case cfg.Limits.MemoryMB < 16:
+		return Config{}, fmt.Errorf("typescript: config: limits.memoryMb must be at least 16, got %d", cfg.Limits.MemoryMB)
 	}
 	return cfg, nil
 }
 
-// Setup stores the bindings and the configuration.
+// Setup checks the config and the sandbox and starts the worker pool.
 func (e *Environment) Setup(_ context.Context, sc module.SetupContext) error {
 	if sc.Bindings == nil {
 		return errors.New("typescript: setup: no bindings")
@@ -136,148 +148,90 @@ func (e *Environment) Setup(_ context.Context, sc module.SetupContext) error {
 	if err != nil {
 		return err
 	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("typescript: find this binary to start workers: %w", err)
+	}
+	if self, err = filepath.EvalSymlinks(self); err != nil {
+		return fmt.Errorf("typescript: find this binary to start workers: %w", err)
+	}
+	launcher, layers, err := worker.ChooseLauncher(e.logger, cfg.Sandbox, cfg.Limits, nil)
+	if err != nil {
+		return fmt.Errorf("typescript: %w", err)
+	}
+	cmd := worker.Command{Path: self, Args: []string{WorkerArg}}
+	spawn := func(ctx context.Context) (*worker.Worker, error) {
+		w, err := worker.Start(ctx, e.logger, launcher, cmd)
+		if err != nil {
+			return nil, err
+		}
+		if err := w.WaitReady(ctx); err != nil {
+			w.Close()
+			return nil, err
+		}
+		return w, nil
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
 		return errors.New("typescript: setup: environment is torn down")
 	}
-	e.bindings, e.cfg = sc.Bindings, cfg
-	e.slots = make(chan struct{}, cfg.Concurrency)
+	e.b, e.cfg, e.layers = sc.Bindings, cfg, layers
+	e.runner = worker.NewRunner(e.logger, worker.RunnerConfig{
+		PoolSize: cfg.PoolSize, Concurrency: cfg.Concurrency, QueueLimit: 256,
+		StartTimeout: 10 * time.Second, Reuse: true, Grace: grace,
+	}, spawn)
 	return nil
 }
 
-// Execute runs one process: queued until a slot is free, then running until
-// the program ends, times out or is killed.
+// Execute runs one process: queued until a slot and a worker are free, then
+// running until the program ends, times out or is killed.
 func (e *Environment) Execute(ctx context.Context, in module.ExecutionInput) (module.Result, error) {
-	ctx, kill := context.WithCancel(ctx)
-	defer kill()
-	b, cfg, slots, err := e.register(in.EID, kill)
-	if err != nil {
-		return module.Result{}, err
-	}
-	defer e.unregister(in.EID)
-
-	b.SetState(in.EID, module.StateQueued)
-	select {
-	case slots <- struct{}{}:
-	case <-ctx.Done():
-		return module.Result{Exit: module.ExitCanceled, Reason: module.ReasonKilled}, nil
-	}
-	defer func() { <-slots }()
-	e.markRunning(in.EID)
-	b.SetState(in.EID, module.StateRunning)
-
-	timeout := time.Duration(cfg.TimeoutMs) * time.Millisecond
-	if in.Options.TimeoutMs > 0 {
-		timeout = time.Duration(in.Options.TimeoutMs) * time.Millisecond
-	}
-	res := e.engine.Run(ctx, in.Code, timeout, bindingCallbacks{b: b, eid: in.EID})
-	if res.Exit == module.ExitFailed {
-		b.SetError(in.EID, res.Error)
-	}
-	if res.Reason == module.ReasonEnvironmentError {
-		e.logger.Error("typescript execution failed in the engine", "eid", in.EID, "error", res.Error)
-	}
-	return module.Result{Exit: res.Exit, Reason: res.Reason}, nil
-}
-
-func (e *Environment) register(eid int64, kill context.CancelFunc) (module.Bindings, Config, chan struct{}, error) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	switch {
-	case e.closed:
-		return nil, Config{}, nil, errors.New("typescript: environment is torn down")
-	case e.bindings == nil:
-		return nil, Config{}, nil, errors.New("typescript: environment is not set up")
-	case e.execs[eid] != nil:
-		return nil, Config{}, nil, fmt.Errorf("typescript: execution %d is already in progress", eid)
-	}
-	e.execs[eid] = &execution{kill: kill}
-	e.inflight.Add(1)
-	return e.bindings, e.cfg, e.slots, nil
-}
-
-func (e *Environment) unregister(eid int64) {
-	e.mu.Lock()
-	delete(e.execs, eid)
+	r, b, cfg := e.runner, e.b, e.cfg
 	e.mu.Unlock()
-	e.inflight.Done()
-}
-
-func (e *Environment) markRunning(eid int64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if x := e.execs[eid]; x != nil {
-		x.running = true
+	if r == nil {
+		return module.Result{}, errors.New("typescript: environment is not set up or torn down")
 	}
+	if in.Options.TimeoutMs <= 0 {
+		in.Options.TimeoutMs = cfg.TimeoutMs
+	}
+	return r.Execute(ctx, b, in)
 }
 
 // Kill stops a queued or running execution; Execute then returns canceled.
 // An unknown eid is not an error.
 func (e *Environment) Kill(_ context.Context, eid int64) error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if x := e.execs[eid]; x != nil {
-		x.kill()
+	r := e.runner
+	e.mu.Unlock()
+	if r != nil {
+		r.Kill(eid)
 	}
 	return nil
 }
 
-// Teardown kills every execution in flight and waits for them to return.
-func (e *Environment) Teardown(ctx context.Context) error {
+// Teardown kills every execution in flight, waits for them, and stops the
+// workers.
+func (e *Environment) Teardown(context.Context) error {
 	e.mu.Lock()
 	e.closed = true
-	for _, x := range e.execs {
-		x.kill()
-	}
+	r := e.runner
+	e.runner = nil
 	e.mu.Unlock()
-
-	done := make(chan struct{})
-	go func() {
-		e.inflight.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("typescript: teardown: waiting for executions: %w", ctx.Err())
+	if r != nil {
+		r.Close()
 	}
+	return nil
 }
 
-// Status reports the environment's load for GET /environment.
+// Status reports the environment's load and sandbox for GET /environment.
 func (e *Environment) Status() map[string]any {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	running := 0
-	for _, x := range e.execs {
-		if x.running {
-			running++
-		}
+	st := map[string]any{"mode": "worker", "sandbox": e.layers}
+	if e.runner != nil {
+		maps.Copy(st, e.runner.Status())
 	}
-	return map[string]any{
-		"mode":                "in-process",
-		"concurrency":         e.cfg.Concurrency,
-		"running":             running,
-		"queued":              len(e.execs) - running,
-		"memoryLimitEnforced": false,
-	}
-}
-
-// bindingCallbacks routes one execution's engine callbacks to the host.
-type bindingCallbacks struct {
-	b   module.Bindings
-	eid int64
-}
-
-func (c bindingCallbacks) Stdout(p []byte)             { c.b.EmitStdout(c.eid, p) }
-func (c bindingCallbacks) Stderr(p []byte)             { c.b.EmitStderr(c.eid, p) }
-func (c bindingCallbacks) Output(patch map[string]any) { c.b.EmitOutput(c.eid, patch) }
-
-func (c bindingCallbacks) InvokeTool(ctx context.Context, serviceID, toolID string, params map[string]any) (any, error) {
-	return c.b.InvokeTool(ctx, module.InvokeInput{ServiceID: serviceID, ToolID: toolID, Parameters: params})
-}
-
-func (c bindingCallbacks) ListTools(ctx context.Context) ([]module.Tool, error) {
-	return c.b.ListTools(ctx)
+	return st
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/envs/worker"
 )
 
 func wantResult(t *testing.T, got module.Result, exit module.ExitState, reason module.Reason) {
@@ -518,7 +519,7 @@ func TestDefaultTimeoutFromConfig(t *testing.T) {
 
 func TestTeardownKillsAndWaits(t *testing.T) {
 	rec := newRecorder()
-	env := New(nil, Options{})
+	env := New(nil)
 	if err := env.Setup(context.Background(), module.SetupContext{Bindings: rec}); err != nil {
 		t.Fatal(err)
 	}
@@ -547,14 +548,14 @@ func TestTeardownKillsAndWaits(t *testing.T) {
 }
 
 func TestExecuteBeforeSetupFails(t *testing.T) {
-	env := New(nil, Options{})
+	env := New(nil)
 	if _, err := env.Execute(context.Background(), module.ExecutionInput{EID: 1, Code: "1"}); err == nil {
 		t.Error("execute before setup succeeded")
 	}
 }
 
 func TestInfoAndConfig(t *testing.T) {
-	env := New(nil, Options{})
+	env := New(nil)
 	info := env.Info()
 	if info.ID != "typescript" || info.Type != module.TypeEnvironment || info.Version == "" || info.Name == "" || info.Description == "" {
 		t.Errorf("info = %+v", info)
@@ -567,7 +568,7 @@ func TestInfoAndConfig(t *testing.T) {
 	if err := json.Unmarshal(info.ConfigSchema, &schema); err != nil {
 		t.Fatalf("config schema: %v", err)
 	}
-	for _, k := range []string{"timeoutMs", "memoryLimitMb", "concurrency"} {
+	for _, k := range []string{"timeoutMs", "concurrency", "poolSize", "sandbox", "limits"} {
 		if _, ok := schema.Properties[k]; !ok {
 			t.Errorf("config schema lacks %s", k)
 		}
@@ -580,10 +581,10 @@ func TestInfoAndConfig(t *testing.T) {
 	}
 
 	cfg, err := ParseConfig(nil)
-	if err != nil || cfg != (Config{TimeoutMs: module.DefaultTimeoutMs, MemoryLimitMb: DefaultMemoryLimitMb, Concurrency: DefaultConcurrency}) {
+	if err != nil || cfg != (Config{TimeoutMs: module.DefaultTimeoutMs, Concurrency: DefaultConcurrency, PoolSize: DefaultPoolSize, Sandbox: worker.DefaultSandbox, Limits: worker.DefaultLimits}) {
 		t.Errorf("defaults = %+v, %v", cfg, err)
 	}
-	for _, bad := range []map[string]any{{"concurrency": 0.0}, {"timeoutMs": -1.0}, {"memoryLimitMb": 1.0}, {"concurrency": 1.5}, {"timeoutMs": "x"}} {
+	for _, bad := range []map[string]any{{"concurrency": 0.0}, {"timeoutMs": -1.0}, {"limits": map[string]any{"memoryMb": 1.0}}, {"concurrency": 1.5}, {"timeoutMs": "x"}} {
 		if _, err := ParseConfig(bad); err == nil {
 			t.Errorf("config %v accepted", bad)
 		}

@@ -8,12 +8,24 @@ import (
 	"github.com/cyrnel/cyrnel/envs/module"
 )
 
+// outputGrace is how long to wait, after the runtime answered, for its output
+// pipes to reach end-of-file (only children still holding them delay it), and
+// for a worker whose stream broke to end by itself.
+const outputGrace = 100 * time.Millisecond
+
 // Request is one execution handed to a worker.
 type Request struct {
 	Input module.ExecutionInput
 	// OutputLimit caps each of stdout and stderr in bytes (0: no cap); past
 	// it the worker is stopped and the execution fails with output_limit.
 	OutputLimit int64
+	// Reuse: the worker serves more executions after this one, so its
+	// output pipes stay open (its runtime sends output as notifications).
+	Reuse bool
+	// Grace: on a kill, the runtime is asked to stop (a cancel notification)
+	// and gets this long before its process is killed; the runtime enforces
+	// timeoutMs itself and the host only backs it up after this long.
+	Grace time.Duration
 }
 
 type executeReply struct {
@@ -22,45 +34,38 @@ type executeReply struct {
 	Reason string `json:"reason"`
 }
 
-// outputGrace is how long to wait, after the runtime answered, for its output
-// pipes to reach end-of-file; only children still holding them delay it.
-const outputGrace = 100 * time.Millisecond
-
-// Run executes one program in the worker. Every byte of output has been
-// emitted when it returns. The worker is spent: the caller must Close it
-// (which can happen off the critical path). Cancelling ctx kills the
-// execution (canceled); the timeout is enforced here.
-func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) module.Result {
+// Run executes one program in the worker and returns how it ended. Every
+// byte of output has been emitted when it returns. clean says the worker
+// answered and may serve again (with Reuse); otherwise it is spent and the
+// caller must Close it, which can happen off the critical path. Cancelling
+// ctx kills the execution (canceled); the timeout is enforced here.
+func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (res module.Result, clean bool) {
 	in := req.Input
-	callCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	e := &execution{eid: in.EID, b: b, ctx: callCtx, limit: req.OutputLimit}
+	e := &execution{eid: in.EID, b: b, ctx: ctx, limit: req.OutputLimit}
 	w.cur.Store(e)
+	defer w.cur.Store(nil)
 
 	timeout := time.Duration(in.Options.TimeoutMs) * time.Millisecond
 	if timeout <= 0 {
 		timeout = module.DefaultTimeoutMs * time.Millisecond
 	}
-	timer := time.NewTimer(timeout)
+	timer := time.NewTimer(timeout + req.Grace)
 	defer timer.Stop()
 
 	b.SetState(in.EID, module.StateRunning)
+	// The call outlives ctx: after a kill a graceful runtime still answers.
+	callCtx, cancelCall := context.WithCancel(context.Background())
+	defer cancelCall()
 	var rep executeReply
 	replied := make(chan error, 1)
 	go func() {
 		replied <- w.conn.Call(callCtx, "execute", map[string]any{
-			"eid": in.EID, "code": in.Code, "timeoutMs": in.Options.TimeoutMs, "envConfig": in.EnvConfig,
+			"eid": in.EID, "code": in.Code, "timeoutMs": timeout.Milliseconds(), "envConfig": in.EnvConfig,
 		}, &rep)
 	}()
 
-	var res module.Result
 	var msg string
-	select {
-	case err := <-replied:
-		if err != nil && ctx.Err() != nil {
-			res = module.Result{Exit: module.ExitCanceled, Reason: module.ReasonKilled}
-			break
-		}
+	answered := func(err error) {
 		if err != nil {
 			// The stream broke: the process is dying (let it report how)
 			// or wrote garbage on fd 4 (kill it).
@@ -68,41 +73,66 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) module
 				w.h.Kill()
 			}
 			res, msg = w.died()
-			break
+			return
 		}
-		// The runtime released its stdout and stderr before answering.
-		if !w.waitStreams(outputGrace) {
+		if !req.Reuse && !w.waitStreams(outputGrace) {
+			// The runtime released its stdout and stderr before answering;
+			// something it started still holds them.
 			w.h.Kill()
 			w.drain()
 		}
-		switch rep.Status {
-		case "success":
-			res = module.Result{Exit: module.ExitSuccess, Reason: module.ReasonCompleted}
-		default:
-			res = module.Result{Exit: module.ExitFailed, Reason: module.Reason(rep.Reason)}
-			if res.Reason == "" {
-				res.Reason = module.ReasonException
-			}
-			msg = rep.Error
-		}
+		res, msg, clean = replyResult(rep), rep.Error, true
+	}
+	killed := module.Result{Exit: module.ExitCanceled, Reason: module.ReasonKilled}
+	select {
+	case err := <-replied:
+		answered(err)
 	case <-w.h.Done():
 		res, msg = w.died()
 	case <-timer.C:
 		res = module.Result{Exit: module.ExitTimeout, Reason: module.ReasonTimeout}
-		msg = fmt.Sprintf("execution exceeded its timeout of %d ms", timeout.Milliseconds())
 	case <-ctx.Done():
-		res = module.Result{Exit: module.ExitCanceled, Reason: module.ReasonKilled}
+		res = killed
+		if req.Grace > 0 {
+			_ = w.conn.Notify(context.Background(), "cancel", map[string]any{"eid": in.EID})
+			grace := time.NewTimer(req.Grace)
+			select {
+			case err := <-replied:
+				answered(err)
+			case <-grace.C:
+			}
+			grace.Stop()
+		}
 	}
-	w.h.Kill() // idempotent; a no-op when the runtime answered
-	w.drain()
+	if !clean {
+		w.h.Kill()
+		w.drain()
+	}
 	if e.overLimit.Load() && res.Exit != module.ExitTimeout && res.Exit != module.ExitCanceled {
-		res = module.Result{Exit: module.ExitFailed, Reason: module.ReasonOutputLimit}
+		res, clean = module.Result{Exit: module.ExitFailed, Reason: module.ReasonOutputLimit}, false
 		msg = fmt.Sprintf("%s exceeded the output limit of %d bytes", [2]string{"stdout", "stderr"}[e.overWhich.Load()], e.limit)
 	}
-	if msg != "" {
+	if res.Exit == module.ExitTimeout && msg == "" {
+		msg = fmt.Sprintf("execution exceeded its timeout of %d ms", timeout.Milliseconds())
+	}
+	if msg != "" && (res.Exit == module.ExitFailed || res.Exit == module.ExitTimeout) {
 		b.SetError(in.EID, msg)
 	}
-	w.cur.Store(nil)
+	return res, clean
+}
+
+func replyResult(rep executeReply) module.Result {
+	exit := module.ExitState(rep.Status)
+	if !exit.Valid() {
+		exit = module.ExitFailed
+	}
+	res := module.Result{Exit: exit, Reason: module.Reason(rep.Reason)}
+	if res.Reason == "" {
+		res.Reason = map[module.ExitState]module.Reason{
+			module.ExitSuccess: module.ReasonCompleted, module.ExitFailed: module.ReasonException,
+			module.ExitTimeout: module.ReasonTimeout, module.ExitCanceled: module.ReasonKilled,
+		}[exit]
+	}
 	return res
 }
 

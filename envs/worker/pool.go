@@ -97,6 +97,25 @@ func (p *Pool) Get(ctx context.Context) (*Worker, error) {
 	}
 }
 
+// Put returns a worker that may serve again; false when it is dead or the
+// pool is full, and the caller must close it.
+func (p *Pool) Put(w *Worker) bool {
+	if w.Dead() {
+		return false
+	}
+	select {
+	case <-p.stop:
+		return false
+	default:
+	}
+	select {
+	case p.ready <- w:
+		return true
+	default:
+		return false
+	}
+}
+
 // Stats reports the pool's health.
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()

@@ -245,6 +245,16 @@ func (w *Worker) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Re
 	case "ready":
 		w.once.Do(func() { close(w.ready) })
 		return
+	case "stdout", "stderr":
+		// Runtimes that serve many executions send output in the stream,
+		// ordered with their answers.
+		var p struct {
+			Data []byte `json:"data"`
+		}
+		if w.cur.Load() != nil && req.Params != nil && json.Unmarshal(*req.Params, &p) == nil {
+			w.emit(map[string]int{"stdout": 0, "stderr": 1}[req.Method], p.Data)
+		}
+		return
 	case "output":
 		e := w.cur.Load()
 		var p struct {

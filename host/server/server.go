@@ -13,6 +13,7 @@ import (
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/python"
+	"github.com/cyrnel/cyrnel/envs/typescript"
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/api"
@@ -95,7 +96,8 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	reg := modules.New(log.With("component", "modules"), st, box, map[string]modules.Factory{
-		"python": func() module.Environment { return python.New(log) },
+		"python":      func() module.Environment { return python.New(log) },
+		typescript.ID: func() module.Environment { return typescript.New(log) },
 	})
 	svcs := services.New(log.With("component", "services"), st, box, map[string]adapter.Adapter{
 		openapi.ID: openapi.New(openapi.Options{}),

@@ -1,0 +1,145 @@
+package typescript
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+)
+
+// WorkerArg is the hidden argument that starts the binary as a TypeScript
+// worker: a process that runs programs in the engine, one at a time, for the
+// host that drives it over the worker protocol (docs/protocol.md).
+const WorkerArg = "__cyrnel_worker_typescript"
+
+// MaybeServeWorker serves as a TypeScript worker and exits when the binary
+// was started as one; otherwise it returns at once.
+func MaybeServeWorker() {
+	if len(os.Args) < 2 || os.Args[1] != WorkerArg {
+		return
+	}
+	if err := ServeWorker(os.NewFile(3, "requests"), os.NewFile(4, "answers")); err != nil {
+		fmt.Fprintln(os.Stderr, "typescript worker:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// ServeWorker runs the worker protocol on in (fd 3) and out (fd 4) until the
+// host closes the stream or asks it to shut down.
+func ServeWorker(in io.ReadCloser, out io.WriteCloser) error {
+	s := &workerServer{engine: NewEngine(Options{}), done: make(chan struct{})}
+	conn := jsonrpc2.NewConn(context.Background(), jsonrpc2.NewPlainObjectStream(rw{in, out}), s)
+	if err := conn.Notify(context.Background(), "ready", map[string]any{"pid": os.Getpid()}); err != nil {
+		return fmt.Errorf("announce ready: %w", err)
+	}
+	select {
+	case <-conn.DisconnectNotify():
+	case <-s.done:
+	}
+	return nil
+}
+
+type rw struct {
+	io.ReadCloser
+	w io.WriteCloser
+}
+
+func (p rw) Write(b []byte) (int, error) { return p.w.Write(b) }
+func (p rw) Close() error                { return errors.Join(p.w.Close(), p.ReadCloser.Close()) }
+
+type workerServer struct {
+	engine *Engine
+	mu     sync.Mutex
+	cancel context.CancelFunc // of the program running now
+	once   sync.Once
+	done   chan struct{}
+}
+
+type executeParams struct {
+	EID       int64 `json:"eid"`
+	Code      string
+	TimeoutMs int64 `json:"timeoutMs"`
+}
+
+// Handle keeps cancel in order on the read loop; an execution runs on its
+// own goroutine because its tool calls need the read loop for their answers.
+func (s *workerServer) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	switch req.Method {
+	case "cancel":
+		s.mu.Lock()
+		if s.cancel != nil {
+			s.cancel()
+		}
+		s.mu.Unlock()
+	case "shutdown":
+		if !req.Notif {
+			_ = conn.Reply(ctx, req.ID, nil)
+		}
+		s.once.Do(func() { close(s.done) })
+	case "execute":
+		var p executeParams
+		if req.Params == nil || json.Unmarshal(*req.Params, &p) != nil {
+			_ = conn.ReplyWithError(ctx, req.ID, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "execute: bad params"})
+			return
+		}
+		go s.execute(conn, req.ID, p)
+	default:
+		if !req.Notif {
+			_ = conn.ReplyWithError(ctx, req.ID, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "method not found: " + req.Method})
+		}
+	}
+}
+
+func (s *workerServer) execute(conn *jsonrpc2.Conn, id jsonrpc2.ID, p executeParams) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.mu.Lock()
+	s.cancel = cancel
+	s.mu.Unlock()
+	res := s.engine.Run(ctx, p.Code, time.Duration(p.TimeoutMs)*time.Millisecond, &rpcCallbacks{conn: conn})
+	s.mu.Lock()
+	s.cancel = nil
+	s.mu.Unlock()
+	_ = conn.Reply(context.Background(), id, map[string]any{"status": res.Exit, "reason": res.Reason, "error": res.Error})
+}
+
+// rpcCallbacks turn the engine's callbacks into protocol messages; output
+// travels as notifications so it stays in order with the answer.
+type rpcCallbacks struct {
+	conn *jsonrpc2.Conn
+}
+
+func (c *rpcCallbacks) Stdout(p []byte) { c.notify("stdout", map[string]any{"data": p}) }
+func (c *rpcCallbacks) Stderr(p []byte) { c.notify("stderr", map[string]any{"data": p}) }
+func (c *rpcCallbacks) Output(patch map[string]any) {
+	c.notify("output", map[string]any{"patch": patch})
+}
+
+func (c *rpcCallbacks) notify(method string, params any) {
+	_ = c.conn.Notify(context.Background(), method, params)
+}
+
+func (c *rpcCallbacks) InvokeTool(ctx context.Context, serviceID, toolID string, params map[string]any) (any, error) {
+	var out any
+	err := c.conn.Call(ctx, "invokeTool", module.InvokeInput{ServiceID: serviceID, ToolID: toolID, Parameters: params}, &out)
+	var rpcErr *jsonrpc2.Error
+	if errors.As(err, &rpcErr) {
+		return nil, errors.New(rpcErr.Message)
+	}
+	return out, err
+}
+
+func (c *rpcCallbacks) ListTools(ctx context.Context) ([]module.Tool, error) {
+	var out []module.Tool
+	err := c.conn.Call(ctx, "listTools", map[string]any{}, &out)
+	return out, err
+}

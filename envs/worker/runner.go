@@ -1,0 +1,160 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+)
+
+// Errors of Runner.Execute.
+var (
+	ErrQueueFull = errors.New("execution queue is full")
+	ErrTornDown  = errors.New("environment is torn down")
+)
+
+// RunnerConfig shapes a Runner.
+type RunnerConfig struct {
+	PoolSize     int           // warm workers kept ready
+	Concurrency  int           // executions running at once; more wait as queued
+	QueueLimit   int           // executions allowed to wait beyond Concurrency
+	StartTimeout time.Duration // a worker not warm by then is replaced
+	// Reuse lets a worker serve further executions after one that ended
+	// cleanly (the TypeScript runtime: a fresh goja runtime per execution,
+	// in a long-lived process). Without it each execution gets a fresh
+	// worker (Python: a fresh interpreter).
+	Reuse bool
+	// Grace is how long a reusable worker gets to stop an execution by
+	// itself after a kill or its timeout before its process is killed.
+	Grace time.Duration
+}
+
+// Runner is the part of an environment that runs executions in pooled
+// workers: queueing and concurrency, kills, and reaping spent workers. Both
+// environments are built on it.
+type Runner struct {
+	log   *slog.Logger
+	cfg   RunnerConfig
+	pool  *Pool
+	slots chan struct{}
+
+	mu       sync.Mutex
+	waiting  int // executions in Execute: queued or running
+	running  int
+	flights  map[int64]context.CancelFunc
+	closed   bool
+	inflight sync.WaitGroup
+	reaping  sync.WaitGroup
+}
+
+// NewRunner starts a runner whose workers come from spawn.
+func NewRunner(log *slog.Logger, cfg RunnerConfig, spawn SpawnFunc) *Runner {
+	return &Runner{
+		log: log, cfg: cfg,
+		pool:    NewPool(log, cfg.PoolSize, cfg.StartTimeout, spawn),
+		slots:   make(chan struct{}, max(cfg.Concurrency, 1)),
+		flights: map[int64]context.CancelFunc{},
+	}
+}
+
+// Execute runs one execution: queued until a slot and a warm worker are
+// free, then run; a spent worker is reaped off the critical path.
+func (r *Runner) Execute(ctx context.Context, b module.Bindings, in module.ExecutionInput) (module.Result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return module.Result{}, ErrTornDown
+	}
+	if r.waiting >= r.cfg.QueueLimit+r.cfg.Concurrency {
+		r.mu.Unlock()
+		return module.Result{}, fmt.Errorf("%w (%d waiting)", ErrQueueFull, r.cfg.QueueLimit)
+	}
+	r.waiting++
+	r.flights[in.EID] = cancel
+	r.inflight.Add(1)
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.waiting--
+		delete(r.flights, in.EID)
+		r.mu.Unlock()
+		r.inflight.Done()
+	}()
+
+	b.SetState(in.EID, module.StateQueued)
+	canceled := module.Result{Exit: module.ExitCanceled, Reason: module.ReasonKilled}
+	select {
+	case r.slots <- struct{}{}:
+	case <-ctx.Done():
+		return canceled, nil
+	}
+	r.count(1)
+	defer func() {
+		r.count(-1)
+		<-r.slots
+	}()
+	w, err := r.pool.Get(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return canceled, nil
+		}
+		return module.Result{}, fmt.Errorf("get a worker: %w", err)
+	}
+	res, clean := w.Run(ctx, b, Request{Input: in, OutputLimit: in.Options.OutputLimitBytes, Reuse: r.cfg.Reuse, Grace: r.cfg.Grace})
+	if r.cfg.Reuse && clean && r.pool.Put(w) {
+		return res, nil
+	}
+	r.reaping.Add(1)
+	go func() {
+		defer r.reaping.Done()
+		w.Close()
+	}()
+	return res, nil
+}
+
+func (r *Runner) count(d int) {
+	r.mu.Lock()
+	r.running += d
+	r.mu.Unlock()
+}
+
+// Kill cancels a queued or running execution; unknown eids are ignored.
+func (r *Runner) Kill(eid int64) {
+	r.mu.Lock()
+	cancel := r.flights[eid]
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// Status reports what runs and the pool's health.
+func (r *Runner) Status() map[string]any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return map[string]any{"running": r.running, "queued": r.waiting - r.running, "concurrency": r.cfg.Concurrency, "pool": r.pool.Stats()}
+}
+
+// Close kills what still runs, waits for it and its workers, and empties
+// the pool. It is safe to call more than once.
+func (r *Runner) Close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	for _, cancel := range r.flights {
+		cancel()
+	}
+	r.mu.Unlock()
+	r.inflight.Wait()
+	r.reaping.Wait()
+	r.pool.Close()
+}

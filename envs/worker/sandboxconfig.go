@@ -1,0 +1,96 @@
+package worker
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/cyrnel/cyrnel/envs/sandbox"
+)
+
+// SandboxConfig turns sandbox layers on and off, as environments expose it in
+// their module config. Every layer is on by default; a machine that lacks
+// one refuses to run (naming it) unless that layer is turned off.
+type SandboxConfig struct {
+	// Enabled false runs workers as plain child processes: nothing is
+	// isolated. Only for trusted code.
+	Enabled    bool `json:"enabled"`
+	Network    bool `json:"network"` // true lets programs use the network
+	Namespaces bool `json:"namespaces"`
+	Landlock   bool `json:"landlock"`
+	Seccomp    bool `json:"seccomp"`
+	Cgroups    bool `json:"cgroups"`
+}
+
+// LimitsConfig are per-worker resource limits.
+type LimitsConfig struct {
+	MemoryMB   int64 `json:"memoryMb"`
+	CPUSeconds int64 `json:"cpuSeconds"`
+	Processes  int64 `json:"processes"`
+	FileSizeMB int64 `json:"fileSizeMb"`
+	OpenFiles  int64 `json:"openFiles"`
+	TmpMB      int64 `json:"tmpMb"`
+}
+
+// DefaultSandbox keeps every layer.
+var DefaultSandbox = SandboxConfig{Enabled: true, Namespaces: true, Landlock: true, Seccomp: true, Cgroups: true}
+
+// DefaultLimits are the documented defaults.
+var DefaultLimits = LimitsConfig{MemoryMB: 512, CPUSeconds: 60, Processes: 128, FileSizeMB: 64, OpenFiles: 256, TmpMB: 64}
+
+// SandboxSchema is the JSON Schema of SandboxConfig and LimitsConfig, as
+// "sandbox" and "limits" properties of a module config schema.
+const SandboxSchema = `"sandbox": {
+      "type": "object",
+      "additionalProperties": false,
+      "description": "Isolation layers, all on by default. A machine that lacks a layer refuses to run until that layer is turned off here.",
+      "properties": {
+        "enabled": {"type": "boolean", "default": true, "description": "false runs workers as plain child processes with no isolation at all: for trusted code only."},
+        "network": {"type": "boolean", "default": false, "description": "true lets programs use the network."},
+        "namespaces": {"type": "boolean", "default": true, "description": "User, PID, network, mount, IPC and UTS namespaces with a private root and /tmp."},
+        "landlock": {"type": "boolean", "default": true, "description": "Landlock file-system and network rules."},
+        "seccomp": {"type": "boolean", "default": true, "description": "The seccomp system-call filter."},
+        "cgroups": {"type": "boolean", "default": true, "description": "Per-execution memory and process cgroups (else rlimits)."}
+      }
+    },
+    "limits": {
+      "type": "object",
+      "additionalProperties": false,
+      "description": "Resource limits of each worker process.",
+      "properties": {
+        "memoryMb": {"type": "integer", "minimum": 16, "maximum": 1048576, "default": 512},
+        "cpuSeconds": {"type": "integer", "minimum": 1, "maximum": 86400, "default": 60},
+        "processes": {"type": "integer", "minimum": 4, "maximum": 65536, "default": 128, "description": "Processes and threads."},
+        "fileSizeMb": {"type": "integer", "minimum": 1, "maximum": 1048576, "default": 64},
+        "openFiles": {"type": "integer", "minimum": 16, "maximum": 1048576, "default": 256},
+        "tmpMb": {"type": "integer", "minimum": 1, "maximum": 1048576, "default": 64, "description": "Size of the private working directory (/tmp)."}
+      }
+    }`
+
+func (s SandboxConfig) relax() sandbox.Relax {
+	return sandbox.Relax{Network: s.Network, Namespaces: !s.Namespaces, Landlock: !s.Landlock, Seccomp: !s.Seccomp, Cgroups: !s.Cgroups}
+}
+
+func (l LimitsConfig) sandbox() sandbox.Limits {
+	return sandbox.Limits{
+		MemoryBytes: l.MemoryMB << 20, CPUSeconds: l.CPUSeconds, Procs: l.Processes,
+		FileSizeBytes: l.FileSizeMB << 20, OpenFiles: l.OpenFiles, TmpBytes: l.TmpMB << 20,
+	}
+}
+
+// ChooseLauncher picks how workers start: in the sandbox with the layers the
+// config asks for, refusing when the machine lacks one of them; or, only
+// when the config says so, as plain processes. It also describes what is in
+// force, for GET /environment.
+func ChooseLauncher(log *slog.Logger, s SandboxConfig, l LimitsConfig, readPaths []string) (Launcher, map[string]any, error) {
+	if !s.Enabled {
+		log.Warn("the sandbox is disabled by config: programs run as plain processes with the host's privileges")
+		return Plain{}, map[string]any{"enabled": false}, nil
+	}
+	support := sandbox.Probe()
+	relax := s.relax()
+	if err := support.Check(relax); err != nil {
+		return nil, nil, fmt.Errorf("refusing to run without the sandbox: %w (turn the missing layers off in the module's sandbox config to run anyway)", err)
+	}
+	return Sandboxed{ReadPaths: readPaths, Limits: l.sandbox(), Relax: relax, Log: log},
+		map[string]any{"enabled": true, "layers": support.Layers(relax), "limits": l}, nil
+}
