@@ -134,10 +134,8 @@ func listServices(ctx context.Context, h *host) error {
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tTOOLS\tENABLED\tNAME")
-	if items := r.JSON200.Items; items != nil {
-		for _, s := range *items {
-			fmt.Fprintf(w, "%s\t%d\t%t\t%s\n", s.Id, s.ToolCount, s.Enabled, s.Name)
-		}
+	for _, s := range r.JSON200.Items {
+		fmt.Fprintf(w, "%s\t%d\t%t\t%s\n", s.Id, s.ToolCount, s.Enabled, s.Name)
 	}
 	return w.Flush()
 }
@@ -190,9 +188,7 @@ func listTools(ctx context.Context, h *host, params client.ListToolsParams, docs
 		if err != nil {
 			return fmt.Errorf("list tools: %w", err)
 		}
-		if r.JSON200.Items != nil {
-			tools = append(tools, *r.JSON200.Items...)
-		}
+		tools = append(tools, r.JSON200.Items...)
 		if !r.JSON200.HasMore || r.JSON200.NextCursor == nil {
 			break
 		}

@@ -42,7 +42,7 @@ type patchServiceInput struct {
 
 type serviceList struct {
 	Body struct {
-		Items      []*services.Service `json:"items"`
+		Items      []*services.Service `json:"items" nullable:"false"`
 		NextCursor *string             `json:"nextCursor" nullable:"true" doc:"Always null: every service fits one page."`
 		HasMore    bool                `json:"hasMore"`
 	}

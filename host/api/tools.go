@@ -22,7 +22,7 @@ type listToolsInput struct {
 
 type toolList struct {
 	Body struct {
-		Items      []services.ToolSummary `json:"items"`
+		Items      []services.ToolSummary `json:"items" nullable:"false"`
 		NextCursor *string                `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
 		HasMore    bool                   `json:"hasMore"`
 	}

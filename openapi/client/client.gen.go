@@ -705,8 +705,8 @@ type Service struct {
 
 // ServiceListBody defines model for ServiceListBody.
 type ServiceListBody struct {
-	HasMore bool       `json:"hasMore"`
-	Items   *[]Service `json:"items"`
+	HasMore bool      `json:"hasMore"`
+	Items   []Service `json:"items"`
 
 	// NextCursor Always null: every service fits one page.
 	NextCursor *string `json:"nextCursor"`
@@ -760,8 +760,8 @@ type Tool struct {
 
 // ToolListBody defines model for ToolListBody.
 type ToolListBody struct {
-	HasMore bool           `json:"hasMore"`
-	Items   *[]ToolSummary `json:"items"`
+	HasMore bool          `json:"hasMore"`
+	Items   []ToolSummary `json:"items"`
 
 	// NextCursor Pass as cursor for the next page; null on the last.
 	NextCursor *string `json:"nextCursor"`
