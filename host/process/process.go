@@ -317,12 +317,16 @@ func (m *Manager) Wait(ctx context.Context, pid int64, timeout time.Duration) (*
 	m.mu.Unlock()
 	if r != nil && timeout > 0 {
 		t := time.NewTimer(timeout)
+		defer t.Stop()
 		select {
 		case <-r.done:
+			// The final row is stored and held: no need to read it back.
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.final, nil
 		case <-t.C:
 		case <-ctx.Done():
 		}
-		t.Stop()
 	}
 	return m.Get(ctx, pid)
 }

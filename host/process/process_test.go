@@ -115,14 +115,14 @@ func TestTimeoutIsNeverRecordedAsCanceled(t *testing.T) {
 }
 
 func TestSetStateIsAdvisory(t *testing.T) {
-	m, ex, st := newManager(t)
+	m, ex, _ := newManager(t)
 	p, _ := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})
 	<-ex.start
 	m.SetState(p.PID, module.StateRunning) // duplicate: ignored
 	m.SetState(p.PID, module.StateQueued)  // backwards: rejected
-	row, err := st.GetProcess(context.Background(), p.PID)
-	if err != nil || row.State != "running" {
-		t.Fatalf("state %v %v", row, err)
+	live, err := m.Get(context.Background(), p.PID)
+	if err != nil || live.State != Running {
+		t.Fatalf("state %v %v", live, err)
 	}
 	m.SetState(999999, module.StateRunning) // unknown eid: ignored
 	ex.end <- module.Result{Exit: module.ExitFailed, Reason: module.ReasonMemoryLimit}

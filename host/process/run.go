@@ -93,10 +93,16 @@ func (m *Manager) SetState(eid int64, s module.ExecState) {
 	started := r.startedAt
 	r.publishLocked(Event{Type: EventState, State: Running})
 	r.mu.Unlock()
-	p := &store.Process{PID: eid, State: string(Running), StartedAt: &started}
-	if _, err := m.st.TransitionProcess(context.Background(), p, []string{string(Queued)}, "state", "started_at"); err != nil {
-		m.log.Error("record running state", "pid", eid, "err", err)
-	}
+	// Off the environment's critical path: readers overlay the live state,
+	// and the compare-and-set cannot land on a final state if it is late.
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		p := &store.Process{PID: eid, State: string(Running), StartedAt: &started}
+		if _, err := m.st.TransitionProcess(context.Background(), p, []string{string(Queued)}, "state", "started_at"); err != nil {
+			m.log.Error("record running state", "pid", eid, "err", err)
+		}
+	}()
 }
 
 // SetError records why an execution failed.
