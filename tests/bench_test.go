@@ -259,3 +259,38 @@ func BenchmarkToolCall(b *testing.B) {
 	b.ReportMetric(p50(direct)*1000, "direct-http-p50-us")
 	b.ReportMetric(p50(inPython)/p50(direct), "ratio")
 }
+
+// BenchmarkTypeScriptExecution: a trivial TypeScript program through the
+// HTTP API (POST /processes with waitMs), next to the same for Python, in
+// one run. TypeScript workers serve many executions, so no refill is waited.
+func BenchmarkTypeScriptExecution(b *testing.B) {
+	h := start(b, "")
+	if st, _ := h.do("PUT", "/environment", map[string]any{"module": "typescript"}, nil); st != 200 {
+		b.Fatalf("switch: %d", st)
+	}
+	h.run("1", nil)
+	var ts []time.Duration
+	for range b.N {
+		t0 := time.Now()
+		if p := h.run("const x: number = 1;", nil); p.exit() != "success" {
+			b.Fatalf("%+v", p)
+		}
+		ts = append(ts, time.Since(t0))
+	}
+	if st, _ := h.do("PUT", "/environment", map[string]any{"module": "python"}, nil); st != 200 {
+		b.Fatalf("switch: %d", st)
+	}
+	var py []time.Duration
+	for range b.N {
+		waitPoolFull(b, h)
+		t0 := time.Now()
+		if p := h.run("pass", nil); p.exit() != "success" {
+			b.Fatalf("%+v", p)
+		}
+		py = append(py, time.Since(t0))
+	}
+	b.ReportMetric(p50(ts), "ts-p50-ms")
+	b.ReportMetric(percentile(ts, 99), "ts-p99-ms")
+	b.ReportMetric(p50(py), "python-p50-ms")
+	b.ReportMetric(p50(py)/p50(ts), "python/ts")
+}
