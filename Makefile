@@ -31,11 +31,32 @@ run: build ## run the server on its embedded defaults (SQLite in ./cyrnel-data, 
 	./$(BIN) serve
 
 .PHONY: test
-test: deps ts-check ## run every test CI runs: format, vet, the TypeScript client check, and the whole suite with the race detector
+test: deps ts-check test-db ## run every test CI runs: format, vet, the TypeScript client check, and the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one)
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 20m ./...
+	CYRNEL_TEST_POSTGRES_URL="$$(cat .cache/postgres-url 2>/dev/null)" $(GO) test -race -count=1 -timeout 20m ./...
+
+# PostgreSQL for the scale-out tests: a local cluster, installed from Debian's
+# packages when missing and run as root. Where that cannot be done the tests
+# run on SQLite only and say so.
+PG_TEST_URL := postgres://cyrnel:cyrnel@127.0.0.1:5432/cyrnel_test?sslmode=disable
+.PHONY: test-db
+test-db: ## provide a local PostgreSQL for the tests (Debian, as root), or say why not
+	@mkdir -p .cache; rm -f .cache/postgres-url
+	@if ! ls /etc/postgresql/*/main >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing PostgreSQL for the scale-out tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) >/dev/null 2>&1 || true; fi
+	@if ls /etc/postgresql/*/main >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		ver=$$(ls /etc/postgresql | sort -V | tail -1); \
+		pg_ctlcluster $$ver main start 2>/dev/null || true; \
+		for i in $$(seq 50); do su postgres -c "pg_isready -q" && break; sleep 0.2; done; \
+		su postgres -c "psql -tAc \"SELECT 1 FROM pg_roles WHERE rolname='cyrnel'\"" | grep -q 1 || \
+			su postgres -c "psql -qc \"CREATE USER cyrnel PASSWORD 'cyrnel' SUPERUSER\""; \
+		su postgres -c "psql -tAc \"SELECT 1 FROM pg_database WHERE datname='cyrnel_test'\"" | grep -q 1 || \
+			su postgres -c "createdb -O cyrnel cyrnel_test"; \
+		echo '$(PG_TEST_URL)' > .cache/postgres-url; \
+	else echo "no local PostgreSQL (needs Debian and root): PostgreSQL tests will be skipped"; fi
 
 .PHONY: bench
 bench: deps ## run the benchmarks (medians and ratios against baselines measured in the same run)

@@ -31,7 +31,7 @@ func BenchmarkHostOverhead(b *testing.B) {
 	}
 	defer st.Close()
 	x := &instant{}
-	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, x, DefaultLimits())
+	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, x, DefaultLimits(), "test-host")
 	x.m = m
 	ctx := context.Background()
 	lat := make([]time.Duration, 0, b.N)

@@ -68,6 +68,7 @@ func DefaultLimits() Limits {
 // Manager owns the processes.
 type Manager struct {
 	log    *slog.Logger
+	host   string // this host's id, recorded on the processes it runs
 	st     *store.Store
 	exec   Executor
 	limits Limits
@@ -80,15 +81,16 @@ type Manager struct {
 	stopping bool
 }
 
-// New returns a manager; call Recover before serving.
-func New(log *slog.Logger, st *store.Store, exec Executor, limits Limits) *Manager {
+// New returns a manager for the host with the given id; call Recover before
+// serving.
+func New(log *slog.Logger, st *store.Store, exec Executor, limits Limits, hostID string) *Manager {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{log: log, st: st, exec: exec, limits: limits, ctx: ctx, cancel: cancel, runs: map[int64]*run{}}
+	return &Manager{log: log, host: hostID, st: st, exec: exec, limits: limits, ctx: ctx, cancel: cancel, runs: map[int64]*run{}}
 }
 
 // Recover finishes what a previous host left looking alive.
 func (m *Manager) Recover(ctx context.Context) error {
-	n, err := m.st.FinishAll(ctx, live, string(module.ExitFailed), string(module.ReasonHostRestart),
+	n, err := m.st.FinishAll(ctx, m.host, live, string(module.ExitFailed), string(module.ReasonHostRestart),
 		"the host stopped while this process was running", time.Now().UTC())
 	if err != nil {
 		return err
@@ -121,7 +123,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) 
 	}
 	p := &store.Process{
 		Ref: in.Ref, Code: in.Code, State: string(Idle), TimeoutMs: in.TimeoutMs,
-		EnvConfig: in.EnvConfig, CreatedAt: time.Now().UTC(),
+		EnvConfig: in.EnvConfig, CreatedAt: time.Now().UTC(), HostID: m.host,
 	}
 	if in.Autorun {
 		// Inserted already queued: one write fewer on the hot path.
@@ -164,10 +166,10 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 	p.State, p.ExitState, p.Reason, p.Error = string(Queued), nil, "", ""
 	p.Output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated = nil, "", "", false, false
 	p.StartedAt, p.FinishedAt, p.DurationMs, p.Environment = nil, nil, nil, ""
-	p.Runs++
+	p.Runs, p.HostID = p.Runs+1, m.host
 	ok, err := m.st.TransitionProcess(ctx, p, []string{string(Idle)}, "state", "exit_state", "reason", "error",
 		"output", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "started_at", "finished_at",
-		"duration_ms", "environment", "runs")
+		"duration_ms", "environment", "runs", "host_id")
 	if err != nil {
 		return nil, err
 	}

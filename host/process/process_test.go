@@ -44,7 +44,7 @@ func newManager(t *testing.T) (*Manager, *scripted, *store.Store) {
 	}
 	t.Cleanup(func() { st.Close() })
 	ex := &scripted{start: make(chan int64, 8), end: make(chan module.Result, 8), kills: make(chan int64, 8)}
-	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, ex, DefaultLimits())
+	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, ex, DefaultLimits(), "test-host")
 	ex.m = m
 	return m, ex, st
 }

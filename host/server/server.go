@@ -17,6 +17,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/api"
+	"github.com/cyrnel/cyrnel/host/datadir"
 	"github.com/cyrnel/cyrnel/host/mcp"
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/process"
@@ -46,6 +47,7 @@ type Config struct {
 type Server struct {
 	log      *slog.Logger
 	cfg      Config
+	dir      *datadir.Dir
 	store    *store.Store
 	procs    *process.Manager
 	modules  *modules.Registry
@@ -77,22 +79,32 @@ func CheckAddr(addr, apiKey string, insecure bool) error {
 
 // New assembles a host: opens the database, finishes what a previous host
 // left running, and activates the stored environment.
-func New(ctx context.Context, log *slog.Logger, cfg Config) (*Server, error) {
+func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err error) {
 	if err := CheckAddr(cfg.Addr, cfg.APIKey, cfg.Insecure); err != nil {
 		return nil, err
 	}
-	st, err := store.Open(ctx, cfg.DBURL, cfg.DataDir)
+	dir, err := datadir.Open(cfg.DataDir)
 	if err != nil {
+		return nil, err
+	}
+	var st *store.Store
+	defer func() {
+		if err != nil {
+			if st != nil {
+				st.Close()
+			}
+			dir.Close()
+		}
+	}()
+	if st, err = store.Open(ctx, cfg.DBURL, cfg.DataDir); err != nil {
 		return nil, err
 	}
 	key, err := secrets.LoadKey(log, cfg.SecretsKey, cfg.DataDir)
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
 	box, err := secrets.New(key)
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
 	reg := modules.New(log.With("component", "modules"), st, box, map[string]modules.Factory{
@@ -105,19 +117,17 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (*Server, error) {
 	for _, info := range svcs.Adapters() {
 		reg.AddInfo(info)
 	}
-	if err := svcs.Start(ctx); err != nil {
-		st.Close()
+	if err = svcs.Start(ctx); err != nil {
 		return nil, err
 	}
-	procs := process.New(log.With("component", "processes"), st, reg, cfg.Limits)
-	if err := procs.Recover(ctx); err != nil {
-		st.Close()
+	procs := process.New(log.With("component", "processes"), st, reg, cfg.Limits, dir.HostID)
+	if err = procs.Recover(ctx); err != nil {
 		return nil, err
 	}
 	reg.Start(ctx, &bindings{Manager: procs, tools: svcs}, cfg.Environment)
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}})
 	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, MCP: mcpHandler})
-	return &Server{log: log, cfg: cfg, store: st, procs: procs, modules: reg, services: svcs, handler: handler}, nil
+	return &Server{log: log, cfg: cfg, dir: dir, store: st, procs: procs, modules: reg, services: svcs, handler: handler}, nil
 }
 
 // Handler is the HTTP API.
@@ -164,7 +174,9 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	if err := <-httpDone; err != nil {
 		srv.Close()
 	}
-	return s.store.Close()
+	err = s.store.Close()
+	s.dir.Close()
+	return err
 }
 
 // Close releases everything without serving (for New's callers that stop
@@ -176,6 +188,7 @@ func (s *Server) Close() {
 	s.modules.Shutdown(ctx)
 	s.services.Stop(ctx)
 	s.store.Close()
+	s.dir.Close()
 }
 
 // bindings are the host callbacks environments get: process reporting from

@@ -30,6 +30,7 @@ type Process struct {
 	StdoutTruncated bool           `bun:"stdout_truncated,notnull"`
 	StderrTruncated bool           `bun:"stderr_truncated,notnull"`
 	Runs            int64          `bun:"runs,notnull"`
+	HostID          string         `bun:"host_id,notnull"` // the host that runs it`
 	CreatedAt       time.Time      `bun:"created_at,notnull"`
 	StartedAt       *time.Time     `bun:"started_at"`
 	FinishedAt      *time.Time     `bun:"finished_at"`
@@ -121,14 +122,15 @@ func (s *Store) DeleteProcess(ctx context.Context, pid int64, from []string) (bo
 	return n == 1, nil
 }
 
-// FinishAll moves every process in one of the from states to idle with the
-// given exit state and reason; used at start-up for what a previous host left
-// behind.
-func (s *Store) FinishAll(ctx context.Context, from []string, exitState, reason, msg string, at time.Time) (int64, error) {
+// FinishAll moves every process of hostID in one of the from states to idle
+// with the given exit state and reason; used at start-up for what this host
+// left behind before it stopped. Hosts sharing a database leave each
+// other's processes alone.
+func (s *Store) FinishAll(ctx context.Context, hostID string, from []string, exitState, reason, msg string, at time.Time) (int64, error) {
 	res, err := s.DB.NewUpdate().Model((*Process)(nil)).
 		Set("state = ?", "idle").Set("exit_state = ?", exitState).
 		Set("reason = ?", reason).Set("error = ?", msg).Set("finished_at = ?", at).
-		Where("state IN (?)", bun.In(from)).Exec(ctx)
+		Where("state IN (?)", bun.In(from)).Where("host_id IN (?)", bun.In([]string{hostID, ""})).Exec(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("finish processes: %w", err)
 	}

@@ -1,0 +1,1 @@
+ALTER TABLE processes ADD COLUMN host_id TEXT NOT NULL DEFAULT '';

@@ -1,0 +1,58 @@
+package tests
+
+import (
+	"database/sql"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
+	"testing"
+)
+
+// TestPostgresBackedHost runs a host on PostgreSQL (the scale-out option)
+// when CYRNEL_TEST_POSTGRES_URL names a database (`make test` provides one
+// where it can install PostgreSQL).
+func TestPostgresBackedHost(t *testing.T) {
+	url := os.Getenv("CYRNEL_TEST_POSTGRES_URL")
+	if url == "" {
+		t.Skip("CYRNEL_TEST_POSTGRES_URL is not set: no PostgreSQL to test against")
+	}
+	h := start(t, "", "CYRNEL_DB_URL="+freshSchema(t, url))
+	p := h.run("print('on postgres')\ncyrnel.output({'ok': True})", nil)
+	if p.exit() != "success" || p.Stdout != "on postgres\n" || p.Output["ok"] != true {
+		t.Fatalf("%+v", p)
+	}
+	if st, _ := h.do("POST", "/services", map[string]any{"id": "pg_pets", "adapter": "openapi", "source": map[string]any{"content": fixture(t, "petstore-3.0.yaml")}}, nil); st != 201 && st != 409 {
+		t.Fatalf("import on postgres: %d", st)
+	}
+	var got proc
+	h.do("GET", fmt.Sprintf("/processes/%d", p.PID), nil, &got)
+	if got.exit() != "success" {
+		t.Fatalf("read back: %+v", got)
+	}
+}
+
+// freshSchema makes a schema of its own for this test in the database at url
+// and returns the URL that uses it; it is dropped afterwards.
+func freshSchema(t *testing.T, url string) string {
+	t.Helper()
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("cyrnel_test_%d", time.Now().UnixNano())
+	if _, err := db.Exec("CREATE SCHEMA " + name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		db.Exec("DROP SCHEMA " + name + " CASCADE")
+		db.Close()
+	})
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "search_path=" + name
+}
