@@ -62,6 +62,9 @@ func NewPool(log *slog.Logger, size int, startTimeout time.Duration, spawn Spawn
 	return p
 }
 
+// refillDelay is how long a taken worker's slot waits to be refilled.
+const refillDelay = 20 * time.Millisecond
+
 // failStreak is how many spawns in a row must fail before Get stops waiting
 // and reports the failure instead.
 const failStreak = 3
@@ -78,7 +81,12 @@ func (p *Pool) Get(ctx context.Context) (*Worker, error) {
 		}
 		select {
 		case w := <-p.ready:
-			p.poke()
+			// Refill a little later: a spawn is tens of milliseconds of
+			// CPU that would otherwise compete with the execution that
+			// took this worker and with the host returning its result.
+			// Under sustained load spawns run back to back regardless:
+			// each one that lands pokes the pool again.
+			time.AfterFunc(refillDelay, p.poke)
 			if w.Dead() {
 				p.log.Warn("discarding a warm worker that died", "exit", w.h.Exit().String())
 				w.Close()

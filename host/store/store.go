@@ -86,6 +86,10 @@ func connect(dbURL, dataDir string) (*bun.DB, dialectSQL, error) {
 	if err != nil {
 		return nil, dialectSQL{}, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
+	// Keep connections open: opening one (and applying its pragmas) costs
+	// more than the statements on the hot path.
+	sqldb.SetMaxOpenConns(8)
+	sqldb.SetMaxIdleConns(8)
 	return bun.NewDB(sqldb, sqlitedialect.New()), dialectSQL{
 		PK: "INTEGER PRIMARY KEY AUTOINCREMENT", Time: "TIMESTAMP", Blob: "BLOB",
 	}, nil

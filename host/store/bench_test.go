@@ -1,0 +1,39 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// BenchmarkProcessWrites: the two writes on an execution's critical path,
+// insert and final update, on SQLite.
+func BenchmarkProcessWrites(b *testing.B) {
+	ctx := context.Background()
+	st, err := Open(ctx, "", b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	exit := "success"
+	b.Run("insert", func(b *testing.B) {
+		for range b.N {
+			p := &Process{Code: "pass", State: "queued", TimeoutMs: 30000, CreatedAt: time.Now(), Runs: 1}
+			if err := st.InsertProcess(ctx, p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("finish", func(b *testing.B) {
+		p := &Process{Code: "pass", State: "queued", TimeoutMs: 30000, CreatedAt: time.Now(), Runs: 1}
+		st.InsertProcess(ctx, p)
+		for range b.N {
+			now := time.Now()
+			p.State, p.ExitState, p.FinishedAt, p.Stdout = "idle", &exit, &now, "hi\n"
+			if _, err := st.TransitionProcess(ctx, p, []string{"queued", "idle"}, "state", "exit_state", "reason", "error", "environment",
+				"output", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "finished_at", "duration_ms"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
