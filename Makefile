@@ -59,8 +59,15 @@ test-db: ## provide a local PostgreSQL for the tests (Debian, as root), or say w
 	else echo "no local PostgreSQL (needs Debian and root): PostgreSQL tests will be skipped"; fi
 
 .PHONY: bench
-bench: deps ## run the benchmarks (medians and ratios against baselines measured in the same run)
-	$(GO) test -run '^$$' -bench . -benchtime 200x -count 1 -timeout 30m ./...
+bench: deps ## run the benchmarks: medians and ratios against baselines measured in the same run (docs/benchmarks.md)
+	@echo "== components"
+	$(GO) test -run '^$$' -bench . -benchtime 200x -count 1 ./envs/... ./host/process ./host/store ./host/server
+	@echo "== importing OpenAPI documents (time and peak memory per fixture)"
+	$(GO) test -run '^$$' -bench Import -benchtime 3x -count 1 -timeout 30m ./host/adapters/openapi
+	@echo "== through the HTTP API, against the real binary"
+	$(GO) test -run '^$$' -bench 'WarmExecutionVsSpawn|TypeScriptExecution|ToolCall|Preload' -benchtime 100x -count 1 ./tests
+	@echo "== load: throughput with 8 clients, host memory over 10 000 executions"
+	$(GO) test -run '^$$' -bench 'Throughput|HostMemory' -benchtime 1x -count 1 -timeout 30m ./tests
 
 .PHONY: openapi
 openapi: ## regenerate the committed spec under openapi/ and the Go client generated from it
