@@ -38,7 +38,11 @@ func toolSummary(tools []module.Tool) string {
 		return b.String()
 	}
 	b.WriteString("Each tool's full documentation (parameters, result) is at `GET /tools/{serviceId}/{toolId}/docs`.\n\n")
-	for _, t := range tools {
+	shown := tools
+	if len(shown) > maxListedTools {
+		shown = shown[:maxListedTools]
+	}
+	for _, t := range shown {
 		desc := oneLine(t.Description)
 		if desc == "" {
 			desc = oneLine(t.Name)
@@ -49,8 +53,15 @@ func toolSummary(tools []module.Tool) string {
 		}
 		b.WriteByte('\n')
 	}
+	if more := len(tools) - len(shown); more > 0 {
+		fmt.Fprintf(&b, "\n…and %d more: search them with `GET /tools?q=…`.\n", more)
+	}
 	return b.String()
 }
+
+// maxListedTools keeps the docs readable (and an agent's context small) when
+// services bring hundreds of tools.
+const maxListedTools = 50
 
 // ToolDocs renders one tool the way a program calls it.
 func (e *Environment) ToolDocs(_ context.Context, in module.ToolDocsInput) (string, error) {

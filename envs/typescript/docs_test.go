@@ -3,6 +3,7 @@ package typescript
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -103,5 +104,16 @@ func TestToolDocsWithoutParameters(t *testing.T) {
 	}
 	if _, err := env.ToolDocs(context.Background(), module.ToolDocsInput{ServiceID: "s", ToolID: "t", InputSchema: json.RawMessage(`[`)}); err == nil {
 		t.Error("a broken schema was documented")
+	}
+}
+
+func TestDocsListAtMostSomeTools(t *testing.T) {
+	tools := make([]module.Tool, 120)
+	for i := range tools {
+		tools[i] = module.Tool{ServiceID: "big", ToolID: fmt.Sprintf("t%d", i), Description: "a tool"}
+	}
+	doc := toolSummary(tools)
+	if n := strings.Count(doc, ".invoke(params)"); n != maxListedTools || !strings.Contains(doc, "…and 70 more") {
+		t.Fatalf("listed %d tools:\n%s", n, doc)
 	}
 }
