@@ -66,7 +66,9 @@ func New(d Deps) (http.Handler, huma.API) {
 	s.registerEvents(api)
 	s.registerEnvironment(api)
 	s.registerModuleSettings(api)
+	s.registerSettings(api, "/modules", "Module", " (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).", d.Modules)
 	s.registerServices(api)
+	s.registerSettings(api, "/services", "Service", " (the adapter is given the new state).", d.Services)
 	s.registerTools(api)
 	if d.MCP != nil {
 		r.Handle("/mcp", d.MCP)

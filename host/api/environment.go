@@ -176,11 +176,6 @@ func (s *server) registerEnvironment(api huma.API) {
 	})
 }
 
-type putModuleObjectInput struct {
-	ID   string `path:"id" doc:"Module id."`
-	Body map[string]any
-}
-
 type patchModuleInput struct {
 	ID   string `path:"id" doc:"Module id."`
 	Body enabledBody
@@ -200,52 +195,4 @@ func (s *server) registerModuleSettings(api huma.API) {
 		return &moduleBody{toModuleView(m)}, nil
 	})
 
-	huma.Register(api, huma.Operation{
-		OperationID: "getModuleConfig", Method: http.MethodGet, Path: "/modules/{id}/config", Tags: tags, Summary: "Get a module's config",
-	}, func(ctx context.Context, in *moduleIDPath) (*objectBody, error) {
-		c, err := s.Modules.Config(ctx, in.ID)
-		if err != nil {
-			return nil, s.problem(err)
-		}
-		return &objectBody{c}, nil
-	})
-
-	huma.Register(api, huma.Operation{
-		OperationID: "setModuleConfig", Method: http.MethodPut, Path: "/modules/{id}/config", Tags: tags,
-		Summary: "Replace a module's config",
-		Description: "Validated against the module's configSchema and applied: the active environment is replaced by one set up with it " +
-			"(the old one drains). If that set-up fails, nothing changes.",
-	}, func(ctx context.Context, in *putModuleObjectInput) (*objectBody, error) {
-		c, err := s.Modules.SetConfig(ctx, in.ID, in.Body)
-		if err != nil {
-			return nil, s.problem(err)
-		}
-		return &objectBody{c}, nil
-	})
-
-	huma.Register(api, huma.Operation{
-		OperationID: "getModuleSecrets", Method: http.MethodGet, Path: "/modules/{id}/secrets", Tags: tags,
-		Summary: "List which of a module's secrets are set", Description: "Never returns values.",
-	}, func(ctx context.Context, in *moduleIDPath) (*secretsSetBody, error) {
-		set, err := s.Modules.SecretsSet(ctx, in.ID)
-		if err != nil {
-			return nil, s.problem(err)
-		}
-		out := &secretsSetBody{}
-		out.Body.Set = set
-		return out, nil
-	})
-
-	huma.Register(api, huma.Operation{
-		OperationID: "setModuleSecrets", Method: http.MethodPut, Path: "/modules/{id}/secrets", Tags: tags,
-		Summary: "Replace a module's secrets", Description: "Validated against the module's secretsSchema, sealed at rest, applied like config.",
-	}, func(ctx context.Context, in *putModuleObjectInput) (*secretsSetBody, error) {
-		set, err := s.Modules.SetSecrets(ctx, in.ID, in.Body)
-		if err != nil {
-			return nil, s.problem(err)
-		}
-		out := &secretsSetBody{}
-		out.Body.Set = set
-		return out, nil
-	})
 }

@@ -52,21 +52,6 @@ type refreshBody struct {
 	Body *services.RefreshResult
 }
 
-type objectBody struct {
-	Body map[string]any
-}
-
-type putObjectInput struct {
-	ID   string `path:"id" doc:"Service id."`
-	Body map[string]any
-}
-
-type secretsSetBody struct {
-	Body struct {
-		Set []string `json:"set" doc:"JSON pointers of the secrets that are set; values are never returned."`
-	}
-}
-
 func (s *server) registerServices(api huma.API) {
 	tags := []string{"services"}
 	huma.Register(api, huma.Operation{
@@ -138,50 +123,4 @@ func (s *server) registerServices(api huma.API) {
 		return &refreshBody{r}, nil
 	})
 
-	huma.Register(api, huma.Operation{
-		OperationID: "getServiceConfig", Method: http.MethodGet, Path: "/services/{id}/config", Tags: tags, Summary: "Get a service's config",
-	}, func(ctx context.Context, in *serviceIDPath) (*objectBody, error) {
-		c, err := s.Services.Config(ctx, in.ID)
-		if err != nil {
-			return nil, s.problem(err)
-		}
-		return &objectBody{c}, nil
-	})
-
-	huma.Register(api, huma.Operation{
-		OperationID: "setServiceConfig", Method: http.MethodPut, Path: "/services/{id}/config", Tags: tags,
-		Summary: "Replace a service's config", Description: "Validated against the service's configSchema, then applied.",
-	}, func(ctx context.Context, in *putObjectInput) (*objectBody, error) {
-		c, err := s.Services.SetConfig(ctx, in.ID, in.Body)
-		if err != nil {
-			return nil, s.problem(err)
-		}
-		return &objectBody{c}, nil
-	})
-
-	huma.Register(api, huma.Operation{
-		OperationID: "getServiceSecrets", Method: http.MethodGet, Path: "/services/{id}/secrets", Tags: tags,
-		Summary: "List which of a service's secrets are set", Description: "Never returns values.",
-	}, func(ctx context.Context, in *serviceIDPath) (*secretsSetBody, error) {
-		set, err := s.Services.SecretsSet(ctx, in.ID)
-		if err != nil {
-			return nil, s.problem(err)
-		}
-		out := &secretsSetBody{}
-		out.Body.Set = set
-		return out, nil
-	})
-
-	huma.Register(api, huma.Operation{
-		OperationID: "setServiceSecrets", Method: http.MethodPut, Path: "/services/{id}/secrets", Tags: tags,
-		Summary: "Replace a service's secrets", Description: "Validated against the service's secretsSchema, sealed at rest; the answer lists which are set.",
-	}, func(ctx context.Context, in *putObjectInput) (*secretsSetBody, error) {
-		set, err := s.Services.SetSecrets(ctx, in.ID, in.Body)
-		if err != nil {
-			return nil, s.problem(err)
-		}
-		out := &secretsSetBody{}
-		out.Body.Set = set
-		return out, nil
-	})
 }

@@ -671,7 +671,7 @@ type RunInputBody struct {
 // SecretsSetBodyBody defines model for SecretsSetBodyBody.
 type SecretsSetBodyBody struct {
 	// Set JSON pointers of the secrets that are set; values are never returned.
-	Set *[]string `json:"set"`
+	Set []string `json:"set"`
 }
 
 // Service defines model for Service.
@@ -1023,7 +1023,7 @@ type ClientInterface interface {
 
 	// SetModuleConfigWithBody Replace a module's config
 	//
-	// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1032,7 +1032,7 @@ type ClientInterface interface {
 
 	// SetModuleConfig Replace a module's config
 	//
-	// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1048,7 +1048,7 @@ type ClientInterface interface {
 
 	// SetModuleSecretsWithBody Replace a module's secrets
 	//
-	// Validated against the module's secretsSchema, sealed at rest, applied like config.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1057,7 +1057,7 @@ type ClientInterface interface {
 
 	// SetModuleSecrets Replace a module's secrets
 	//
-	// Validated against the module's secretsSchema, sealed at rest, applied like config.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1222,7 +1222,7 @@ type ClientInterface interface {
 
 	// SetServiceConfigWithBody Replace a service's config
 	//
-	// Validated against the service's configSchema, then applied.
+	// Validated against its configSchema, then applied (the adapter is given the new state).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1231,7 +1231,7 @@ type ClientInterface interface {
 
 	// SetServiceConfig Replace a service's config
 	//
-	// Validated against the service's configSchema, then applied.
+	// Validated against its configSchema, then applied (the adapter is given the new state).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1254,7 +1254,7 @@ type ClientInterface interface {
 
 	// SetServiceSecretsWithBody Replace a service's secrets
 	//
-	// Validated against the service's secretsSchema, sealed at rest; the answer lists which are set.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the adapter is given the new state). The answer lists which are set.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1263,7 +1263,7 @@ type ClientInterface interface {
 
 	// SetServiceSecrets Replace a service's secrets
 	//
-	// Validated against the service's secretsSchema, sealed at rest; the answer lists which are set.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the adapter is given the new state). The answer lists which are set.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1492,7 +1492,7 @@ func (c *Client) GetModuleConfig(ctx context.Context, id string, reqEditors ...R
 
 // SetModuleConfigWithBody Replace a module's config
 //
-// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
 //
 // Takes any type of body and a specified content type.
 //
@@ -1511,7 +1511,7 @@ func (c *Client) SetModuleConfigWithBody(ctx context.Context, id string, content
 
 // SetModuleConfig Replace a module's config
 //
-// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1547,7 +1547,7 @@ func (c *Client) GetModuleSecrets(ctx context.Context, id string, reqEditors ...
 
 // SetModuleSecretsWithBody Replace a module's secrets
 //
-// Validated against the module's secretsSchema, sealed at rest, applied like config.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1566,7 +1566,7 @@ func (c *Client) SetModuleSecretsWithBody(ctx context.Context, id string, conten
 
 // SetModuleSecrets Replace a module's secrets
 //
-// Validated against the module's secretsSchema, sealed at rest, applied like config.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1961,7 +1961,7 @@ func (c *Client) GetServiceConfig(ctx context.Context, id string, reqEditors ...
 
 // SetServiceConfigWithBody Replace a service's config
 //
-// Validated against the service's configSchema, then applied.
+// Validated against its configSchema, then applied (the adapter is given the new state).
 //
 // Takes any type of body and a specified content type.
 //
@@ -1980,7 +1980,7 @@ func (c *Client) SetServiceConfigWithBody(ctx context.Context, id string, conten
 
 // SetServiceConfig Replace a service's config
 //
-// Validated against the service's configSchema, then applied.
+// Validated against its configSchema, then applied (the adapter is given the new state).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2033,7 +2033,7 @@ func (c *Client) GetServiceSecrets(ctx context.Context, id string, reqEditors ..
 
 // SetServiceSecretsWithBody Replace a service's secrets
 //
-// Validated against the service's secretsSchema, sealed at rest; the answer lists which are set.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the adapter is given the new state). The answer lists which are set.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2052,7 +2052,7 @@ func (c *Client) SetServiceSecretsWithBody(ctx context.Context, id string, conte
 
 // SetServiceSecrets Replace a service's secrets
 //
-// Validated against the service's secretsSchema, sealed at rest; the answer lists which are set.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the adapter is given the new state). The answer lists which are set.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3899,7 +3899,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetModuleConfigWithBodyWithResponse Replace a module's config
 	//
-	// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3908,7 +3908,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetModuleConfigWithResponse Replace a module's config
 	//
-	// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3926,7 +3926,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetModuleSecretsWithBodyWithResponse Replace a module's secrets
 	//
-	// Validated against the module's secretsSchema, sealed at rest, applied like config.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3935,7 +3935,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetModuleSecretsWithResponse Replace a module's secrets
 	//
-	// Validated against the module's secretsSchema, sealed at rest, applied like config.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4128,7 +4128,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetServiceConfigWithBodyWithResponse Replace a service's config
 	//
-	// Validated against the service's configSchema, then applied.
+	// Validated against its configSchema, then applied (the adapter is given the new state).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4137,7 +4137,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetServiceConfigWithResponse Replace a service's config
 	//
-	// Validated against the service's configSchema, then applied.
+	// Validated against its configSchema, then applied (the adapter is given the new state).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4164,7 +4164,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetServiceSecretsWithBodyWithResponse Replace a service's secrets
 	//
-	// Validated against the service's secretsSchema, sealed at rest; the answer lists which are set.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the adapter is given the new state). The answer lists which are set.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4173,7 +4173,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetServiceSecretsWithResponse Replace a service's secrets
 	//
-	// Validated against the service's secretsSchema, sealed at rest; the answer lists which are set.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the adapter is given the new state). The answer lists which are set.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6274,7 +6274,7 @@ func (c *ClientWithResponses) GetModuleConfigWithResponse(ctx context.Context, i
 
 // SetModuleConfigWithBodyWithResponse Replace a module's config
 //
-// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6289,7 +6289,7 @@ func (c *ClientWithResponses) SetModuleConfigWithBodyWithResponse(ctx context.Co
 
 // SetModuleConfigWithResponse Replace a module's config
 //
-// Validated against the module's configSchema and applied: the active environment is replaced by one set up with it (the old one drains). If that set-up fails, nothing changes.
+// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6319,7 +6319,7 @@ func (c *ClientWithResponses) GetModuleSecretsWithResponse(ctx context.Context, 
 
 // SetModuleSecretsWithBodyWithResponse Replace a module's secrets
 //
-// Validated against the module's secretsSchema, sealed at rest, applied like config.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6334,7 +6334,7 @@ func (c *ClientWithResponses) SetModuleSecretsWithBodyWithResponse(ctx context.C
 
 // SetModuleSecretsWithResponse Replace a module's secrets
 //
-// Validated against the module's secretsSchema, sealed at rest, applied like config.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6665,7 +6665,7 @@ func (c *ClientWithResponses) GetServiceConfigWithResponse(ctx context.Context, 
 
 // SetServiceConfigWithBodyWithResponse Replace a service's config
 //
-// Validated against the service's configSchema, then applied.
+// Validated against its configSchema, then applied (the adapter is given the new state).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6680,7 +6680,7 @@ func (c *ClientWithResponses) SetServiceConfigWithBodyWithResponse(ctx context.C
 
 // SetServiceConfigWithResponse Replace a service's config
 //
-// Validated against the service's configSchema, then applied.
+// Validated against its configSchema, then applied (the adapter is given the new state).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6725,7 +6725,7 @@ func (c *ClientWithResponses) GetServiceSecretsWithResponse(ctx context.Context,
 
 // SetServiceSecretsWithBodyWithResponse Replace a service's secrets
 //
-// Validated against the service's secretsSchema, sealed at rest; the answer lists which are set.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the adapter is given the new state). The answer lists which are set.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6740,7 +6740,7 @@ func (c *ClientWithResponses) SetServiceSecretsWithBodyWithResponse(ctx context.
 
 // SetServiceSecretsWithResponse Replace a service's secrets
 //
-// Validated against the service's secretsSchema, sealed at rest; the answer lists which are set.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the adapter is given the new state). The answer lists which are set.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
