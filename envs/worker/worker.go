@@ -36,6 +36,7 @@ type Worker struct {
 	once    sync.Once
 	streams sync.WaitGroup
 	eof     chan struct{} // closed when both output pipes are done
+	calls   chan struct{} // one token per request being served
 	outs    [2]*os.File   // parent read ends of stdout, stderr
 	cleanup func()
 
@@ -99,9 +100,10 @@ func Start(ctx context.Context, log *slog.Logger, l Launcher, cmd Command) (*Wor
 		ready: make(chan struct{}),
 		outs:  [2]*os.File{pipes[0][0], pipes[1][0]},
 	}
-	stream := jsonrpc2.NewPlainObjectStream(pipeRW{r: pipes[3][0], w: pipes[2][1]})
+	stream := newLineStream(pipeRW{r: pipes[3][0], w: pipes[2][1]})
 	w.conn = jsonrpc2.NewConn(context.Background(), stream, w, jsonrpc2.SetLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)))
 	w.eof = make(chan struct{})
+	w.calls = make(chan struct{}, maxCalls)
 	w.streams.Add(2)
 	go w.pump(0)
 	go w.pump(1)
@@ -269,11 +271,20 @@ func (w *Worker) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Re
 	if req.Notif {
 		return
 	}
-	go w.serve(conn, req)
+	// Taken here, on the read loop, so a flood of requests slows the worker
+	// down instead of growing the host.
+	w.calls <- struct{}{}
+	e := w.cur.Load() // the execution this request belongs to, not a later one
+	go func() {
+		defer func() { <-w.calls }()
+		w.serve(conn, req, e)
+	}()
 }
 
-func (w *Worker) serve(conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
-	e := w.cur.Load()
+// maxCalls bounds the requests of one worker that the host serves at once.
+const maxCalls = 64
+
+func (w *Worker) serve(conn *jsonrpc2.Conn, req *jsonrpc2.Request, e *execution) {
 	ctx := context.Background()
 	if e == nil {
 		_ = conn.ReplyWithError(ctx, req.ID, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidRequest, Message: "no execution in progress"})

@@ -1,0 +1,66 @@
+package worker
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// maxMessage bounds one protocol message from a worker: the worker side is
+// untrusted, and a message is held whole in host memory while it is read.
+const maxMessage = 16 << 20
+
+// errMessageTooLarge ends the stream (and so the worker) when a message
+// goes past maxMessage.
+var errMessageTooLarge = errors.New("worker protocol message larger than 16 MiB")
+
+// lineStream is the protocol's framing, newline-delimited JSON, with a bound
+// on what one line may hold (jsonrpc2's plain stream has none).
+type lineStream struct {
+	rw io.ReadWriteCloser
+	r  *bufio.Reader
+}
+
+func newLineStream(rw io.ReadWriteCloser) *lineStream {
+	return &lineStream{rw: rw, r: bufio.NewReaderSize(rw, 64<<10)}
+}
+
+// ReadObject reads one line and decodes it into v.
+func (s *lineStream) ReadObject(v any) error {
+	var line []byte
+	for {
+		chunk, err := s.r.ReadSlice('\n')
+		if len(line)+len(chunk) > maxMessage {
+			return errMessageTooLarge
+		}
+		line = append(line, chunk...)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			if len(bytes.TrimSpace(line)) > 0 && errors.Is(err, io.EOF) {
+				break // a last message without its newline
+			}
+			return err
+		}
+	}
+	if err := json.Unmarshal(line, v); err != nil {
+		return fmt.Errorf("worker protocol: %w", err)
+	}
+	return nil
+}
+
+// WriteObject writes v as one line; jsonrpc2 serialises calls.
+func (s *lineStream) WriteObject(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = s.rw.Write(append(b, '\n'))
+	return err
+}
+
+func (s *lineStream) Close() error { return s.rw.Close() }
