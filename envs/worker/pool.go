@@ -116,12 +116,14 @@ func (p *Pool) Put(w *Worker) bool {
 		return false
 	default:
 	}
-	select {
-	case p.ready <- w:
-		return true
-	default:
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// A refill in flight already counts against this slot.
+	if len(p.ready)+p.spawning >= p.size {
 		return false
 	}
+	p.ready <- w // room is certain: landing spawns take p.mu too
+	return true
 }
 
 // Stats reports the pool's health.
@@ -211,16 +213,18 @@ func (p *Pool) spawnOne() {
 		}
 	}()
 	w, err := p.spawn(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if err == nil {
 		select {
 		case <-p.stop:
 			w.Close()
 		default:
-			p.ready <- w // never blocks: a spawn counts against the capacity until it lands
+			// A spawn counts against the capacity until it lands, and Put
+			// respects that, so there is room.
+			p.ready <- w
 		}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.spawning--
 	if err == nil {
 		p.streak = 0

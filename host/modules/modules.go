@@ -319,7 +319,8 @@ func (r *Registry) Module(ctx context.Context, id string) (ModuleView, error) {
 	return ModuleView{Info: info, Enabled: m.Enabled, Active: active}, nil
 }
 
-// Shutdown kills every execution and tears every environment down.
+// Shutdown kills every execution and tears every environment down, waiting
+// no longer than ctx allows.
 func (r *Registry) Shutdown(ctx context.Context) {
 	r.mu.Lock()
 	r.closed = true
@@ -329,9 +330,21 @@ func (r *Registry) Shutdown(ctx context.Context) {
 	}
 	r.active = nil
 	r.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, in := range all {
-		if err := in.env.Teardown(ctx); err != nil {
-			r.log.Warn("environment teardown failed", "module", in.id, "err", err)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := in.env.Teardown(ctx); err != nil {
+				r.log.Warn("environment teardown failed", "module", in.id, "err", err)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		r.log.Error("environments still tearing down at the shutdown deadline", "err", ctx.Err())
 	}
 }
