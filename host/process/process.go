@@ -183,17 +183,22 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 // launch starts the execution of a process already stored as queued.
 func (m *Manager) launch(p *store.Process) {
 	r := newRun(p, m.limits.OutputBytes)
+	// Its own context: a kill cancels it, so a kill that arrives before the
+	// environment has even seen the execution is not lost.
+	ctx, cancel := context.WithCancel(m.ctx)
+	r.cancel = cancel
 	m.mu.Lock()
 	m.runs[p.PID] = r
 	m.mu.Unlock()
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
+		defer cancel()
 		in := module.ExecutionInput{
 			EID: p.PID, Code: p.Code, EnvConfig: p.EnvConfig,
 			Options: module.Options{TimeoutMs: p.TimeoutMs, OutputLimitBytes: m.limits.OutputBytes},
 		}
-		envID, res, err := m.exec.Execute(m.ctx, in)
+		envID, res, err := m.exec.Execute(ctx, in)
 		m.finish(r, envID, res, err)
 	}()
 }
@@ -291,6 +296,7 @@ func (m *Manager) Kill(ctx context.Context, pid int64) (*Process, error) {
 		r.publishLocked(Event{Type: EventState, State: Terminating})
 	}
 	r.mu.Unlock()
+	r.cancel()
 	if was == Queued || was == Running {
 		p := &store.Process{PID: pid, State: string(Terminating)}
 		if _, err := m.st.TransitionProcess(ctx, p, []string{string(was)}, "state"); err != nil {

@@ -185,3 +185,43 @@ func TestOutputMergeAndCap(t *testing.T) {
 		t.Fatalf("output %v", got.Output)
 	}
 }
+
+// deaf honours only its context: like an environment that has not yet
+// registered an execution when a kill for it arrives.
+type deaf struct{ m *Manager }
+
+func (d *deaf) Execute(ctx context.Context, in module.ExecutionInput) (string, module.Result, error) {
+	d.m.SetState(in.EID, module.StateRunning)
+	select {
+	case <-ctx.Done():
+		return "deaf", module.Result{Exit: module.ExitCanceled}, nil
+	case <-time.After(30 * time.Second):
+		return "deaf", module.Result{Exit: module.ExitSuccess}, nil
+	}
+}
+func (d *deaf) Kill(context.Context, int64) error { return nil }
+
+func TestKillRightAfterCreateIsNeverLost(t *testing.T) {
+	st, err := store.Open(context.Background(), "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	d := &deaf{}
+	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, d, DefaultLimits(), "test-host")
+	d.m = m
+	ctx := context.Background()
+	for range 20 {
+		p, err := m.Create(ctx, CreateInput{Code: "x", Autorun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Kill(ctx, p.PID); err != nil {
+			t.Fatal(err)
+		}
+		got := waitIdle(t, m, p.PID)
+		if *got.ExitState != "canceled" || *got.Reason != "killed" {
+			t.Fatalf("got %s/%s", *got.ExitState, *got.Reason)
+		}
+	}
+}

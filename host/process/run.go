@@ -14,9 +14,10 @@ import (
 // run is the live state of one execution, kept in memory while it lasts and
 // written to the database when it ends.
 type run struct {
-	pid  int64
-	base store.Process // the row as launched; the final row is built on it
-	done chan struct{}
+	pid    int64
+	base   store.Process // the row as launched; the final row is built on it
+	done   chan struct{}
+	cancel context.CancelFunc // kills the execution
 
 	mu         sync.Mutex
 	state      State
