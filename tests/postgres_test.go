@@ -32,6 +32,17 @@ func TestPostgresBackedHost(t *testing.T) {
 	if got.exit() != "success" {
 		t.Fatalf("read back: %+v", got)
 	}
+	// NUL, which PostgreSQL text refuses: in output it becomes U+FFFD, in
+	// code it is a 422.
+	nul := h.run("print('a\\0b')\nraise ValueError('x\\0y')", nil)
+	h.do("GET", fmt.Sprintf("/processes/%d", nul.PID), nil, &got)
+	if got.State != "idle" || got.exit() != "failed" || got.Stdout != "a\uFFFDb\n" || got.Error != "ValueError: x\uFFFDy" {
+		t.Fatalf("NUL in output: %+v", got)
+	}
+	var prob problem
+	if st, _ := h.do("POST", "/processes", map[string]any{"code": "x = 1\x00"}, &prob); st != 422 || prob.Errors[0].Location != "body.code" {
+		t.Fatalf("NUL in code: %d %+v", st, prob)
+	}
 }
 
 // freshSchema makes a schema of its own for this test in the database at url

@@ -65,7 +65,13 @@ func (s *stream) add(p []byte) string {
 		s.truncated = true
 	}
 	s.size += int64(len(p))
-	text := strings.ToValidUTF8(string(p), "\uFFFD")
+	text := clean(string(p))
 	s.text.WriteString(text)
 	return text
+}
+
+// clean makes text storable in any database's text column: invalid UTF-8
+// and NUL (which PostgreSQL refuses) become U+FFFD.
+func clean(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }

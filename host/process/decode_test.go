@@ -35,3 +35,11 @@ func TestStreamCap(t *testing.T) {
 		t.Fatal("wrote past the cap")
 	}
 }
+
+func TestStreamHasNoNUL(t *testing.T) {
+	var s stream
+	s.write([]byte("a\x00b"))
+	if got := s.text.String(); got != "a\uFFFDb" {
+		t.Fatalf("got %q", got)
+	}
+}

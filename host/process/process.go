@@ -11,6 +11,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/schema"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -112,6 +113,11 @@ type CreateInput struct {
 
 // Create stores a process and, with Autorun, starts it.
 func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) {
+	for field, v := range map[string]string{"body.code": in.Code, "body.ref": in.Ref} {
+		if strings.ContainsRune(v, 0) {
+			return nil, &schema.FieldError{Field: field, Message: "contains a NUL character"}
+		}
+	}
 	if len(in.Code) > m.limits.CodeBytes {
 		return nil, &schema.FieldError{Field: "body.code", Message: fmt.Sprintf("code is %d bytes, more than the limit of %d", len(in.Code), m.limits.CodeBytes)}
 	}
@@ -235,7 +241,7 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	exit := string(res.Exit)
 	final := r.base
 	p := &final
-	p.State, p.ExitState, p.Reason, p.Error, p.Environment = string(Idle), &exit, string(res.Reason), r.err, envID
+	p.State, p.ExitState, p.Reason, p.Error, p.Environment = string(Idle), &exit, clean(string(res.Reason)), clean(r.err), envID
 	p.Output, p.Stdout, p.Stderr = maps.Clone(r.output), r.stdout.text.String(), r.stderr.text.String()
 	p.StdoutTruncated, p.StderrTruncated, p.FinishedAt = r.stdout.truncated, r.stderr.truncated, &now
 	if !r.startedAt.IsZero() {
@@ -253,7 +259,15 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if ok, err := m.st.TransitionProcess(ctx, p, live, cols...); err != nil {
+		// Never leave it looking alive: store the failure without the
+		// result that could not be stored.
 		m.log.Error("record process result", "pid", r.pid, "err", err)
+		failed := string(module.ExitFailed)
+		p.ExitState, p.Reason, p.Error = &failed, string(module.ReasonEnvironmentError), "the host could not store the result: "+clean(err.Error())
+		p.Output, p.Stdout, p.Stderr = nil, "", ""
+		if _, err := m.st.TransitionProcess(ctx, p, live, cols...); err != nil {
+			m.log.Error("record process failure", "pid", r.pid, "err", err)
+		}
 	} else if !ok {
 		m.log.Warn("process result arrived for a process no longer live", "pid", r.pid)
 	}

@@ -210,7 +210,7 @@ func (m *Manager) Refresh(ctx context.Context, id string) (*RefreshResult, error
 			res.Removed = append(res.Removed, t.ID)
 		}
 	}
-	svc.Name, svc.Description, svc.Hash = def.Name, def.Description, hash(def)
+	svc.Name, svc.Description, svc.Hash = noNUL(def.Name), noNUL(def.Description), hash(def)
 	svc.ConfigSchema, svc.SecretsSchema, svc.AdapterDomain, svc.UpdatedAt = def.ConfigSchema, def.SecretsSchema, def.AdapterDomain, time.Now().UTC()
 	if err := m.st.PutService(ctx, svc, rows); err != nil {
 		return nil, err

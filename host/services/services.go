@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -174,6 +175,9 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Service, error) 
 	if (in.Source.URL == "") == (in.Source.Content == "") {
 		return nil, &schema.FieldError{Field: "body.source", Message: "give exactly one of url or content"}
 	}
+	if strings.ContainsRune(in.Source.Content, 0) || strings.ContainsRune(in.Source.URL, 0) {
+		return nil, &schema.FieldError{Field: "body.source", Message: "contains a NUL character"}
+	}
 	if _, err := m.st.GetService(ctx, in.ID); err == nil {
 		return nil, fmt.Errorf("service %s: %w", in.ID, ErrExists)
 	}
@@ -201,7 +205,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Service, error) 
 	src, _ := json.Marshal(in.Source)
 	now := time.Now().UTC()
 	svc := &store.Service{
-		ID: in.ID, Adapter: in.Adapter, Name: def.Name, Description: def.Description, Source: src, Hash: hash(def),
+		ID: in.ID, Adapter: in.Adapter, Name: noNUL(def.Name), Description: noNUL(def.Description), Source: src, Hash: hash(def),
 		ConfigSchema: def.ConfigSchema, SecretsSchema: def.SecretsSchema, AdapterDomain: def.AdapterDomain,
 		Config: in.Config, Secrets: sealed, Enabled: enabled, CreatedAt: now, UpdatedAt: now,
 	}
@@ -251,7 +255,7 @@ func toolRows(serviceID string, defs []adapter.ToolDefinition, enabled map[strin
 	for _, t := range defs {
 		on, known := enabled[t.ID]
 		rows = append(rows, store.Tool{
-			ServiceID: serviceID, ID: t.ID, Name: t.Name, Description: t.Description,
+			ServiceID: serviceID, ID: t.ID, Name: noNUL(t.Name), Description: noNUL(t.Description),
 			InputSchema: nonNull(t.InputSchema), OutputSchema: nonNull(t.OutputSchema), AdapterDomain: nonNull(t.AdapterDomain),
 			Enabled: on || !known,
 		})
@@ -282,3 +286,7 @@ func init() {
 		reserved[w] = true
 	}
 }
+
+// noNUL drops NUL characters, which documents may carry in their text and
+// PostgreSQL text columns refuse.
+func noNUL(s string) string { return strings.ReplaceAll(s, "\x00", "") }
