@@ -170,11 +170,11 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 		return nil, conflict("process %d is still stopping", pid)
 	}
 	p.State, p.ExitState, p.Reason, p.Error = string(Queued), nil, "", ""
-	p.Output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated = nil, "", "", false, false
+	p.Output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated = nil, "", "", false, false, false
 	p.StartedAt, p.FinishedAt, p.DurationMs, p.Environment = nil, nil, nil, ""
 	p.Runs, p.HostID = p.Runs+1, m.host
 	ok, err := m.st.TransitionProcess(ctx, p, []string{string(Idle)}, "state", "exit_state", "reason", "error",
-		"output", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "started_at", "finished_at",
+		"output", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "output_truncated", "started_at", "finished_at",
 		"duration_ms", "environment", "runs", "host_id")
 	if err != nil {
 		return nil, err
@@ -243,7 +243,7 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	p := &final
 	p.State, p.ExitState, p.Reason, p.Error, p.Environment = string(Idle), &exit, clean(string(res.Reason)), clean(r.err), envID
 	p.Output, p.Stdout, p.Stderr = maps.Clone(r.output), r.stdout.text.String(), r.stderr.text.String()
-	p.StdoutTruncated, p.StderrTruncated, p.FinishedAt = r.stdout.truncated, r.stderr.truncated, &now
+	p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated, p.FinishedAt = r.stdout.truncated, r.stderr.truncated, r.outputCut, &now
 	if !r.startedAt.IsZero() {
 		d := now.Sub(r.startedAt).Milliseconds()
 		started := r.startedAt
@@ -251,7 +251,7 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	}
 	r.mu.Unlock()
 	cols := []string{"state", "exit_state", "reason", "error", "environment", "output", "stdout", "stderr",
-		"stdout_truncated", "stderr_truncated", "finished_at", "duration_ms"}
+		"stdout_truncated", "stderr_truncated", "output_truncated", "finished_at", "duration_ms"}
 	if p.StartedAt != nil {
 		cols = append(cols, "started_at")
 	}

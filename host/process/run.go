@@ -25,8 +25,10 @@ type run struct {
 	stdout     stream
 	stderr     stream
 	output     map[string]any
-	outputSize int64
+	keySizes   map[string]int64 // encoded size of each top-level key and value
+	outputSize int64            // their sum: the size of the merged object
 	outputCap  int64
+	outputCut  bool
 	err        string
 	killed     bool
 	final      *Process
@@ -37,7 +39,7 @@ func newRun(p *store.Process, limit int64) *run {
 	return &run{
 		pid: p.PID, base: *p, done: make(chan struct{}), state: Queued,
 		stdout: stream{limit: limit}, stderr: stream{limit: limit},
-		output: map[string]any{}, outputCap: limit, subs: map[chan Event]struct{}{},
+		output: map[string]any{}, keySizes: map[string]int64{}, outputCap: limit, subs: map[chan Event]struct{}{},
 	}
 }
 
@@ -51,7 +53,7 @@ func (r *run) overlay(v *Process) {
 	v.State = r.state
 	v.Output = maps.Clone(r.output)
 	v.Stdout, v.Stderr = r.stdout.text.String(), r.stderr.text.String()
-	v.StdoutTruncated, v.StderrTruncated = r.stdout.truncated, r.stderr.truncated
+	v.StdoutTruncated, v.StderrTruncated, v.OutputTruncated = r.stdout.truncated, r.stderr.truncated, r.outputCut
 	if !r.startedAt.IsZero() {
 		t := r.startedAt
 		v.StartedAt = &t
@@ -138,23 +140,38 @@ func (m *Manager) emit(eid int64, p []byte, typ EventType) {
 }
 
 // EmitOutput merges a patch into the structured output: later keys
-// overwrite, new keys are added. Patches past the size cap are dropped.
+// overwrite, new keys are added. The merged object is capped: a key whose
+// value would grow it past the cap is dropped and the output flagged.
 func (m *Manager) EmitOutput(eid int64, patch map[string]any) {
 	r := m.lookup(eid)
 	if r == nil {
 		return
 	}
-	b, err := json.Marshal(patch)
-	if err != nil {
-		return
+	sizes := make(map[string]int64, len(patch))
+	for k, v := range patch {
+		b, err := json.Marshal(v)
+		if err != nil {
+			continue
+		}
+		sizes[k] = int64(len(k) + len(b) + 4) // quotes, colon, comma
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.outputSize+int64(len(b)) > r.outputCap {
-		m.log.Warn("structured output over its cap; patch dropped", "pid", eid, "bytes", len(b))
-		return
+	applied := map[string]any{}
+	for k, size := range sizes {
+		if r.outputSize-r.keySizes[k]+size > r.outputCap {
+			if !r.outputCut {
+				m.log.Warn("structured output over its cap; keys dropped", "pid", eid, "key", k, "bytes", size)
+			}
+			r.outputCut = true
+			continue
+		}
+		r.outputSize += size - r.keySizes[k]
+		r.keySizes[k] = size
+		r.output[k] = patch[k]
+		applied[k] = patch[k]
 	}
-	r.outputSize += int64(len(b))
-	maps.Copy(r.output, patch)
-	r.publishLocked(Event{Type: EventOutput, Output: patch})
+	if len(applied) > 0 {
+		r.publishLocked(Event{Type: EventOutput, Output: applied})
+	}
 }

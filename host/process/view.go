@@ -20,6 +20,7 @@ type ProcessSummary struct {
 	Runs            int64          `json:"runs" doc:"How many times the process was started."`
 	StdoutTruncated bool           `json:"stdoutTruncated" doc:"stdout went past its cap and was cut."`
 	StderrTruncated bool           `json:"stderrTruncated" doc:"stderr went past its cap and was cut."`
+	OutputTruncated bool           `json:"outputTruncated" doc:"The structured output went past its cap: keys that would have grown it further were dropped."`
 	CreatedAt       time.Time      `json:"createdAt"`
 	StartedAt       *time.Time     `json:"startedAt" nullable:"true" doc:"When the latest execution started running."`
 	FinishedAt      *time.Time     `json:"finishedAt" nullable:"true" doc:"When the latest execution ended."`
@@ -39,7 +40,7 @@ func viewOf(p *store.Process) *Process {
 	v := &Process{ProcessSummary: ProcessSummary{
 		PID: p.PID, Ref: p.Ref, State: State(p.State), ExitState: p.ExitState, Error: p.Error,
 		TimeoutMs: p.TimeoutMs, EnvConfig: p.EnvConfig, Environment: p.Environment, Runs: p.Runs,
-		StdoutTruncated: p.StdoutTruncated, StderrTruncated: p.StderrTruncated,
+		StdoutTruncated: p.StdoutTruncated, StderrTruncated: p.StderrTruncated, OutputTruncated: p.OutputTruncated,
 		CreatedAt: p.CreatedAt, StartedAt: p.StartedAt, FinishedAt: p.FinishedAt, DurationMs: p.DurationMs,
 	}, Output: p.Output, Stdout: p.Stdout, Stderr: p.Stderr, Code: p.Code}
 	if p.Reason != "" {

@@ -29,6 +29,7 @@ type Process struct {
 	Stderr          string         `bun:"stderr,notnull"`
 	StdoutTruncated bool           `bun:"stdout_truncated,notnull"`
 	StderrTruncated bool           `bun:"stderr_truncated,notnull"`
+	OutputTruncated bool           `bun:"output_truncated,notnull"`
 	Runs            int64          `bun:"runs,notnull"`
 	HostID          string         `bun:"host_id,notnull"` // the host that runs it`
 	CreatedAt       time.Time      `bun:"created_at,notnull"`

@@ -421,6 +421,9 @@ type ExitEvent struct {
 	// Output Structured output: the merge of every cyrnel.output() patch.
 	Output map[string]interface{} `json:"output"`
 
+	// OutputTruncated The structured output went past its cap: keys that would have grown it further were dropped.
+	OutputTruncated bool `json:"outputTruncated"`
+
 	// Pid Process id: positive, unique, never reused.
 	Pid int64 `json:"pid"`
 
@@ -547,6 +550,9 @@ type Process struct {
 	// Output Structured output: the merge of every cyrnel.output() patch.
 	Output map[string]interface{} `json:"output"`
 
+	// OutputTruncated The structured output went past its cap: keys that would have grown it further were dropped.
+	OutputTruncated bool `json:"outputTruncated"`
+
 	// Pid Process id: positive, unique, never reused.
 	Pid int64 `json:"pid"`
 
@@ -617,6 +623,9 @@ type ProcessSummary struct {
 
 	// FinishedAt When the latest execution ended.
 	FinishedAt *time.Time `json:"finishedAt"`
+
+	// OutputTruncated The structured output went past its cap: keys that would have grown it further were dropped.
+	OutputTruncated bool `json:"outputTruncated"`
 
 	// Pid Process id: positive, unique, never reused.
 	Pid int64 `json:"pid"`

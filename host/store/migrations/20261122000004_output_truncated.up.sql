@@ -1,0 +1,1 @@
+ALTER TABLE processes ADD COLUMN output_truncated BOOLEAN NOT NULL DEFAULT FALSE;
