@@ -60,9 +60,8 @@ type liveService struct {
 
 type liveTool struct {
 	enabled bool
-	once    sync.Once
-	schema  *schema.Schema
-	err     error
+	mu      sync.Mutex
+	schema  *schema.Schema // compiled on first use; failures are not kept
 }
 
 // New returns a manager of services built by the given adapters (by id).

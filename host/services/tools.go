@@ -92,20 +92,25 @@ func (m *Manager) callable(serviceID, toolID string) (*liveService, *liveTool, e
 	return l, t, nil
 }
 
-// inputSchema compiles a tool's input schema once.
+// inputSchema compiles a tool's input schema on first use. Only a success
+// is kept: one caller's cancelled context must not break the tool for the
+// next.
 func (m *Manager) inputSchema(ctx context.Context, serviceID, toolID string, t *liveTool) (*schema.Schema, error) {
-	t.once.Do(func() {
-		row, err := m.st.GetTool(ctx, serviceID, toolID)
-		if err != nil {
-			t.err = err
-			return
-		}
-		t.schema, t.err = m.compiler.Compile(row.InputSchema)
-	})
-	if t.err != nil {
-		return nil, fmt.Errorf("input schema of %s.%s: %w", serviceID, toolID, t.err)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.schema != nil {
+		return t.schema, nil
 	}
-	return t.schema, nil
+	row, err := m.st.GetTool(context.WithoutCancel(ctx), serviceID, toolID)
+	if err != nil {
+		return nil, fmt.Errorf("input schema of %s.%s: %w", serviceID, toolID, err)
+	}
+	s, err := m.compiler.Compile(row.InputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("input schema of %s.%s: %w", serviceID, toolID, err)
+	}
+	t.schema = s
+	return s, nil
 }
 
 // Invoke calls a tool: the same path for programs and for the API. The
