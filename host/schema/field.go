@@ -2,7 +2,7 @@ package schema
 
 import (
 	"errors"
-	"regexp"
+	"strings"
 )
 
 // FieldError is a bad input: Field is where it sits in the request (the
@@ -26,20 +26,26 @@ func (e *FieldError) Error() string {
 	return msg
 }
 
-var quoted = regexp.MustCompile(`'[^']*'|"[^"]*"`)
-
-// Redact drops quoted values from a FieldError's messages, for errors about
-// secrets: validation messages may quote the offending value.
+// Redact makes a FieldError safe to show about secrets: a message that
+// quotes anything (validation messages may quote the offending value,
+// escapes and all) is replaced by one that names only the failure.
 func Redact(err error) error {
 	var fe *FieldError
 	if !errors.As(err, &fe) {
 		return err
 	}
 	out := *fe
-	out.Message = quoted.ReplaceAllString(fe.Message, "'…'")
+	out.Message = safe(fe.Message)
 	out.Problems = make([]Problem, len(fe.Problems))
 	for i, p := range fe.Problems {
-		out.Problems[i] = Problem{Path: p.Path, Message: quoted.ReplaceAllString(p.Message, "'…'")}
+		out.Problems[i] = Problem{Path: p.Path, Message: safe(p.Message)}
 	}
 	return &out
+}
+
+func safe(msg string) string {
+	if strings.ContainsAny(msg, `'"`+"`") {
+		return "invalid value (not shown: secrets are never echoed)"
+	}
+	return msg
 }
