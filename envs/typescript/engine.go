@@ -32,6 +32,10 @@ type Result struct {
 	// exception, "SyntaxError: message (main.ts:line:col)" for code that does
 	// not compile.
 	Error string `json:"error,omitempty"`
+	// Abandoned: the program did not stop when interrupted and still holds
+	// a goroutine (and its CPU and memory) until a built-in returns; the
+	// process hosting it should not run anything else.
+	Abandoned bool `json:"abandoned,omitempty"`
 }
 
 // Options tune an Engine; zero values take the defaults.
@@ -121,7 +125,9 @@ func (e *Engine) Run(ctx context.Context, code string, timeout time.Duration, cb
 	}
 	g.Stderr([]byte(fmt.Sprintf("The program did not stop within %v of being interrupted (it is inside a built-in function or a host call); it was abandoned.\n", abandonAfter)))
 	g.closed.Store(true)
-	return r.stoppedResult()
+	res := r.stoppedResult()
+	res.Abandoned = true
+	return res
 }
 
 // gate stops a run's callbacks once Run has abandoned it: no callback starts

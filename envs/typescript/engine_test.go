@@ -80,7 +80,7 @@ func TestEngineAbandonsUninterruptibleProgram(t *testing.T) {
 	start := time.Now()
 	res := e.Run(context.Background(), `console.log("block"); console.log("after");`, 50*time.Millisecond, h)
 	elapsed := time.Since(start)
-	if res != (Result{Exit: module.ExitTimeout, Reason: module.ReasonTimeout}) {
+	if res != (Result{Exit: module.ExitTimeout, Reason: module.ReasonTimeout, Abandoned: true}) {
 		t.Fatalf("result = %+v", res)
 	}
 	if elapsed > 5*time.Second {

@@ -109,7 +109,7 @@ func (s *workerServer) execute(conn *jsonrpc2.Conn, id jsonrpc2.ID, p executePar
 	s.mu.Lock()
 	s.cancel = nil
 	s.mu.Unlock()
-	_ = conn.Reply(context.Background(), id, map[string]any{"status": res.Exit, "reason": res.Reason, "error": res.Error})
+	_ = conn.Reply(context.Background(), id, map[string]any{"status": res.Exit, "reason": res.Reason, "error": res.Error, "spent": res.Abandoned})
 }
 
 // rpcCallbacks turn the engine's callbacks into protocol messages; output

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
@@ -32,7 +33,13 @@ type executeReply struct {
 	Status string `json:"status"`
 	Error  string `json:"error"`
 	Reason string `json:"reason"`
+	// Spent: the runtime cannot serve again (a program it gave up on still
+	// runs inside it).
+	Spent bool `json:"spent"`
 }
+
+// maxErrorText bounds the error message a worker may report.
+const maxErrorText = 64 << 10
 
 // Run executes one program in the worker and returns how it ended. Every
 // byte of output has been emitted when it returns. clean says the worker
@@ -81,7 +88,10 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (res m
 			w.h.Kill()
 			w.drain()
 		}
-		res, msg, clean = replyResult(rep), rep.Error, true
+		res, msg, clean = replyResult(rep), rep.Error, !rep.Spent
+		if len(msg) > maxErrorText {
+			msg = msg[:maxErrorText] + "…"
+		}
 	}
 	killed := module.Result{Exit: module.ExitCanceled, Reason: module.ReasonKilled}
 	select {
@@ -121,19 +131,25 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (res m
 	return res, clean
 }
 
+// replyResult turns a worker's answer into a result. The worker side is
+// untrusted: a reason is kept only when it is one a runtime may report for
+// that exit state, never one the host reports (host_restart, …).
 func replyResult(rep executeReply) module.Result {
 	exit := module.ExitState(rep.Status)
 	if !exit.Valid() {
 		exit = module.ExitFailed
 	}
-	res := module.Result{Exit: exit, Reason: module.Reason(rep.Reason)}
-	if res.Reason == "" {
-		res.Reason = map[module.ExitState]module.Reason{
-			module.ExitSuccess: module.ReasonCompleted, module.ExitFailed: module.ReasonException,
-			module.ExitTimeout: module.ReasonTimeout, module.ExitCanceled: module.ReasonKilled,
-		}[exit]
+	allowed := map[module.ExitState][]module.Reason{
+		module.ExitSuccess:  {module.ReasonCompleted},
+		module.ExitFailed:   {module.ReasonException, module.ReasonMemoryLimit, module.ReasonEnvironmentError},
+		module.ExitTimeout:  {module.ReasonTimeout},
+		module.ExitCanceled: {module.ReasonKilled},
+	}[exit]
+	reason := allowed[0]
+	if slices.Contains(allowed, module.Reason(rep.Reason)) {
+		reason = module.Reason(rep.Reason)
 	}
-	return res
+	return module.Result{Exit: exit, Reason: reason}
 }
 
 // died explains a worker that ended without answering.

@@ -77,3 +77,18 @@ func TestRequestFloodIsBounded(t *testing.T) {
 		}
 	}
 }
+
+func TestForgedReasonsAreNotTaken(t *testing.T) {
+	for status, want := range map[string]module.Result{
+		"failed":  {Exit: module.ExitFailed, Reason: module.ReasonException},
+		"success": {Exit: module.ExitSuccess, Reason: module.ReasonCompleted},
+		"bogus":   {Exit: module.ExitFailed, Reason: module.ReasonException},
+	} {
+		if got := replyResult(executeReply{Status: status, Reason: "host_restart"}); got != want {
+			t.Errorf("%s/host_restart: got %+v", status, got)
+		}
+	}
+	if got := replyResult(executeReply{Status: "failed", Reason: "memory_limit"}); got.Reason != module.ReasonMemoryLimit {
+		t.Errorf("a runtime's own memory_limit: %+v", got)
+	}
+}
