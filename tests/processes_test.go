@@ -239,7 +239,7 @@ func TestProblems(t *testing.T) {
 		{"GET", "/processes?limit=1000", nil, 422, "query.limit"},
 		{"GET", "/processes?nope=1", nil, 422, "query.nope"},
 		{"GET", "/modules/nope", nil, 404, ""},
-		{"PUT", "/environment", map[string]any{"module": "nope"}, 404, ""},
+		{"PUT", "/environment", map[string]any{"module": "nope"}, 422, "body.module"},
 	}
 	for _, c := range cases {
 		var prob problem

@@ -138,8 +138,11 @@ func (s *server) problem(err error) error {
 		return huma.Error404NotFound(err.Error())
 	case errors.Is(err, process.ErrConflict), errors.Is(err, modules.ErrActive):
 		return huma.Error409Conflict(err.Error())
-	case errors.Is(err, modules.ErrNotEnvironment), errors.Is(err, modules.ErrDisabled), errors.Is(err, modules.ErrSetup):
+	case errors.Is(err, modules.ErrNotEnvironment), errors.Is(err, modules.ErrDisabled):
 		return huma.Error422UnprocessableEntity(err.Error(), &huma.ErrorDetail{Location: "body.module", Message: err.Error()})
+	case errors.Is(err, modules.ErrSetup):
+		// From PUT /environment the module, from a config change the body.
+		return huma.Error422UnprocessableEntity(err.Error(), &huma.ErrorDetail{Location: "body", Message: err.Error()})
 	case errors.Is(err, modules.ErrNoEnvironment):
 		return huma.Error503ServiceUnavailable(err.Error())
 	}

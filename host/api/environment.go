@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -128,6 +129,10 @@ func (s *server) registerEnvironment(api huma.API) {
 			"An unknown, disabled or failing module changes nothing.",
 	}, func(ctx context.Context, in *setEnvironmentInput) (*environmentBody, error) {
 		if err := s.Modules.Activate(ctx, in.Body.Module); err != nil {
+			if errors.Is(err, modules.ErrUnknownModule) {
+				// The request is fine; the module it names is not.
+				return nil, huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{Location: "body.module", Message: err.Error(), Value: in.Body.Module})
+			}
 			return nil, s.problem(err)
 		}
 		return s.environment(), nil

@@ -105,7 +105,10 @@ class Connection:
         else:
             p.result = msg.get("result")
         if p.future is not None:
-            p.loop.call_soon_threadsafe(_settle, p)
+            try:
+                p.loop.call_soon_threadsafe(_settle, p)
+            except RuntimeError:
+                pass  # its event loop is closed: nobody awaits the answer
         else:
             p.event.set()
 
