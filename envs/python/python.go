@@ -76,6 +76,12 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	if err != nil {
 		return err
 	}
+	// Compile the runtime once: interpreters may not write bytecode, and
+	// each would otherwise compile the package from source at start.
+	if out, err := exec.CommandContext(ctx, py.exe, "-I", "-S", "-m", "compileall", "-q", dir).CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return fmt.Errorf("compile the python runtime: %w: %s", err, out)
+	}
 	paths := []string{dir}
 	if cfg.SitePackages {
 		paths = append(paths, py.site...)

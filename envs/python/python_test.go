@@ -40,3 +40,32 @@ func BenchmarkExecuteWarm(b *testing.B) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 }
+
+// BenchmarkSpawnToReady: one sandboxed interpreter from launch until it is
+// warm (runtime and preload imported), with and without asyncio preloaded:
+// what every fresh-interpreter execution costs the machine.
+func BenchmarkSpawnToReady(b *testing.B) {
+	for _, preload := range [][]string{{"asyncio"}, {}} {
+		name := "preload-asyncio"
+		if len(preload) == 0 {
+			name = "preload-none"
+		}
+		b.Run(name, func(b *testing.B) {
+			e := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if err := e.Setup(context.Background(), module.SetupContext{Bindings: envtest.NewRecorder(), Config: map[string]any{"preload": preload, "poolSize": 1}}); err != nil {
+				b.Fatal(err)
+			}
+			defer e.Teardown(context.Background())
+			b.ResetTimer()
+			for range b.N {
+				w, err := e.spawn(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				w.Close()
+				b.StartTimer()
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -28,14 +29,16 @@ type Pool struct {
 	stop  chan struct{}
 	wg    sync.WaitGroup
 
-	mu        sync.Mutex
-	spawning  int
-	failures  int64 // spawns that failed, ever
-	streak    int   // consecutive failures, for back-off
-	retryAt   time.Time
-	failed    chan struct{} // closed and replaced on every failed spawn
-	lastError string
-	served    int64
+	mu          sync.Mutex
+	spawning    int
+	failures    int64 // spawns that failed, ever
+	streak      int   // consecutive failures, for back-off
+	waiting     int   // callers of Get waiting for a worker
+	maxSpawning int
+	retryAt     time.Time
+	failed      chan struct{} // closed and replaced on every failed spawn
+	lastError   string
+	served      int64
 }
 
 // Stats describe a pool's health.
@@ -52,10 +55,11 @@ type Stats struct {
 func NewPool(log *slog.Logger, size int, startTimeout time.Duration, spawn SpawnFunc) *Pool {
 	p := &Pool{
 		log: log, spawn: spawn, size: max(size, 1), startTimeout: startTimeout,
-		ready:  make(chan *Worker, max(size, 1)),
-		wake:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		failed: make(chan struct{}),
+		maxSpawning: max(size, 2*runtime.NumCPU()),
+		ready:       make(chan *Worker, max(size, 1)+max(size, 2*runtime.NumCPU())), // warm workers and every spawn in flight
+		wake:        make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+		failed:      make(chan struct{}),
 	}
 	p.wg.Add(1)
 	go p.refill()
@@ -72,12 +76,25 @@ const failStreak = 3
 // Get takes a warm worker, waiting for one if none is ready. When spawns keep
 // failing it returns the last spawn error rather than waiting forever.
 func (p *Pool) Get(ctx context.Context) (*Worker, error) {
+	// Waiting for a worker counts as demand: the pool spawns for waiters
+	// too, not only to refill its warm workers.
+	p.mu.Lock()
+	p.waiting++
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.waiting--
+		p.mu.Unlock()
+	}()
 	for {
 		p.mu.Lock()
 		failed, streak, lastErr := p.failed, p.streak, p.lastError
 		p.mu.Unlock()
 		if streak >= failStreak && len(p.ready) == 0 {
 			return nil, fmt.Errorf("no worker could be started (%d failures in a row): %s", streak, lastErr)
+		}
+		if len(p.ready) == 0 {
+			p.poke()
 		}
 		select {
 		case w := <-p.ready:
@@ -185,7 +202,9 @@ func (p *Pool) refill() {
 func (p *Pool) startMore() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	need := p.size - len(p.ready) - p.spawning
+	// Enough for the warm workers and for whoever waits, with no more
+	// spawns at once than the machine can run in parallel.
+	need := min(p.size+p.waiting-len(p.ready), p.maxSpawning) - p.spawning
 	if p.streak > 0 {
 		if wait := time.Until(p.retryAt); wait > 0 {
 			return wait

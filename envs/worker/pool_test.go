@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -35,10 +36,9 @@ func idleWorker(t *testing.T, ctx context.Context) (*Worker, error) {
 // land (which wedged Close, and so every environment teardown).
 func TestPutWhileARefillIsInFlight(t *testing.T) {
 	gate := make(chan struct{})
-	spawns := 0
+	var spawns atomic.Int32
 	p := NewPool(slog.New(slog.NewTextHandler(io.Discard, nil)), 1, 30*time.Second, func(ctx context.Context) (*Worker, error) {
-		spawns++
-		if spawns > 1 {
+		if spawns.Add(1) > 1 {
 			<-gate // the refill: held until the worker is back
 		}
 		return idleWorker(t, ctx)
