@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/worker"
+	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/process"
+	"github.com/cyrnel/cyrnel/host/services"
 )
 
 // BenchmarkExecutionHTTP: a trivial execution through the whole host in one
@@ -72,4 +76,38 @@ func benchExecution(b *testing.B, env, request string) {
 	}
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-us")
+}
+
+// BenchmarkToolCallFromPython: one program making b.N sequential tool calls
+// through the host to the openapi adapter and a loopback API, for profiling
+// the host's side of a tool call with -cpuprofile.
+func BenchmarkToolCallFromPython(b *testing.B) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"id":1}`))
+	}))
+	defer up.Close()
+	ctx := context.Background()
+	s, err := New(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), Config{Addr: "127.0.0.1:0", DataDir: b.TempDir(), Limits: process.DefaultLimits()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	doc, err := os.ReadFile("../../../shared/fixtures/openapi/petstore-3.0.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.services.Create(ctx, services.CreateInput{ID: "pets", Adapter: "openapi", Source: adapter.Source{Content: string(doc)},
+		Config: map[string]any{"serverUrl": up.URL}}); err != nil {
+		b.Fatal(err)
+	}
+	code := fmt.Sprintf("f = cyrnel.services.pets.showPetById\nfor _ in range(%d):\n    f(petId='1')", b.N)
+	b.ResetTimer()
+	p, err := s.procs.Create(ctx, process.CreateInput{Code: code, Autorun: true, TimeoutMs: 600000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if p, err = s.procs.Wait(ctx, p.PID, 10*time.Minute); err != nil || *p.ExitState != "success" {
+		b.Fatal(p, err)
+	}
 }
