@@ -114,6 +114,8 @@ func (m *Manager) List(ctx context.Context) ([]*Service, error) {
 // SetEnabled enables or disables a service. Enabling needs its config and
 // secrets to validate.
 func (m *Manager) SetEnabled(ctx context.Context, id string, enabled bool) (*Service, error) {
+	m.writes.Lock()
+	defer m.writes.Unlock()
 	svc, err := m.get(ctx, id)
 	if err != nil {
 		return nil, err
@@ -144,6 +146,8 @@ func (m *Manager) SetEnabled(ctx context.Context, id string, enabled bool) (*Ser
 
 // Delete removes a service and its tools.
 func (m *Manager) Delete(ctx context.Context, id string) error {
+	m.writes.Lock()
+	defer m.writes.Unlock()
 	svc, err := m.get(ctx, id)
 	if err != nil {
 		return err
@@ -172,6 +176,8 @@ type RefreshResult struct {
 // Refresh re-reads the service's source; tools that survive keep their
 // enabled flags, new ones are enabled.
 func (m *Manager) Refresh(ctx context.Context, id string) (*RefreshResult, error) {
+	m.writes.Lock()
+	defer m.writes.Unlock()
 	svc, err := m.get(ctx, id)
 	if err != nil {
 		return nil, err
@@ -235,6 +241,8 @@ func (m *Manager) Config(ctx context.Context, id string) (map[string]any, error)
 
 // SetConfig validates and stores a service's config, then re-hydrates it.
 func (m *Manager) SetConfig(ctx context.Context, id string, cfg map[string]any) (map[string]any, error) {
+	m.writes.Lock()
+	defer m.writes.Unlock()
 	svc, err := m.get(ctx, id)
 	if err != nil {
 		return nil, err
@@ -268,6 +276,8 @@ func (m *Manager) SecretsSet(ctx context.Context, id string) ([]string, error) {
 // SetSecrets validates, seals and stores a service's secrets (replacing
 // them), then re-hydrates it. It returns which are set.
 func (m *Manager) SetSecrets(ctx context.Context, id string, sec map[string]any) ([]string, error) {
+	m.writes.Lock()
+	defer m.writes.Unlock()
 	svc, err := m.get(ctx, id)
 	if err != nil {
 		return nil, err

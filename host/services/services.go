@@ -48,8 +48,12 @@ type Manager struct {
 	adapters map[string]adapter.Adapter
 	compiler *schema.Compiler
 
-	mu   sync.RWMutex
-	live map[string]*liveService // what tool calls need, without the database
+	// writes serialises changes to services (imports, refreshes, config,
+	// deletes): admin operations, rare, and racing each other they could
+	// bring back a deleted service.
+	writes sync.Mutex
+	mu     sync.RWMutex
+	live   map[string]*liveService // what tool calls need, without the database
 }
 
 type liveService struct {
@@ -164,6 +168,8 @@ type CreateInput struct {
 // secrets validate (given or empty); given ones that do not validate are an
 // error.
 func (m *Manager) Create(ctx context.Context, in CreateInput) (*Service, error) {
+	m.writes.Lock()
+	defer m.writes.Unlock()
 	if !idPattern.MatchString(in.ID) || reserved[in.ID] {
 		return nil, &schema.FieldError{Field: "body.id", Message: "must be an identifier (letters, digits, _; not starting with a digit; at most 64; not a Python or TypeScript keyword)"}
 	}

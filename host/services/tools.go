@@ -57,6 +57,8 @@ func (m *Manager) Tool(ctx context.Context, serviceID, toolID string) (*Tool, er
 
 // SetToolEnabled enables or disables one tool.
 func (m *Manager) SetToolEnabled(ctx context.Context, serviceID, toolID string, enabled bool) (*Tool, error) {
+	m.writes.Lock()
+	defer m.writes.Unlock()
 	if err := m.st.SetToolEnabled(ctx, serviceID, toolID, enabled); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, fmt.Errorf("tool %s.%s: %w", serviceID, toolID, ErrNotFound)
