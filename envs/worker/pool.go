@@ -76,8 +76,16 @@ const failStreak = 3
 // Get takes a warm worker, waiting for one if none is ready. When spawns keep
 // failing it returns the last spawn error rather than waiting forever.
 func (p *Pool) Get(ctx context.Context) (*Worker, error) {
-	// Waiting for a worker counts as demand: the pool spawns for waiters
-	// too, not only to refill its warm workers.
+	// A warm worker at hand: no waiting, no demand.
+	select {
+	case w := <-p.ready:
+		if w, ok := p.take(w); ok {
+			return w, nil
+		}
+	default:
+	}
+	// Waiting counts as demand: the pool spawns for waiters too, not only to
+	// refill its warm workers.
 	p.mu.Lock()
 	p.waiting++
 	p.mu.Unlock()
@@ -86,6 +94,7 @@ func (p *Pool) Get(ctx context.Context) (*Worker, error) {
 		p.waiting--
 		p.mu.Unlock()
 	}()
+	p.poke()
 	for {
 		p.mu.Lock()
 		failed, streak, lastErr := p.failed, p.streak, p.lastError
@@ -93,26 +102,11 @@ func (p *Pool) Get(ctx context.Context) (*Worker, error) {
 		if streak >= failStreak && len(p.ready) == 0 {
 			return nil, fmt.Errorf("no worker could be started (%d failures in a row): %s", streak, lastErr)
 		}
-		if len(p.ready) == 0 {
-			p.poke()
-		}
 		select {
 		case w := <-p.ready:
-			// Refill a little later: a spawn is tens of milliseconds of
-			// CPU that would otherwise compete with the execution that
-			// took this worker and with the host returning its result.
-			// Under sustained load spawns run back to back regardless:
-			// each one that lands pokes the pool again.
-			time.AfterFunc(refillDelay, p.poke)
-			if w.Dead() {
-				p.log.Warn("discarding a warm worker that died", "exit", w.h.Exit().String())
-				w.Close()
-				continue
+			if w, ok := p.take(w); ok {
+				return w, nil
 			}
-			p.mu.Lock()
-			p.served++
-			p.mu.Unlock()
-			return w, nil
 		case <-failed:
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -120,6 +114,25 @@ func (p *Pool) Get(ctx context.Context) (*Worker, error) {
 			return nil, ErrClosed
 		}
 	}
+}
+
+// take hands out a worker from the ready queue unless it died, and schedules
+// the refill of its slot.
+func (p *Pool) take(w *Worker) (*Worker, bool) {
+	// Refill a little later: a spawn is tens of milliseconds of CPU that
+	// would otherwise compete with the execution that took this worker and
+	// with the host returning its result. Under sustained load spawns run
+	// back to back regardless: each one that lands pokes the pool again.
+	time.AfterFunc(refillDelay, p.poke)
+	if w.Dead() {
+		p.log.Warn("discarding a warm worker that died", "exit", w.h.Exit().String())
+		w.Close()
+		return nil, false
+	}
+	p.mu.Lock()
+	p.served++
+	p.mu.Unlock()
+	return w, true
 }
 
 // Put returns a worker that may serve again; false when it is dead or the
@@ -133,13 +146,14 @@ func (p *Pool) Put(w *Worker) bool {
 		return false
 	default:
 	}
+	// Room among the warm slots; the queue itself also has room for every
+	// spawn in flight, so a landing spawn is never left with nowhere to go.
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// A refill in flight already counts against this slot.
-	if len(p.ready)+p.spawning >= p.size {
+	if len(p.ready) >= p.size {
 		return false
 	}
-	p.ready <- w // room is certain: landing spawns take p.mu too
+	p.ready <- w
 	return true
 }
 
@@ -239,9 +253,11 @@ func (p *Pool) spawnOne() {
 		case <-p.stop:
 			w.Close()
 		default:
-			// A spawn counts against the capacity until it lands, and Put
-			// respects that, so there is room.
-			p.ready <- w
+			select {
+			case p.ready <- w:
+			default: // only if warm slots and every spawn are full: surplus
+				w.Close()
+			}
 		}
 	}
 	p.spawning--

@@ -33,7 +33,8 @@ func idleWorker(t *testing.T, ctx context.Context) (*Worker, error) {
 
 // TestPutWhileARefillIsInFlight: a reused worker handed back while the
 // refill of its slot is spawning must not leave that spawn with nowhere to
-// land (which wedged Close, and so every environment teardown).
+// land (it blocked, holding the pool, and wedged Close: every environment
+// teardown).
 func TestPutWhileARefillIsInFlight(t *testing.T) {
 	gate := make(chan struct{})
 	var spawns atomic.Int32
@@ -54,11 +55,16 @@ func TestPutWhileARefillIsInFlight(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if p.Put(w) {
-		t.Fatal("Put took a worker into a slot a refill already counts against")
+	if !p.Put(w) {
+		t.Fatal("Put refused a worker with a warm slot free")
 	}
-	w.Close()
-	close(gate)
+	close(gate) // the refill lands on a full set of warm slots
+	for p.Stats().Spawning > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the refill never landed")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	closed := make(chan struct{})
 	go func() { p.Close(); close(closed) }()
 	select {

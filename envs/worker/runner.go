@@ -17,6 +17,9 @@ var (
 	ErrTornDown  = errors.New("environment is torn down")
 )
 
+// reapDelay is how long a spent worker waits before it is killed and reaped.
+const reapDelay = 10 * time.Millisecond
+
 // RunnerConfig shapes a Runner.
 type RunnerConfig struct {
 	PoolSize     int           // warm workers kept ready
@@ -110,11 +113,14 @@ func (r *Runner) Execute(ctx context.Context, b module.Bindings, in module.Execu
 	if r.cfg.Reuse && clean && r.pool.Put(w) {
 		return res, nil
 	}
+	// Reaping a spent worker (its sandbox torn down by the kernel) is
+	// cleanup: started a little later so it does not compete with the host
+	// recording and returning this result.
 	r.reaping.Add(1)
-	go func() {
+	time.AfterFunc(reapDelay, func() {
 		defer r.reaping.Done()
 		w.Close()
-	}()
+	})
 	return res, nil
 }
 
