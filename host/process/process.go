@@ -228,6 +228,9 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	if res.Reason == "" {
 		res.Reason = defaultReason(res.Exit)
 	}
+	if r.runningWrite != nil && r.runningWrite.Stop() {
+		m.wg.Done() // the running state was never written: the final row says it all
+	}
 	r.stdout.flush()
 	r.stderr.flush()
 	if res.Reason == module.ReasonOutputLimit {
@@ -312,8 +315,9 @@ func (m *Manager) Kill(ctx context.Context, pid int64) (*Process, error) {
 	r.mu.Unlock()
 	r.cancel()
 	if was == Queued || was == Running {
+		// From queued too: a short-lived running state may not be written yet.
 		p := &store.Process{PID: pid, State: string(Terminating)}
-		if _, err := m.st.TransitionProcess(ctx, p, []string{string(was)}, "state"); err != nil {
+		if _, err := m.st.TransitionProcess(ctx, p, []string{string(Queued), string(Running)}, "state"); err != nil {
 			return nil, err
 		}
 	}
@@ -403,7 +407,7 @@ func (m *Manager) List(ctx context.Context, in ListInput) ([]ProcessSummary, boo
 	}
 	out := make([]ProcessSummary, len(ps))
 	for i := range ps {
-		out[i] = viewOf(&ps[i]).ProcessSummary
+		out[i] = m.view(&ps[i]).ProcessSummary // live state over stored rows
 	}
 	return out, more, nil
 }

@@ -33,6 +33,8 @@ type run struct {
 	killed     bool
 	final      *Process
 	subs       map[chan Event]struct{}
+	// runningWrite writes the running state if the execution lasts.
+	runningWrite *time.Timer
 }
 
 func newRun(p *store.Process, limit int64) *run {
@@ -95,18 +97,25 @@ func (m *Manager) SetState(eid int64, s module.ExecState) {
 	r.startedAt = time.Now().UTC()
 	started := r.startedAt
 	r.publishLocked(Event{Type: EventState, State: Running})
-	r.mu.Unlock()
-	// Off the environment's critical path: readers overlay the live state,
-	// and the compare-and-set cannot land on a final state if it is late.
+	// Written only if it is still running a little later: readers overlay
+	// the live state, restart recovery treats queued and running alike, and
+	// the final row carries startedAt, so a short execution needs no write
+	// of its own (on two cores it would hold SQLite's write lock while the
+	// final write waits). The compare-and-set cannot land on a final state.
 	m.wg.Add(1)
-	go func() {
+	r.runningWrite = time.AfterFunc(runningWriteDelay, func() {
 		defer m.wg.Done()
 		p := &store.Process{PID: eid, State: string(Running), StartedAt: &started}
 		if _, err := m.st.TransitionProcess(context.Background(), p, []string{string(Queued)}, "state", "started_at"); err != nil {
 			m.log.Error("record running state", "pid", eid, "err", err)
 		}
-	}()
+	})
+	r.mu.Unlock()
 }
+
+// runningWriteDelay is how long an execution runs before its running state
+// is written to the database.
+const runningWriteDelay = 50 * time.Millisecond
 
 // SetError records why an execution failed.
 func (m *Manager) SetError(eid int64, msg string) {
