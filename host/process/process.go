@@ -205,6 +205,11 @@ func (m *Manager) launch(p *store.Process) {
 			Options: module.Options{TimeoutMs: p.TimeoutMs, OutputLimitBytes: m.limits.OutputBytes},
 		}
 		envID, res, err := m.exec.Execute(ctx, in)
+		// The result is final once Execute returns: from here on the
+		// environment's reports are late and ignored.
+		r.mu.Lock()
+		r.ended = true
+		r.mu.Unlock()
 		m.finish(r, envID, res, err)
 	}()
 }

@@ -65,7 +65,10 @@ func TestLateEventsNeverOverwriteAFinalState(t *testing.T) {
 	m, ex, _ := newManager(t)
 	late := make(chan struct{})
 	ex.after = func(m *Manager, eid int64) {
-		// An environment reporting after Execute returned: all ignored.
+		// An environment reporting after its result was recorded: all ignored.
+		if _, err := m.Wait(context.Background(), eid, 10*time.Second); err != nil {
+			t.Error(err)
+		}
 		m.SetState(eid, module.StateRunning)
 		m.EmitStdout(eid, []byte("late\n"))
 		m.EmitOutput(eid, map[string]any{"late": true})

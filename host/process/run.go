@@ -35,6 +35,8 @@ type run struct {
 	subs       map[chan Event]struct{}
 	// runningWrite writes the running state if the execution lasts.
 	runningWrite *time.Timer
+	// ended: Execute has returned; the environment's reports are late.
+	ended bool
 }
 
 func newRun(p *store.Process, limit int64) *run {
@@ -89,7 +91,7 @@ func (m *Manager) SetState(eid int64, s module.ExecState) {
 		return
 	}
 	r.mu.Lock()
-	if s != module.StateRunning || r.state != Queued {
+	if s != module.StateRunning || r.state != Queued || r.ended {
 		r.mu.Unlock()
 		return
 	}
@@ -121,7 +123,9 @@ const runningWriteDelay = 50 * time.Millisecond
 func (m *Manager) SetError(eid int64, msg string) {
 	if r := m.lookup(eid); r != nil {
 		r.mu.Lock()
-		r.err = msg
+		if !r.ended {
+			r.err = msg
+		}
 		r.mu.Unlock()
 	}
 }
@@ -139,6 +143,9 @@ func (m *Manager) emit(eid int64, p []byte, typ EventType) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.ended {
+		return
+	}
 	s := &r.stdout
 	if typ == EventStderr {
 		s = &r.stderr
@@ -166,6 +173,9 @@ func (m *Manager) EmitOutput(eid int64, patch map[string]any) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.ended {
+		return
+	}
 	applied := map[string]any{}
 	for k, size := range sizes {
 		if r.outputSize-r.keySizes[k]+size > r.outputCap {
