@@ -209,20 +209,14 @@ func (e *Env) Execute(ctx context.Context, in module.ExecutionInput) (module.Res
 	e.mu.Lock()
 	r, b := e.runner, e.b
 	e.mu.Unlock()
-	if r == nil {
-		return module.Result{}, worker.ErrTornDown
-	}
 	return r.Execute(ctx, b, in)
 }
 
 // Kill stops a queued or running execution; unknown eids are ignored.
 func (e *Env) Kill(_ context.Context, eid int64) error {
 	e.mu.Lock()
-	r := e.runner
-	e.mu.Unlock()
-	if r != nil {
-		r.Kill(eid)
-	}
+	defer e.mu.Unlock()
+	e.runner.Kill(eid)
 	return nil
 }
 
@@ -231,9 +225,7 @@ func (e *Env) Status() map[string]any {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	st := map[string]any{"interpreter": e.python, "version": e.version, "sandbox": e.layers}
-	if e.runner != nil {
-		maps.Copy(st, e.runner.Status())
-	}
+	maps.Copy(st, e.runner.Status())
 	return st
 }
 
@@ -244,9 +236,7 @@ func (e *Env) Teardown(context.Context) error {
 	r, dir := e.runner, e.runtime
 	e.runtime = ""
 	e.mu.Unlock()
-	if r != nil {
-		r.Close()
-	}
+	r.Close()
 	if dir != "" {
 		return os.RemoveAll(dir)
 	}

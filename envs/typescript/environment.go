@@ -190,9 +190,6 @@ func (e *Environment) Execute(ctx context.Context, in module.ExecutionInput) (mo
 	e.mu.Lock()
 	r, b, cfg := e.runner, e.b, e.cfg
 	e.mu.Unlock()
-	if r == nil {
-		return module.Result{}, errors.New("typescript: environment is not set up or torn down")
-	}
 	if in.Options.TimeoutMs <= 0 {
 		in.Options.TimeoutMs = cfg.TimeoutMs
 	}
@@ -203,11 +200,8 @@ func (e *Environment) Execute(ctx context.Context, in module.ExecutionInput) (mo
 // An unknown eid is not an error.
 func (e *Environment) Kill(_ context.Context, eid int64) error {
 	e.mu.Lock()
-	r := e.runner
-	e.mu.Unlock()
-	if r != nil {
-		r.Kill(eid)
-	}
+	defer e.mu.Unlock()
+	e.runner.Kill(eid)
 	return nil
 }
 
@@ -219,9 +213,7 @@ func (e *Environment) Teardown(context.Context) error {
 	r := e.runner
 	e.runner = nil
 	e.mu.Unlock()
-	if r != nil {
-		r.Close()
-	}
+	r.Close()
 	return nil
 }
 
@@ -230,8 +222,6 @@ func (e *Environment) Status() map[string]any {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	st := map[string]any{"mode": "worker", "sandbox": e.layers}
-	if e.runner != nil {
-		maps.Copy(st, e.runner.Status())
-	}
+	maps.Copy(st, e.runner.Status())
 	return st
 }

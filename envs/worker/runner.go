@@ -64,9 +64,15 @@ func NewRunner(log *slog.Logger, cfg RunnerConfig, spawn SpawnFunc) *Runner {
 	}
 }
 
+// A nil *Runner is an environment not set up, or torn down: Execute fails
+// with ErrTornDown, Kill and Close do nothing, Status is empty.
+
 // Execute runs one execution: queued until a slot and a warm worker are
 // free, then run; a spent worker is reaped off the critical path.
 func (r *Runner) Execute(ctx context.Context, b module.Bindings, in module.ExecutionInput) (module.Result, error) {
+	if r == nil {
+		return module.Result{}, ErrTornDown
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r.mu.Lock()
@@ -132,6 +138,9 @@ func (r *Runner) count(d int) {
 
 // Kill cancels a queued or running execution; unknown eids are ignored.
 func (r *Runner) Kill(eid int64) {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
 	cancel := r.flights[eid]
 	r.mu.Unlock()
@@ -142,6 +151,9 @@ func (r *Runner) Kill(eid int64) {
 
 // Status reports what runs and the pool's health.
 func (r *Runner) Status() map[string]any {
+	if r == nil {
+		return map[string]any{}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return map[string]any{"running": r.running, "queued": r.waiting - r.running, "concurrency": r.cfg.Concurrency, "pool": r.pool.Stats()}
@@ -150,6 +162,9 @@ func (r *Runner) Status() map[string]any {
 // Close kills what still runs, waits for it and its workers, and empties
 // the pool. It is safe to call more than once.
 func (r *Runner) Close() {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
