@@ -239,20 +239,36 @@ func (h *host) run(code string, extra map[string]any) proc {
 	return p
 }
 
-// waitFor polls a process until cond holds (bounded); it is a condition
-// wait, not a sleep: it returns as soon as the state is observed.
+// waitFor follows the process's event stream and returns the process as
+// soon as cond holds, checked after each event (bounded by 30 s).
 func (h *host) waitFor(pid int64, cond func(proc) bool) proc {
 	h.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var p proc
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/processes/%d/events", h.base, pid), nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if h.key != "" {
+		req.Header.Set("Authorization", "Bearer "+h.key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p proc
+	events := bufio.NewScanner(resp.Body)
+	events.Buffer(make([]byte, 64<<10), 4<<20)
+	for events.Scan() {
+		if !strings.HasPrefix(events.Text(), "data:") {
+			continue
+		}
 		h.do("GET", fmt.Sprintf("/processes/%d", pid), nil, &p)
 		if cond(p) {
 			return p
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("process %d: condition not met; last %+v", pid, p)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	h.t.Fatalf("process %d: condition not met before its stream ended (%v); last %+v", pid, events.Err(), p)
+	return p
 }
