@@ -593,3 +593,34 @@ func TestInfoAndConfig(t *testing.T) {
 		t.Error("setup with a bad config succeeded")
 	}
 }
+
+// TestReusedWorkersAreNotReplaced: a worker that serves one execution after
+// another keeps its slot in the pool, so steady load spawns nothing. (The
+// pool used to refill the slot of every worker taken, so a spawn ran every
+// 20 ms under steady load and the worker coming back was thrown away.)
+func TestReusedWorkersAreNotReplaced(t *testing.T) {
+	env, _ := newEnv(t, map[string]any{"poolSize": 1.0})
+	pool := func() worker.Stats { return env.Status()["pool"].(worker.Stats) }
+	wantResult(t, execute(t, env, 1, `1`, 5000), module.ExitSuccess, module.ReasonCompleted)
+	deadline := time.Now().Add(10 * time.Second)
+	for pool().Spawning > 0 { // whatever the start-up spawned has landed
+		if time.Now().After(deadline) {
+			t.Fatal("start-up spawns never landed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	before := pool()
+	// Long enough for several refill delays to pass while a worker is out.
+	start, n := time.Now(), 0
+	for n < 50 || time.Since(start) < 200*time.Millisecond {
+		n++
+		wantResult(t, execute(t, env, int64(n+1), `const x: number = 1;`, 5000), module.ExitSuccess, module.ReasonCompleted)
+	}
+	after := pool()
+	if after.Started != before.Started || after.Spawning != 0 {
+		t.Errorf("%d executions started %d workers (%d spawning); want none", n, after.Started-before.Started, after.Spawning)
+	}
+	if after.Served-before.Served != int64(n) || after.Lent != 0 {
+		t.Errorf("served %d, lent %d after %d executions", after.Served-before.Served, after.Lent, n)
+	}
+}

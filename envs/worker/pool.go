@@ -16,6 +16,16 @@ var ErrClosed = errors.New("worker pool is closed")
 // SpawnFunc starts one worker and waits until it is warm.
 type SpawnFunc func(ctx context.Context) (*Worker, error)
 
+// PoolConfig shapes a Pool.
+type PoolConfig struct {
+	Size         int           // warm workers kept ready
+	StartTimeout time.Duration // a worker not warm by then is replaced
+	// Lend: every worker Get hands out comes back through Return, so while
+	// it is out it still fills its slot and is not replaced. Without it a
+	// worker taken is gone and its slot is refilled.
+	Lend bool
+}
+
 // Pool keeps Size warm workers ready and refills in the background. It never
 // hands out a worker whose process has died.
 type Pool struct {
@@ -23,6 +33,7 @@ type Pool struct {
 	spawn        SpawnFunc
 	size         int
 	startTimeout time.Duration
+	lend         bool
 
 	ready chan *Worker
 	wake  chan struct{}
@@ -34,11 +45,13 @@ type Pool struct {
 	failures    int64 // spawns that failed, ever
 	streak      int   // consecutive failures, for back-off
 	waiting     int   // callers of Get waiting for a worker
+	lent        int   // workers out that will come back through Return
 	maxSpawning int
 	retryAt     time.Time
 	failed      chan struct{} // closed and replaced on every failed spawn
 	lastError   string
 	served      int64
+	started     int64 // spawns that became warm, ever
 }
 
 // Stats describe a pool's health.
@@ -46,17 +59,20 @@ type Stats struct {
 	Size      int    `json:"size"`
 	Ready     int    `json:"ready"`
 	Spawning  int    `json:"spawning"`
+	Lent      int    `json:"lent"`
+	Started   int64  `json:"started"`
 	Failures  int64  `json:"failures"`
 	Served    int64  `json:"served"`
 	LastError string `json:"lastError,omitempty"`
 }
 
-// NewPool starts a pool of size warm workers.
-func NewPool(log *slog.Logger, size int, startTimeout time.Duration, spawn SpawnFunc) *Pool {
+// NewPool starts a pool of warm workers.
+func NewPool(log *slog.Logger, cfg PoolConfig, spawn SpawnFunc) *Pool {
+	size := max(cfg.Size, 1)
 	p := &Pool{
-		log: log, spawn: spawn, size: max(size, 1), startTimeout: startTimeout,
+		log: log, spawn: spawn, size: size, startTimeout: cfg.StartTimeout, lend: cfg.Lend,
 		maxSpawning: max(size, 2*runtime.NumCPU()),
-		ready:       make(chan *Worker, max(size, 1)+max(size, 2*runtime.NumCPU())), // warm workers and every spawn in flight
+		ready:       make(chan *Worker, size+max(size, 2*runtime.NumCPU())), // warm workers and every spawn in flight
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		failed:      make(chan struct{}),
@@ -122,8 +138,11 @@ func (p *Pool) take(w *Worker) (*Worker, bool) {
 	// Refill a little later: a spawn is tens of milliseconds of CPU that
 	// would otherwise compete with the execution that took this worker and
 	// with the host returning its result. Under sustained load spawns run
-	// back to back regardless: each one that lands pokes the pool again.
-	time.AfterFunc(refillDelay, p.poke)
+	// back to back regardless: each one that lands pokes the pool again. A
+	// lent worker keeps its slot: only Return can free it.
+	if !p.lend {
+		time.AfterFunc(refillDelay, p.poke)
+	}
 	if w.Dead() {
 		p.log.Warn("discarding a warm worker that died", "exit", w.h.Exit().String())
 		w.Close()
@@ -131,37 +150,44 @@ func (p *Pool) take(w *Worker) (*Worker, bool) {
 	}
 	p.mu.Lock()
 	p.served++
+	if p.lend {
+		p.lent++
+	}
 	p.mu.Unlock()
 	return w, true
 }
 
-// Put returns a worker that may serve again; false when it is dead or the
-// pool is full, and the caller must close it.
-func (p *Pool) Put(w *Worker) bool {
-	if w.Dead() {
-		return false
-	}
-	select {
-	case <-p.stop:
-		return false
-	default:
-	}
-	// Room among the warm slots; the queue itself also has room for every
-	// spawn in flight, so a landing spawn is never left with nowhere to go.
+// Return gives back a worker lent by Get. A reusable one is kept if it is
+// alive and a warm slot is free; otherwise (false) the caller must close it
+// and its slot is refilled.
+func (p *Pool) Return(w *Worker, reusable bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.ready) >= p.size {
-		return false
+	p.lent--
+	kept := false
+	select {
+	case <-p.stop:
+	default:
+		// Room among the warm slots; the queue itself also has room for
+		// every spawn in flight, so a landing spawn is never left with
+		// nowhere to go.
+		if reusable && !w.Dead() && len(p.ready) < p.size {
+			p.ready <- w
+			kept = true
+		}
 	}
-	p.ready <- w
-	return true
+	if !kept {
+		time.AfterFunc(refillDelay, p.poke)
+	}
+	return kept
 }
 
 // Stats reports the pool's health.
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return Stats{Size: p.size, Ready: len(p.ready), Spawning: p.spawning, Failures: p.failures, Served: p.served, LastError: p.lastError}
+	return Stats{Size: p.size, Ready: len(p.ready), Spawning: p.spawning, Lent: p.lent, Started: p.started,
+		Failures: p.failures, Served: p.served, LastError: p.lastError}
 }
 
 // Close stops refilling and kills every warm worker.
@@ -216,9 +242,7 @@ func (p *Pool) refill() {
 func (p *Pool) startMore() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// Enough for the warm workers and for whoever waits, with no more
-	// spawns at once than the machine can run in parallel.
-	need := min(p.size+p.waiting-len(p.ready), p.maxSpawning) - p.spawning
+	need := spawnsNeeded(p.size, p.lent, p.waiting, len(p.ready), p.spawning, p.maxSpawning)
 	if p.streak > 0 {
 		if wait := time.Until(p.retryAt); wait > 0 {
 			return wait
@@ -231,6 +255,13 @@ func (p *Pool) startMore() time.Duration {
 		go p.spawnOne()
 	}
 	return 0
+}
+
+// spawnsNeeded is how many spawns to start: enough for the warm slots that
+// neither a ready nor a lent worker fills, and for whoever waits, with no
+// more at once than the machine can run in parallel.
+func spawnsNeeded(size, lent, waiting, ready, spawning, maxSpawning int) int {
+	return min(max(size-lent, 0)+waiting-ready, maxSpawning) - spawning
 }
 
 func (p *Pool) spawnOne() {
@@ -262,6 +293,7 @@ func (p *Pool) spawnOne() {
 	}
 	p.spawning--
 	if err == nil {
+		p.started++
 		p.streak = 0
 		return
 	}

@@ -31,37 +31,45 @@ func idleWorker(t *testing.T, ctx context.Context) (*Worker, error) {
 	return w, w.WaitReady(ctx)
 }
 
-// TestPutWhileARefillIsInFlight: a reused worker handed back while the
-// refill of its slot is spawning must not leave that spawn with nowhere to
-// land (it blocked, holding the pool, and wedged Close: every environment
-// teardown).
-func TestPutWhileARefillIsInFlight(t *testing.T) {
+// TestReturnWhileASpawnIsInFlight: a lent worker handed back while a spawn
+// is in flight must not leave that spawn with nowhere to land (it blocked,
+// holding the pool, and wedged Close: every environment teardown).
+func TestReturnWhileASpawnIsInFlight(t *testing.T) {
 	gate := make(chan struct{})
 	var spawns atomic.Int32
-	p := NewPool(slog.New(slog.NewTextHandler(io.Discard, nil)), 1, 30*time.Second, func(ctx context.Context) (*Worker, error) {
-		if spawns.Add(1) > 1 {
-			<-gate // the refill: held until the worker is back
-		}
-		return idleWorker(t, ctx)
-	})
+	p := NewPool(slog.New(slog.NewTextHandler(io.Discard, nil)), PoolConfig{Size: 1, StartTimeout: 30 * time.Second, Lend: true},
+		func(ctx context.Context) (*Worker, error) {
+			if spawns.Add(1) > 1 {
+				<-gate // the spawn for a waiter: held until the worker is back
+			}
+			return idleWorker(t, ctx)
+		})
 	w, err := p.Get(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A second caller waits, so the pool spawns for it; it then gives up.
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error)
+	go func() { _, err := p.Get(ctx); gaveUp <- err }()
 	deadline := time.Now().Add(10 * time.Second)
-	for p.Stats().Spawning == 0 { // the refill has started
+	for p.Stats().Spawning == 0 {
 		if time.Now().After(deadline) {
-			t.Fatal("no refill started")
+			t.Fatal("no spawn started for the waiter")
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if !p.Put(w) {
-		t.Fatal("Put refused a worker with a warm slot free")
+	cancel()
+	if err := <-gaveUp; err == nil {
+		t.Fatal("the waiter got a worker while the only one was lent and the spawn held")
 	}
-	close(gate) // the refill lands on a full set of warm slots
+	if !p.Return(w, true) {
+		t.Fatal("Return refused a live worker with a warm slot free")
+	}
+	close(gate) // the spawn lands on a full set of warm slots
 	for p.Stats().Spawning > 0 {
 		if time.Now().After(deadline) {
-			t.Fatal("the refill never landed")
+			t.Fatal("the spawn never landed")
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -71,5 +79,29 @@ func TestPutWhileARefillIsInFlight(t *testing.T) {
 	case <-closed:
 	case <-time.After(20 * time.Second):
 		t.Fatal("Close wedged")
+	}
+}
+
+// TestSpawnsNeeded: lent workers hold their slots, so reusing a worker
+// never spawns its replacement (it did, every 20 ms under steady load, and
+// the returning worker was then thrown away); waiters still get spawns.
+func TestSpawnsNeeded(t *testing.T) {
+	for _, c := range []struct {
+		name                                      string
+		size, lent, waiting, ready, spawning, max int
+		want                                      int
+	}{
+		{"full", 2, 0, 0, 2, 0, 4, 0},
+		{"one taken for good", 2, 0, 0, 1, 0, 4, 1},
+		{"one lent", 2, 1, 0, 1, 0, 4, 0},
+		{"all lent", 2, 2, 0, 0, 0, 4, 0},
+		{"all lent, one waits", 2, 2, 1, 0, 0, 4, 1},
+		{"more lent than slots, one waits", 2, 3, 1, 0, 0, 4, 1},
+		{"a spawn already covers it", 2, 1, 0, 0, 1, 4, 0},
+		{"capped by parallel spawns", 8, 0, 0, 0, 0, 4, 4},
+	} {
+		if got := spawnsNeeded(c.size, c.lent, c.waiting, c.ready, c.spawning, c.max); got != c.want {
+			t.Errorf("%s: %d spawns, want %d", c.name, got, c.want)
+		}
 	}
 }

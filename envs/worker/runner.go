@@ -58,7 +58,7 @@ type Runner struct {
 func NewRunner(log *slog.Logger, cfg RunnerConfig, spawn SpawnFunc) *Runner {
 	return &Runner{
 		log: log, cfg: cfg,
-		pool:    NewPool(log, cfg.PoolSize, cfg.StartTimeout, spawn),
+		pool:    NewPool(log, PoolConfig{Size: cfg.PoolSize, StartTimeout: cfg.StartTimeout, Lend: cfg.Reuse}, spawn),
 		slots:   make(chan struct{}, max(cfg.Concurrency, 1)),
 		flights: map[int64]context.CancelFunc{},
 	}
@@ -116,7 +116,7 @@ func (r *Runner) Execute(ctx context.Context, b module.Bindings, in module.Execu
 		return module.Result{}, fmt.Errorf("get a worker: %w", err)
 	}
 	res, clean := w.Run(ctx, b, Request{Input: in, OutputLimit: in.Options.OutputLimitBytes, Reuse: r.cfg.Reuse, Grace: r.cfg.Grace})
-	if r.cfg.Reuse && clean && r.pool.Put(w) {
+	if r.cfg.Reuse && r.pool.Return(w, clean) {
 		return res, nil
 	}
 	// Reaping a spent worker (its sandbox torn down by the kernel) is
