@@ -40,7 +40,7 @@ type Process struct {
 
 // InsertProcess stores p and fills in its pid.
 func (s *Store) InsertProcess(ctx context.Context, p *Process) error {
-	if _, err := s.DB.NewInsert().Model(p).Returning("pid").Exec(ctx); err != nil {
+	if _, err := s.DB.NewInsert().Model(p).Returning("pid").Exec(s.hot(ctx)); err != nil {
 		return fmt.Errorf("insert process: %w", err)
 	}
 	return nil
@@ -98,7 +98,7 @@ func (s *Store) ListProcesses(ctx context.Context, f ProcessFilter) ([]Process, 
 // final state. It reports whether the row changed.
 func (s *Store) TransitionProcess(ctx context.Context, p *Process, from []string, columns ...string) (bool, error) {
 	res, err := s.DB.NewUpdate().Model(p).Column(columns...).
-		Where("pid = ?", p.PID).Where("state IN (?)", bun.In(from)).Exec(ctx)
+		Where("pid = ?", p.PID).Where("state IN (?)", bun.In(from)).Exec(s.hot(ctx))
 	if err != nil {
 		return false, fmt.Errorf("update process %d: %w", p.PID, err)
 	}
