@@ -258,22 +258,17 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 		p.StartedAt, p.DurationMs = &started, &d
 	}
 	r.mu.Unlock()
-	cols := []string{"state", "exit_state", "reason", "error", "environment", "output", "stdout", "stderr",
-		"stdout_truncated", "stderr_truncated", "output_truncated", "finished_at", "duration_ms"}
-	if p.StartedAt != nil {
-		cols = append(cols, "started_at")
-	}
 	// The write must land even while the host shuts down.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if ok, err := m.st.TransitionProcess(ctx, p, live, cols...); err != nil {
+	if ok, err := m.st.FinishProcess(ctx, p, live); err != nil {
 		// Never leave it looking alive: store the failure without the
 		// result that could not be stored.
 		m.log.Error("record process result", "pid", r.pid, "err", err)
 		failed := string(module.ExitFailed)
 		p.ExitState, p.Reason, p.Error = &failed, string(module.ReasonEnvironmentError), "the host could not store the result: "+clean(err.Error())
 		p.Output, p.Stdout, p.Stderr = nil, "", ""
-		if _, err := m.st.TransitionProcess(ctx, p, live, cols...); err != nil {
+		if _, err := m.st.FinishProcess(ctx, p, live); err != nil {
 			m.log.Error("record process failure", "pid", r.pid, "err", err)
 		}
 	} else if !ok {

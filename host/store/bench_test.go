@@ -30,8 +30,7 @@ func BenchmarkProcessWrites(b *testing.B) {
 		for range b.N {
 			now := time.Now()
 			p.State, p.ExitState, p.FinishedAt, p.Stdout = "idle", &exit, &now, "hi\n"
-			if _, err := st.TransitionProcess(ctx, p, []string{"queued", "idle"}, "state", "exit_state", "reason", "error", "environment",
-				"output", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "finished_at", "duration_ms"); err != nil {
+			if _, err := st.FinishProcess(ctx, p, []string{"queued", "idle"}); err != nil {
 				b.Fatal(err)
 			}
 		}

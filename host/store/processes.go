@@ -3,8 +3,10 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -38,12 +40,89 @@ type Process struct {
 	DurationMs      *int64         `bun:"duration_ms"`
 }
 
+// The two writes every execution makes (InsertProcess and FinishProcess)
+// are prepared statements: bun inlines arguments, so each statement would
+// be parsed anew, which on SQLite was a third of each write's cost. Their
+// arguments are encoded as bun encodes them, so bun reads the rows back
+// unchanged.
+const insertProcessSQL = `INSERT INTO processes (ref, code, state, exit_state, reason, error, timeout_ms,
+ env_config, environment, output, stdout, stderr, stdout_truncated, stderr_truncated, output_truncated,
+ runs, host_id, created_at, started_at, finished_at, duration_ms)
+ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING pid`
+
 // InsertProcess stores p and fills in its pid.
 func (s *Store) InsertProcess(ctx context.Context, p *Process) error {
-	if _, err := s.DB.NewInsert().Model(p).Returning("pid").Exec(s.hot(ctx)); err != nil {
+	envConfig, err := jsonText(p.EnvConfig)
+	if err != nil {
+		return fmt.Errorf("insert process: env config: %w", err)
+	}
+	output, err := jsonText(p.Output)
+	if err != nil {
+		return fmt.Errorf("insert process: output: %w", err)
+	}
+	stmt, err := s.prepared(ctx, insertProcessSQL)
+	if err != nil {
+		return fmt.Errorf("insert process: %w", err)
+	}
+	err = stmt.QueryRowContext(s.hot(ctx), p.Ref, p.Code, p.State, p.ExitState, p.Reason, p.Error, p.TimeoutMs,
+		envConfig, p.Environment, output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated,
+		p.Runs, p.HostID, s.timeArg(&p.CreatedAt), s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs,
+	).Scan(&p.PID)
+	if err != nil {
 		return fmt.Errorf("insert process: %w", err)
 	}
 	return nil
+}
+
+// FinishProcess writes the result of p's execution (state, exit state,
+// reason, error, environment, output, streams, their truncation flags and
+// timing) only if the stored state is one of from, and reports whether the
+// row changed: TransitionProcess for the write that ends every execution.
+func (s *Store) FinishProcess(ctx context.Context, p *Process, from []string) (bool, error) {
+	output, err := jsonText(p.Output)
+	if err != nil {
+		return false, fmt.Errorf("finish process %d: output: %w", p.PID, err)
+	}
+	stmt, err := s.prepared(ctx, `UPDATE processes SET state = ?, exit_state = ?, reason = ?, error = ?, environment = ?,
+ output = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?, output_truncated = ?,
+ started_at = ?, finished_at = ?, duration_ms = ?
+ WHERE pid = ? AND state IN (?`+strings.Repeat(", ?", len(from)-1)+`)`)
+	if err != nil {
+		return false, fmt.Errorf("finish process %d: %w", p.PID, err)
+	}
+	args := []any{p.State, p.ExitState, p.Reason, p.Error, p.Environment,
+		output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated,
+		s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs, p.PID}
+	for _, st := range from {
+		args = append(args, st)
+	}
+	res, err := stmt.ExecContext(s.hot(ctx), args...)
+	if err != nil {
+		return false, fmt.Errorf("finish process %d: %w", p.PID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("finish process %d: %w", p.PID, err)
+	}
+	return n == 1, nil
+}
+
+// jsonText encodes a JSON column's value as bun does (a nil map is "null").
+func jsonText(v map[string]any) (string, error) {
+	b, err := json.Marshal(v)
+	return string(b), err
+}
+
+// timeArg encodes a time column's value: on SQLite as the text bun writes
+// (UTC, microseconds), on PostgreSQL as a time the driver binds.
+func (s *Store) timeArg(t *time.Time) any {
+	switch {
+	case t == nil:
+		return nil
+	case s.local:
+		return t.UTC().Format("2006-01-02 15:04:05.999999-07:00")
+	}
+	return *t
 }
 
 // GetProcess reads one process.

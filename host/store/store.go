@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 	"github.com/uptrace/bun"
@@ -33,6 +34,45 @@ var ErrNotFound = errors.New("not found")
 type Store struct {
 	DB    *bun.DB
 	local bool // embedded SQLite
+
+	mu    sync.Mutex
+	stmts map[string]*sql.Stmt // prepared, by their text with ? placeholders
+}
+
+// prepared returns the statement for query, written with ? placeholders,
+// preparing it the first time. The queries are the store's own, so the set
+// is small and fixed.
+func (s *Store) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if stmt, ok := s.stmts[query]; ok {
+		return stmt, nil
+	}
+	text := query
+	if !s.local {
+		text = numberPlaceholders(query)
+	}
+	stmt, err := s.DB.DB.PrepareContext(s.hot(ctx), text)
+	if err != nil {
+		return nil, fmt.Errorf("prepare: %w", err)
+	}
+	s.stmts[query] = stmt
+	return stmt, nil
+}
+
+// numberPlaceholders turns ? placeholders into PostgreSQL's $1, $2, ….
+func numberPlaceholders(query string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // hot is the context for a statement on the execution path. On SQLite a
@@ -54,7 +94,7 @@ func Open(ctx context.Context, dbURL, dataDir string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{DB: db, local: db.Dialect().Name() == dialect.SQLite}
+	s := &Store{DB: db, local: db.Dialect().Name() == dialect.SQLite, stmts: map[string]*sql.Stmt{}}
 	if err := s.migrate(ctx, tmpl); err != nil {
 		db.Close()
 		return nil, err
@@ -141,5 +181,14 @@ func (s *Store) migrate(ctx context.Context, tmpl dialectSQL) error {
 	return nil
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.DB.Close() }
+// Close closes the prepared statements and the database.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for q, stmt := range s.stmts {
+		errs = append(errs, stmt.Close())
+		delete(s.stmts, q)
+	}
+	return errors.Join(append(errs, s.DB.Close())...)
+}
