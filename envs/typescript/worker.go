@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -25,6 +26,14 @@ const WorkerArg = "__cyrnel_worker_typescript"
 func MaybeServeWorker() {
 	if len(os.Args) < 2 || os.Args[1] != WorkerArg {
 		return
+	}
+	// The host hands its pipes over in blocking mode; non-blocking, they go
+	// through Go's poller, and a request wakes the goroutine that waits for
+	// it rather than a thread parked in read(2) that must then hand its work
+	// to another (measured: a fifth fewer context switches, 0.43 → 0.34 ms
+	// for a trivial execution). If this fails they still work, only slower.
+	for fd := 3; fd <= 4; fd++ {
+		_ = syscall.SetNonblock(fd, true)
 	}
 	if err := ServeWorker(os.NewFile(3, "requests"), os.NewFile(4, "answers")); err != nil {
 		fmt.Fprintln(os.Stderr, "typescript worker:", err)
