@@ -87,14 +87,10 @@ func (s *server) registerProcesses(api huma.API) {
 		b := in.Body
 		v, err := s.Processes.Create(ctx, process.CreateInput{
 			Code: b.Code, Ref: b.Ref, TimeoutMs: b.TimeoutMs, EnvConfig: b.EnvConfig, Autorun: b.Autorun == nil || *b.Autorun,
+			Wait: time.Duration(b.WaitMs) * time.Millisecond,
 		})
 		if err != nil {
 			return nil, s.problem(err)
-		}
-		if b.WaitMs > 0 && v.State != process.Idle {
-			if v, err = s.Processes.Wait(ctx, v.PID, time.Duration(b.WaitMs)*time.Millisecond); err != nil {
-				return nil, s.problem(err)
-			}
 		}
 		return &processBody{v}, nil
 	})

@@ -80,13 +80,16 @@ type Manager struct {
 	mu       sync.Mutex
 	runs     map[int64]*run
 	stopping bool
+
+	liveWriteDelay time.Duration // liveWriteDelay; tests change it
 }
 
 // New returns a manager for the host with the given id; call Recover before
 // serving.
 func New(log *slog.Logger, st *store.Store, exec Executor, limits Limits, hostID string) *Manager {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{log: log, host: hostID, st: st, exec: exec, limits: limits, ctx: ctx, cancel: cancel, runs: map[int64]*run{}}
+	return &Manager{log: log, host: hostID, st: st, exec: exec, limits: limits, ctx: ctx, cancel: cancel, runs: map[int64]*run{},
+		liveWriteDelay: liveWriteDelay}
 }
 
 // Recover finishes what a previous host left looking alive.
@@ -109,6 +112,8 @@ type CreateInput struct {
 	TimeoutMs int64 // 0: the default
 	EnvConfig map[string]any
 	Autorun   bool
+	// Wait, with Autorun: return once the process is idle or this passes.
+	Wait time.Duration
 }
 
 // Create stores a process and, with Autorun, starts it.
@@ -141,13 +146,50 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) 
 	if stopping && in.Autorun {
 		return nil, conflict("the host is shutting down")
 	}
+	if in.Autorun && in.Wait > 0 {
+		pid, ok, err := m.st.ReservePID(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			// Started before its row is written, so a short execution is
+			// stored by one write, its final row: the row is inserted
+			// earlier only if the execution lasts (liveWriteDelay) or the
+			// wait ends first. Nobody knows the pid before Create returns.
+			p.PID = pid
+			return m.await(ctx, m.launch(p, true), in.Wait)
+		}
+	}
 	if err := m.st.InsertProcess(ctx, p); err != nil {
 		return nil, err
 	}
-	if in.Autorun {
-		m.launch(p)
+	if !in.Autorun {
+		return m.view(p), nil
+	}
+	m.launch(p, false)
+	if in.Wait > 0 {
+		return m.Wait(ctx, p.PID, in.Wait)
 	}
 	return m.view(p), nil
+}
+
+// await waits for a run whose row may not be stored yet, and stores it
+// before returning if it is still live, so the pid it hands out can be read.
+func (m *Manager) await(ctx context.Context, r *run, wait time.Duration) (*Process, error) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-r.done:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.final, nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	if _, err := m.save(context.WithoutCancel(ctx), r); err != nil {
+		return nil, err
+	}
+	return m.Get(ctx, r.pid)
 }
 
 // Run starts a stored process again. Existing results need force.
@@ -182,13 +224,24 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 	if !ok {
 		return nil, conflict("process %d changed state", pid)
 	}
-	m.launch(p)
+	m.launch(p, false)
 	return m.view(p), nil
 }
 
-// launch starts the execution of a process already stored as queued.
-func (m *Manager) launch(p *store.Process) {
+// launch starts the execution of a process stored as queued or, unsaved, of
+// one whose row is written when it ends or lasts.
+func (m *Manager) launch(p *store.Process, unsaved bool) *run {
 	r := newRun(p, m.limits.OutputBytes)
+	if unsaved {
+		r.unsaved = true
+		m.wg.Add(1)
+		r.saveTimer = time.AfterFunc(m.liveWriteDelay, func() {
+			defer m.wg.Done()
+			if _, err := m.save(context.Background(), r); err != nil {
+				m.log.Error("record process", "pid", r.pid, "err", err)
+			}
+		})
+	}
 	// Its own context: a kill cancels it, so a kill that arrives before the
 	// environment has even seen the execution is not lost.
 	ctx, cancel := context.WithCancel(m.ctx)
@@ -212,6 +265,30 @@ func (m *Manager) launch(p *store.Process) {
 		r.mu.Unlock()
 		m.finish(r, envID, res, err)
 	}()
+	return r
+}
+
+// save inserts the row of an unsaved run with its live state, and reports
+// whether it did (false: the row was stored already).
+func (m *Manager) save(ctx context.Context, r *run) (bool, error) {
+	r.saveMu.Lock()
+	defer r.saveMu.Unlock()
+	if !r.unsaved {
+		return false, nil
+	}
+	r.mu.Lock()
+	p := r.base
+	p.State = string(r.state)
+	if !r.startedAt.IsZero() {
+		started := r.startedAt
+		p.StartedAt = &started
+	}
+	r.mu.Unlock()
+	if err := m.st.InsertProcess(ctx, &p); err != nil {
+		return false, err
+	}
+	r.unsaved = false
+	return true, nil
 }
 
 func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
@@ -233,8 +310,10 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	if res.Reason == "" {
 		res.Reason = defaultReason(res.Exit)
 	}
-	if r.runningWrite != nil && r.runningWrite.Stop() {
-		m.wg.Done() // the running state was never written: the final row says it all
+	for _, t := range []*time.Timer{r.runningWrite, r.saveTimer} {
+		if t != nil && t.Stop() {
+			m.wg.Done() // never written: the final row says it all
+		}
 	}
 	r.stdout.flush()
 	r.stderr.flush()
@@ -261,19 +340,29 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	// The write must land even while the host shuts down.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if ok, err := m.st.FinishProcess(ctx, p, live); err != nil {
+	r.saveMu.Lock()
+	unsaved := r.unsaved
+	r.unsaved = false
+	write := func(p *store.Process) (bool, error) {
+		if unsaved {
+			return true, m.st.InsertProcess(ctx, p)
+		}
+		return m.st.FinishProcess(ctx, p, live)
+	}
+	if ok, err := write(p); err != nil {
 		// Never leave it looking alive: store the failure without the
 		// result that could not be stored.
 		m.log.Error("record process result", "pid", r.pid, "err", err)
 		failed := string(module.ExitFailed)
 		p.ExitState, p.Reason, p.Error = &failed, string(module.ReasonEnvironmentError), "the host could not store the result: "+clean(err.Error())
 		p.Output, p.Stdout, p.Stderr = nil, "", ""
-		if _, err := m.st.FinishProcess(ctx, p, live); err != nil {
+		if _, err := write(p); err != nil {
 			m.log.Error("record process failure", "pid", r.pid, "err", err)
 		}
 	} else if !ok {
 		m.log.Warn("process result arrived for a process no longer live", "pid", r.pid)
 	}
+	r.saveMu.Unlock()
 	m.mu.Lock()
 	delete(m.runs, r.pid)
 	m.mu.Unlock()
@@ -369,6 +458,11 @@ func (m *Manager) Get(ctx context.Context, pid int64) (*Process, error) {
 func (m *Manager) get(ctx context.Context, pid int64) (*store.Process, error) {
 	p, err := m.st.GetProcess(ctx, pid)
 	if errors.Is(err, store.ErrNotFound) {
+		if r := m.lookup(pid); r != nil {
+			// Running, its row not written yet.
+			base := r.base
+			return &base, nil
+		}
 		return nil, fmt.Errorf("%w: %d", ErrNotFound, pid)
 	}
 	return p, err

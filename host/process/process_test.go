@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -189,5 +190,127 @@ func TestOutputMergeAndCap(t *testing.T) {
 	got := waitIdle(t, m, p.PID)
 	if len(got.Output) != 2 || got.Output["a"] != 1.0 || got.Output["b"] != 999.0 || !got.OutputTruncated {
 		t.Fatalf("output %v truncated=%v", got.Output, got.OutputTruncated)
+	}
+}
+
+// created runs Create with a wait in the background.
+func created(m *Manager, in CreateInput) chan *Process {
+	out := make(chan *Process, 1)
+	go func() {
+		p, err := m.Create(context.Background(), in)
+		if err != nil {
+			panic(err)
+		}
+		out <- p
+	}()
+	return out
+}
+
+// TestAShortExecutionIsStoredOnce: with a wait, an execution starts before
+// its row is written and is stored by one write, its final row; meanwhile
+// it can be read, listed and killed by pid.
+func TestAShortExecutionIsStoredOnce(t *testing.T) {
+	m, ex, st := newManager(t)
+	m.liveWriteDelay = time.Hour
+	ctx := context.Background()
+	res := created(m, CreateInput{Code: "x", Ref: "short", Autorun: true, Wait: time.Minute})
+	pid := <-ex.start
+	if _, err := st.GetProcess(ctx, pid); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the row was written before the execution ended: %v", err)
+	}
+	if v, err := m.Get(ctx, pid); err != nil || v.State != Running || v.Ref != "short" {
+		t.Fatalf("get while unsaved: %+v %v", v, err)
+	}
+	ex.end <- module.Result{Exit: module.ExitSuccess}
+	p := <-res
+	if p.PID != pid || p.State != Idle || *p.ExitState != "success" || p.StartedAt == nil {
+		t.Fatalf("create returned %+v", p)
+	}
+	row, err := st.GetProcess(ctx, pid)
+	if err != nil || row.State != "idle" || *row.ExitState != "success" || row.Ref != "short" || row.Runs != 1 || row.StartedAt == nil {
+		t.Fatalf("stored %+v %v", row, err)
+	}
+	// The next pid is still new, whichever way its row is written.
+	next, err := m.Create(ctx, CreateInput{Code: "y"})
+	if err != nil || next.PID <= pid {
+		t.Fatalf("next pid %+v %v", next, err)
+	}
+}
+
+// TestARowIsStoredWhenTheExecutionLasts: an unsaved execution that lasts
+// gets its row, running, before it ends.
+func TestARowIsStoredWhenTheExecutionLasts(t *testing.T) {
+	m, ex, st := newManager(t)
+	m.liveWriteDelay = time.Millisecond
+	ctx := context.Background()
+	res := created(m, CreateInput{Code: "x", Autorun: true, Wait: time.Minute})
+	pid := <-ex.start
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		row, err := st.GetProcess(ctx, pid)
+		if err == nil {
+			if row.State != "running" || row.StartedAt == nil {
+				t.Fatalf("stored while running: %+v", row)
+			}
+			break
+		}
+		if !errors.Is(err, store.ErrNotFound) || time.Now().After(deadline) {
+			t.Fatalf("no row while it runs: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ex.end <- module.Result{Exit: module.ExitFailed, Reason: module.ReasonException}
+	if p := <-res; p.State != Idle || *p.ExitState != "failed" {
+		t.Fatalf("create returned %+v", p)
+	}
+	if row, err := st.GetProcess(ctx, pid); err != nil || row.State != "idle" || *row.ExitState != "failed" {
+		t.Fatalf("stored %+v %v", row, err)
+	}
+}
+
+// TestARowIsStoredWhenTheWaitEnds: a wait shorter than the execution hands
+// out a pid that can be read from the database at once.
+func TestARowIsStoredWhenTheWaitEnds(t *testing.T) {
+	m, ex, st := newManager(t)
+	m.liveWriteDelay = time.Hour
+	ctx := context.Background()
+	res := created(m, CreateInput{Code: "x", Autorun: true, Wait: time.Millisecond})
+	pid := <-ex.start
+	p := <-res
+	if p.PID != pid || p.State != Running {
+		t.Fatalf("create returned %+v", p)
+	}
+	if row, err := st.GetProcess(ctx, pid); err != nil || row.State != "running" {
+		t.Fatalf("stored %+v %v", row, err)
+	}
+	// Killed, it ends canceled.
+	if v, err := m.Kill(ctx, pid); err != nil || v.State != Terminating {
+		t.Fatalf("kill: %+v %v", v, err)
+	}
+	<-ex.kills
+	ex.end <- module.Result{Exit: module.ExitCanceled}
+	if p := waitIdle(t, m, pid); *p.ExitState != "canceled" || *p.Reason != "killed" {
+		t.Fatalf("after kill: %+v", p)
+	}
+}
+
+// TestKillBeforeTheRowIsStored: a kill reaches an execution whose row is
+// not written yet, and the final row says canceled.
+func TestKillBeforeTheRowIsStored(t *testing.T) {
+	m, ex, st := newManager(t)
+	m.liveWriteDelay = time.Hour
+	ctx := context.Background()
+	res := created(m, CreateInput{Code: "x", Autorun: true, Wait: time.Minute})
+	pid := <-ex.start
+	if v, err := m.Kill(ctx, pid); err != nil || v.State != Terminating {
+		t.Fatalf("kill: %+v %v", v, err)
+	}
+	<-ex.kills
+	ex.end <- module.Result{Exit: module.ExitCanceled}
+	if p := <-res; *p.ExitState != "canceled" || *p.Reason != "killed" {
+		t.Fatalf("create returned %+v", p)
+	}
+	if row, err := st.GetProcess(ctx, pid); err != nil || *row.ExitState != "canceled" {
+		t.Fatalf("stored %+v %v", row, err)
 	}
 }

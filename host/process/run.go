@@ -37,6 +37,12 @@ type run struct {
 	runningWrite *time.Timer
 	// ended: Execute has returned; the environment's reports are late.
 	ended bool
+
+	// saveMu orders the writes of a run whose row is not stored yet
+	// (unsaved): whichever comes first inserts it.
+	saveMu    sync.Mutex
+	unsaved   bool
+	saveTimer *time.Timer // inserts the row if the execution lasts
 }
 
 func newRun(p *store.Process, limit int64) *run {
@@ -105,8 +111,14 @@ func (m *Manager) SetState(eid int64, s module.ExecState) {
 	// of its own (on two cores it would hold SQLite's write lock while the
 	// final write waits). The compare-and-set cannot land on a final state.
 	m.wg.Add(1)
-	r.runningWrite = time.AfterFunc(runningWriteDelay, func() {
+	r.runningWrite = time.AfterFunc(m.liveWriteDelay, func() {
 		defer m.wg.Done()
+		if inserted, err := m.save(context.Background(), r); err != nil || inserted {
+			if err != nil {
+				m.log.Error("record process", "pid", eid, "err", err)
+			}
+			return // stored with its live state: running
+		}
 		p := &store.Process{PID: eid, State: string(Running), StartedAt: &started}
 		if _, err := m.st.TransitionProcess(context.Background(), p, []string{string(Queued)}, "state", "started_at"); err != nil {
 			m.log.Error("record running state", "pid", eid, "err", err)
@@ -115,9 +127,9 @@ func (m *Manager) SetState(eid int64, s module.ExecState) {
 	r.mu.Unlock()
 }
 
-// runningWriteDelay is how long an execution runs before its running state
-// is written to the database.
-const runningWriteDelay = 50 * time.Millisecond
+// liveWriteDelay is how long an execution runs before its live state (its
+// row, or its running state) is written to the database.
+const liveWriteDelay = 50 * time.Millisecond
 
 // SetError records why an execution failed.
 func (m *Manager) SetError(eid int64, msg string) {

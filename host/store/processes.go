@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -45,13 +46,20 @@ type Process struct {
 // be parsed anew, which on SQLite was a third of each write's cost. Their
 // arguments are encoded as bun encodes them, so bun reads the rows back
 // unchanged.
-const insertProcessSQL = `INSERT INTO processes (ref, code, state, exit_state, reason, error, timeout_ms,
+const processColumns = `ref, code, state, exit_state, reason, error, timeout_ms,
  env_config, environment, output, stdout, stderr, stdout_truncated, stderr_truncated, output_truncated,
- runs, host_id, created_at, started_at, finished_at, duration_ms)
- VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING pid`
+ runs, host_id, created_at, started_at, finished_at, duration_ms`
 
-// InsertProcess stores p and fills in its pid.
+// InsertProcess stores p. A pid from ReservePID is kept; otherwise one is
+// assigned and filled in.
 func (s *Store) InsertProcess(ctx context.Context, p *Process) error {
+	if p.PID == 0 && s.local {
+		pid, _, err := s.ReservePID(ctx)
+		if err != nil {
+			return fmt.Errorf("insert process: %w", err)
+		}
+		p.PID = pid
+	}
 	envConfig, err := jsonText(p.EnvConfig)
 	if err != nil {
 		return fmt.Errorf("insert process: env config: %w", err)
@@ -60,18 +68,69 @@ func (s *Store) InsertProcess(ctx context.Context, p *Process) error {
 	if err != nil {
 		return fmt.Errorf("insert process: output: %w", err)
 	}
-	stmt, err := s.prepared(ctx, insertProcessSQL)
-	if err != nil {
-		return fmt.Errorf("insert process: %w", err)
-	}
-	err = stmt.QueryRowContext(s.hot(ctx), p.Ref, p.Code, p.State, p.ExitState, p.Reason, p.Error, p.TimeoutMs,
+	args := []any{p.Ref, p.Code, p.State, p.ExitState, p.Reason, p.Error, p.TimeoutMs,
 		envConfig, p.Environment, output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated,
-		p.Runs, p.HostID, s.timeArg(&p.CreatedAt), s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs,
-	).Scan(&p.PID)
+		p.Runs, p.HostID, s.timeArg(&p.CreatedAt), s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs}
+	values := strings.Repeat("?, ", len(args)-1) + "?"
+	if p.PID > 0 {
+		stmt, err := s.prepared(ctx, "INSERT INTO processes (pid, "+processColumns+") VALUES (?, "+values+")")
+		if err == nil {
+			_, err = stmt.ExecContext(s.hot(ctx), append([]any{p.PID}, args...)...)
+		}
+		if err != nil {
+			return fmt.Errorf("insert process %d: %w", p.PID, err)
+		}
+		return nil
+	}
+	stmt, err := s.prepared(ctx, "INSERT INTO processes ("+processColumns+") VALUES ("+values+") RETURNING pid")
+	if err == nil {
+		err = stmt.QueryRowContext(s.hot(ctx), args...).Scan(&p.PID)
+	}
 	if err != nil {
 		return fmt.Errorf("insert process: %w", err)
 	}
 	return nil
+}
+
+// pidBlock is the size of the ranges of pids ReservePID takes at a time.
+const pidBlock = 128
+
+// pidRange is the part of a reserved range not handed out yet.
+type pidRange struct {
+	mu        sync.Mutex
+	next, end int64 // next <= end: next is free
+}
+
+// ReservePID hands out a pid before its process is inserted, so an
+// execution can start first and its row be written once (ok is false where
+// the database assigns pids itself: PostgreSQL). On SQLite pids come from
+// ranges reserved in AUTOINCREMENT's own sequence, so they stay unique and
+// never reused even across restarts and processes sharing the file; the
+// rest of a range is skipped when the host stops.
+func (s *Store) ReservePID(ctx context.Context) (pid int64, ok bool, err error) {
+	if !s.local {
+		return 0, false, nil
+	}
+	s.pids.mu.Lock()
+	defer s.pids.mu.Unlock()
+	if s.pids.next == 0 || s.pids.next > s.pids.end {
+		var end int64
+		err := s.DB.RunInTx(s.hot(ctx), nil, func(ctx context.Context, tx bun.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO sqlite_sequence (name, seq) SELECT 'processes', 0
+ WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'processes')`); err != nil {
+				return err
+			}
+			return tx.QueryRowContext(ctx, `UPDATE sqlite_sequence
+ SET seq = max(seq, (SELECT coalesce(max(pid), 0) FROM processes)) + ? WHERE name = 'processes' RETURNING seq`, pidBlock).Scan(&end)
+		})
+		if err != nil {
+			return 0, false, fmt.Errorf("reserve pids: %w", err)
+		}
+		s.pids.next, s.pids.end = end-pidBlock+1, end
+	}
+	pid = s.pids.next
+	s.pids.next++
+	return pid, true, nil
 }
 
 // FinishProcess writes the result of p's execution (state, exit state,

@@ -34,6 +34,7 @@ var ErrNotFound = errors.New("not found")
 type Store struct {
 	DB    *bun.DB
 	local bool // embedded SQLite
+	pids  pidRange
 
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared, by their text with ? placeholders

@@ -268,3 +268,54 @@ func sameRows(t *testing.T, st *Store, what string, a, b int64) {
 		t.Errorf("%s: stored\n%s\nby bun but\n%s\nby the prepared statement", what, ra, rb)
 	}
 }
+
+// TestReservedPIDsAreNeverReused: pids reserved ahead of their insert on
+// SQLite never meet pids assigned otherwise, nor those of an earlier run
+// of the host on the same file.
+func TestReservedPIDsAreNeverReused(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := Open(ctx, "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]bool{}
+	insert := func(st *Store, p *Process) {
+		t.Helper()
+		if err := st.InsertProcess(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if seen[p.PID] || p.PID < 1 {
+			t.Fatalf("pid %d handed out twice", p.PID)
+		}
+		seen[p.PID] = true
+	}
+	reserved, ok, err := st.ReservePID(ctx)
+	if err != nil || !ok {
+		t.Fatalf("reserve: %v %v", ok, err)
+	}
+	// Assigned while the reserved one is not inserted yet, by the store and
+	// by the database's own AUTOINCREMENT.
+	for range pidBlock + 2 {
+		insert(st, &Process{Code: "x", State: "idle", CreatedAt: time.Now()})
+	}
+	viaBun := &Process{Code: "x", State: "idle", CreatedAt: time.Now()}
+	if _, err := st.DB.NewInsert().Model(viaBun).Returning("pid").Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if seen[viaBun.PID] || viaBun.PID == reserved {
+		t.Fatalf("AUTOINCREMENT reused pid %d", viaBun.PID)
+	}
+	seen[viaBun.PID] = true
+	insert(st, &Process{PID: reserved, Code: "x", State: "idle", CreatedAt: time.Now()})
+	st.Close()
+
+	again, err := Open(ctx, "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	for range 3 {
+		insert(again, &Process{Code: "x", State: "idle", CreatedAt: time.Now()})
+	}
+}
