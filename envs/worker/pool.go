@@ -140,7 +140,7 @@ func (p *Pool) take(w *Worker) (*Worker, bool) {
 	// with the host returning its result. Under sustained load spawns run
 	// back to back regardless: each one that lands pokes the pool again. A
 	// lent worker keeps its slot: only Return can free it.
-	if !p.lend {
+	if !p.lend || w.Dead() {
 		time.AfterFunc(refillDelay, p.poke)
 	}
 	if w.Dead() {
@@ -157,10 +157,13 @@ func (p *Pool) take(w *Worker) (*Worker, bool) {
 	return w, true
 }
 
-// Return gives back a worker lent by Get. A reusable one is kept if it is
-// alive and a warm slot is free; otherwise (false) the caller must close it
-// and its slot is refilled.
+// Return gives back a worker lent by Get (a pool that does not lend takes
+// nothing back). A reusable one is kept if it is alive and a warm slot is
+// free; otherwise (false) the caller must close it and its slot is refilled.
 func (p *Pool) Return(w *Worker, reusable bool) bool {
+	if !p.lend {
+		return false
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.lent--

@@ -182,15 +182,22 @@ func (m *Manager) await(ctx context.Context, r *run, wait time.Duration) (*Proce
 	case <-r.done:
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		if r.lost != nil {
+			// Ran, but left no row: its pid could never be read back.
+			return nil, fmt.Errorf("%w: %w", errNotStored, r.lost)
+		}
 		return r.final, nil
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	if _, err := m.save(context.WithoutCancel(ctx), r); err != nil {
+	if _, err := m.save(context.WithoutCancel(ctx), r, true); err != nil {
 		return nil, err
 	}
 	return m.Get(ctx, r.pid)
 }
+
+// errNotStored is the answer about a process whose row could not be written.
+var errNotStored = errors.New("the host could not store the process")
 
 // Run starts a stored process again. Existing results need force.
 func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, error) {
@@ -232,24 +239,32 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 // one whose row is written when it ends or lasts.
 func (m *Manager) launch(p *store.Process, unsaved bool) *run {
 	r := newRun(p, m.limits.OutputBytes)
-	if unsaved {
-		r.unsaved = true
-		m.wg.Add(1)
-		r.saveTimer = time.AfterFunc(m.liveWriteDelay, func() {
-			defer m.wg.Done()
-			if _, err := m.save(context.Background(), r); err != nil {
-				m.log.Error("record process", "pid", r.pid, "err", err)
-			}
-		})
-	}
+	r.unsaved = unsaved
 	// Its own context: a kill cancels it, so a kill that arrives before the
 	// environment has even seen the execution is not lost.
 	ctx, cancel := context.WithCancel(m.ctx)
 	r.cancel = cancel
 	m.mu.Lock()
+	if m.stopping {
+		// Shutdown began after the caller checked: end it as Shutdown ends
+		// the rest (its wait may be over already).
+		m.mu.Unlock()
+		cancel()
+		m.finish(r, "", module.Result{Exit: module.ExitCanceled}, nil)
+		return r
+	}
 	m.runs[p.PID] = r
-	m.mu.Unlock()
 	m.wg.Add(1)
+	if unsaved {
+		m.wg.Add(1)
+		r.saveTimer = time.AfterFunc(m.liveWriteDelay, func() {
+			defer m.wg.Done()
+			if _, err := m.save(context.Background(), r, false); err != nil {
+				m.log.Error("record process", "pid", r.pid, "err", err)
+			}
+		})
+	}
+	m.mu.Unlock()
 	go func() {
 		defer m.wg.Done()
 		defer cancel()
@@ -269,11 +284,13 @@ func (m *Manager) launch(p *store.Process, unsaved bool) *run {
 }
 
 // save inserts the row of an unsaved run with its live state, and reports
-// whether it did (false: the row was stored already).
-func (m *Manager) save(ctx context.Context, r *run) (bool, error) {
+// whether it did (false: the row was stored already). With drop, a failed
+// insert also kills the run and keeps it from ever being stored: its client
+// is told it failed, so it must not run on.
+func (m *Manager) save(ctx context.Context, r *run, drop bool) (bool, error) {
 	r.saveMu.Lock()
 	defer r.saveMu.Unlock()
-	if !r.unsaved {
+	if !r.unsaved || r.dropped {
 		return false, nil
 	}
 	r.mu.Lock()
@@ -285,7 +302,17 @@ func (m *Manager) save(ctx context.Context, r *run) (bool, error) {
 	}
 	r.mu.Unlock()
 	if err := m.st.InsertProcess(ctx, &p); err != nil {
-		return false, err
+		if drop {
+			r.dropped = true
+			r.mu.Lock()
+			r.killed = true
+			r.mu.Unlock()
+			r.cancel()
+			if kerr := m.exec.Kill(ctx, r.pid); kerr != nil {
+				m.log.Warn("kill a process that could not be stored", "pid", r.pid, "err", kerr)
+			}
+		}
+		return false, fmt.Errorf("%w: %w", errNotStored, err)
 	}
 	r.unsaved = false
 	return true, nil
@@ -349,7 +376,9 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 		}
 		return m.st.FinishProcess(ctx, p, live)
 	}
-	if ok, err := write(p); err != nil {
+	if r.dropped {
+		m.log.Warn("process not stored: its row could not be written", "pid", r.pid)
+	} else if ok, err := write(p); err != nil {
 		// Never leave it looking alive: store the failure without the
 		// result that could not be stored.
 		m.log.Error("record process result", "pid", r.pid, "err", err)
@@ -358,6 +387,11 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 		p.Output, p.Stdout, p.Stderr = nil, "", ""
 		if _, err := write(p); err != nil {
 			m.log.Error("record process failure", "pid", r.pid, "err", err)
+			if unsaved {
+				r.mu.Lock()
+				r.lost = err
+				r.mu.Unlock()
+			}
 		}
 	} else if !ok {
 		m.log.Warn("process result arrived for a process no longer live", "pid", r.pid)
@@ -463,7 +497,10 @@ func (m *Manager) get(ctx context.Context, pid int64) (*store.Process, error) {
 			base := r.base
 			return &base, nil
 		}
-		return nil, fmt.Errorf("%w: %d", ErrNotFound, pid)
+		// Or it ended between the two reads, its row now written.
+		if p, err = m.st.GetProcess(ctx, pid); errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("%w: %d", ErrNotFound, pid)
+		}
 	}
 	return p, err
 }

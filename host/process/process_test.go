@@ -314,3 +314,74 @@ func TestKillBeforeTheRowIsStored(t *testing.T) {
 		t.Fatalf("stored %+v %v", row, err)
 	}
 }
+
+// failInserts makes every insert into processes fail until the returned
+// function is called.
+func failInserts(t *testing.T, st *store.Store) (restore func()) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := st.DB.ExecContext(ctx, `CREATE TRIGGER no_insert BEFORE INSERT ON processes BEGIN SELECT RAISE(FAIL, 'disk full'); END`); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if _, err := st.DB.ExecContext(ctx, `DROP TRIGGER no_insert`); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestAResultThatCannotBeStoredIsAnError: when the only row of a short
+// execution cannot be written, the caller gets an error, not a pid that
+// can never be read.
+func TestAResultThatCannotBeStoredIsAnError(t *testing.T) {
+	m, ex, st := newManager(t)
+	m.liveWriteDelay = time.Hour
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true, Wait: time.Minute})
+		errc <- err
+	}()
+	pid := <-ex.start
+	failInserts(t, st)
+	ex.end <- module.Result{Exit: module.ExitSuccess}
+	if err := <-errc; !errors.Is(err, errNotStored) {
+		t.Fatalf("create: %v", err)
+	}
+	if _, err := m.Get(context.Background(), pid); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("get: %v", err)
+	}
+}
+
+// TestAProcessThatCannotBeStoredDoesNotRunOn: when the row cannot be
+// written as the wait ends, the caller gets an error, so the execution is
+// killed and never stored.
+func TestAProcessThatCannotBeStoredDoesNotRunOn(t *testing.T) {
+	m, ex, st := newManager(t)
+	m.liveWriteDelay = time.Hour
+	ctx := context.Background()
+	restore := failInserts(t, st)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.Create(ctx, CreateInput{Code: "x", Autorun: true, Wait: time.Millisecond})
+		errc <- err
+	}()
+	pid := <-ex.start
+	if err := <-errc; !errors.Is(err, errNotStored) {
+		t.Fatalf("create: %v", err)
+	}
+	restore()
+	select {
+	case killed := <-ex.kills:
+		if killed != pid {
+			t.Fatalf("killed %d, want %d", killed, pid)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the execution was not killed")
+	}
+	r := m.lookup(pid)
+	ex.end <- module.Result{Exit: module.ExitCanceled}
+	<-r.done
+	if row, err := st.GetProcess(ctx, pid); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("stored after its client was told it failed: %+v %v", row, err)
+	}
+}

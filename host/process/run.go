@@ -42,7 +42,9 @@ type run struct {
 	// (unsaved): whichever comes first inserts it.
 	saveMu    sync.Mutex
 	unsaved   bool
+	dropped   bool        // its row could not be written when its pid was due: never stored
 	saveTimer *time.Timer // inserts the row if the execution lasts
+	lost      error       // under mu: why its final row, the first, could not be written
 }
 
 func newRun(p *store.Process, limit int64) *run {
@@ -113,7 +115,7 @@ func (m *Manager) SetState(eid int64, s module.ExecState) {
 	m.wg.Add(1)
 	r.runningWrite = time.AfterFunc(m.liveWriteDelay, func() {
 		defer m.wg.Done()
-		if inserted, err := m.save(context.Background(), r); err != nil || inserted {
+		if inserted, err := m.save(context.Background(), r, false); err != nil || inserted {
 			if err != nil {
 				m.log.Error("record process", "pid", eid, "err", err)
 			}

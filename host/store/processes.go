@@ -73,6 +73,9 @@ func (s *Store) InsertProcess(ctx context.Context, p *Process) error {
 		p.Runs, p.HostID, s.timeArg(&p.CreatedAt), s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs}
 	values := strings.Repeat("?, ", len(args)-1) + "?"
 	if p.PID > 0 {
+		if !s.local {
+			return fmt.Errorf("insert process %d: PostgreSQL assigns pids itself", p.PID)
+		}
 		stmt, err := s.prepared(ctx, "INSERT INTO processes (pid, "+processColumns+") VALUES (?, "+values+")")
 		if err == nil {
 			_, err = stmt.ExecContext(s.hot(ctx), append([]any{p.PID}, args...)...)
@@ -138,6 +141,9 @@ func (s *Store) ReservePID(ctx context.Context) (pid int64, ok bool, err error) 
 // timing) only if the stored state is one of from, and reports whether the
 // row changed: TransitionProcess for the write that ends every execution.
 func (s *Store) FinishProcess(ctx context.Context, p *Process, from []string) (bool, error) {
+	if len(from) == 0 {
+		return false, fmt.Errorf("finish process %d: no state to finish it from", p.PID)
+	}
 	output, err := jsonText(p.Output)
 	if err != nil {
 		return false, fmt.Errorf("finish process %d: output: %w", p.PID, err)

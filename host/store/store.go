@@ -77,10 +77,12 @@ func numberPlaceholders(query string) string {
 }
 
 // hot is the context for a statement on the execution path. On SQLite a
-// statement is local and its waits are bounded by the busy timeout, while a
-// cancellable context costs the driver a goroutine per statement to watch it
-// (and database/sql another per result set): measurable at a millisecond
-// per execution. PostgreSQL statements keep their context.
+// statement is local and its lock waits are bounded by the busy timeout,
+// while a cancellable context costs the driver a goroutine per statement to
+// watch it (and database/sql another per result set), tens of microseconds
+// per execution. Deadlines go with cancellation, so waiting for one of the
+// pool's connections is unbounded; statements hold them only briefly.
+// PostgreSQL statements keep their context.
 func (s *Store) hot(ctx context.Context) context.Context {
 	if s.local {
 		return context.WithoutCancel(ctx)
