@@ -30,8 +30,9 @@ func MaybeServeWorker() {
 	}
 	// One program runs at a time and goja is single-threaded, so one P is
 	// all a worker can use; with more, the runtime hands each request and
-	// reply between threads, waking another CPU for each (on two vCPUs,
-	// 0.83-0.98 → 0.74-0.83 ms for a trivial execution through HTTP). A
+	// reply between threads, waking another CPU for each (a trivial
+	// execution through HTTP on two vCPUs, runs interleaved with and
+	// without: p50 40–190 µs lower in 7 pairs of 8). A
 	// program in a tight loop still yields to the timer that interrupts it:
 	// the scheduler preempts it within about 10 ms.
 	runtime.GOMAXPROCS(1)
