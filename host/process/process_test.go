@@ -385,3 +385,26 @@ func TestAProcessThatCannotBeStoredDoesNotRunOn(t *testing.T) {
 		t.Fatalf("stored after its client was told it failed: %+v %v", row, err)
 	}
 }
+
+// TestLaunchAfterShutdownBegan: an execution launched once shutdown has
+// begun (the caller checked just before) never starts and is stored as
+// ended by the shutdown.
+func TestLaunchAfterShutdownBegan(t *testing.T) {
+	m, _, st := newManager(t)
+	pid, ok, err := st.ReservePID(context.Background())
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	m.mu.Lock()
+	m.stopping = true
+	m.mu.Unlock()
+	r := m.launch(&store.Process{PID: pid, Code: "x", State: string(Queued), TimeoutMs: 1000, CreatedAt: time.Now(), Runs: 1}, true)
+	<-r.done
+	row, err := st.GetProcess(context.Background(), pid)
+	if err != nil || row.State != "idle" || *row.ExitState != "canceled" || row.Reason != "host_shutdown" {
+		t.Fatalf("stored %+v %v", row, err)
+	}
+	if err := m.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
