@@ -81,7 +81,7 @@ type Manager struct {
 	runs     map[int64]*run
 	stopping bool
 
-	liveWriteDelay time.Duration // liveWriteDelay; tests change it
+	liveWriteDelay time.Duration // the constant liveWriteDelay, but for tests
 }
 
 // New returns a manager for the host with the given id; call Recover before
