@@ -319,3 +319,42 @@ func TestReservedPIDsAreNeverReused(t *testing.T) {
 		insert(again, &Process{Code: "x", State: "idle", CreatedAt: time.Now()})
 	}
 }
+
+// TestListingsUseThePartialIndexes: the indexes on state and ref leave out
+// idle processes and those without a ref, so inserting a finished process
+// skips them; listings by a live state or by ref must still use them.
+func TestListingsUseThePartialIndexes(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(ctx, "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, c := range []struct {
+		filter ProcessFilter
+		index  string
+	}{
+		{ProcessFilter{State: "running", Limit: 10}, "processes_live_idx"},
+		{ProcessFilter{Ref: "nightly", Limit: 10}, "processes_ref_idx"},
+		{ProcessFilter{Ref: "nightly", State: "idle", BeforePID: 100, Limit: 10}, "processes_ref_idx"},
+	} {
+		var ps []Process
+		rows, err := st.DB.QueryContext(ctx, "EXPLAIN QUERY PLAN "+st.listQuery(&ps, c.filter).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		if !strings.Contains(strings.Join(plan, "; "), c.index) {
+			t.Errorf("%+v: plan %q does not use %s", c.filter, plan, c.index)
+		}
+	}
+}
