@@ -140,10 +140,11 @@ func (p *Pool) take(w *Worker) (*Worker, bool) {
 	// with the host returning its result. Under sustained load spawns run
 	// back to back regardless: each one that lands pokes the pool again. A
 	// lent worker keeps its slot: only Return can free it.
-	if !p.lend || w.Dead() {
+	dead := w.Dead()
+	if !p.lend || dead {
 		time.AfterFunc(refillDelay, p.poke)
 	}
-	if w.Dead() {
+	if dead {
 		p.log.Warn("discarding a warm worker that died", "exit", w.h.Exit().String())
 		w.Close()
 		return nil, false

@@ -190,7 +190,8 @@ func (m *Manager) await(ctx context.Context, r *run, wait time.Duration) (*Proce
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	if _, err := m.save(context.WithoutCancel(ctx), r, true); err != nil {
+	ctx = context.WithoutCancel(ctx)
+	if _, err := m.save(ctx, r, true); err != nil {
 		return nil, err
 	}
 	return m.Get(ctx, r.pid)
@@ -290,6 +291,13 @@ func (m *Manager) launch(p *store.Process, unsaved bool) *run {
 func (m *Manager) save(ctx context.Context, r *run, drop bool) (bool, error) {
 	r.saveMu.Lock()
 	defer r.saveMu.Unlock()
+	r.mu.Lock()
+	lost := r.lost
+	r.mu.Unlock()
+	if lost != nil {
+		// It ended first, and its final row could not be written either.
+		return false, fmt.Errorf("%w: %w", errNotStored, lost)
+	}
 	if !r.unsaved || r.dropped {
 		return false, nil
 	}

@@ -408,3 +408,23 @@ func TestLaunchAfterShutdownBegan(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestALostRowIsAnErrorAlsoWhenTheWaitEndsLast: when an execution ends as
+// its wait ends and its only row cannot be written, storing it for the
+// waiter fails too, rather than handing out a pid that cannot be read.
+func TestALostRowIsAnErrorAlsoWhenTheWaitEndsLast(t *testing.T) {
+	m, ex, st := newManager(t)
+	m.liveWriteDelay = time.Hour
+	pid, _, err := st.ReservePID(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := m.launch(&store.Process{PID: pid, Code: "x", State: string(Queued), TimeoutMs: 1000, CreatedAt: time.Now(), Runs: 1}, true)
+	<-ex.start
+	failInserts(t, st)
+	ex.end <- module.Result{Exit: module.ExitSuccess}
+	<-r.done
+	if _, err := m.save(context.Background(), r, true); !errors.Is(err, errNotStored) {
+		t.Fatalf("save after the final row was lost: %v", err)
+	}
+}

@@ -1,0 +1,106 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"io/fs"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/uptrace/bun/migrate"
+)
+
+// migrateBefore runs only the migrations whose names sort before stop: a
+// database as an earlier version left it.
+func migrateBefore(t *testing.T, s *Store, tmpl dialectSQL, stop string) {
+	t.Helper()
+	ctx := context.Background()
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := fstest.MapFS{}
+	entries, err := fs.ReadDir(sub, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() < stop {
+			b, _ := fs.ReadFile(sub, e.Name())
+			files[e.Name()] = &fstest.MapFile{Data: b}
+		}
+	}
+	ms := migrate.NewMigrations()
+	if err := ms.Discover(files); err != nil {
+		t.Fatal(err)
+	}
+	m := migrate.NewMigrator(s.DB, ms, migrate.WithTemplateData(tmpl), migrate.WithMarkAppliedOnSuccess(true))
+	if err := m.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUpgradeToPartialIndexes: a database with processes from before the
+// partial indexes upgrades, listings find the same rows, and a migration
+// that fails halfway leaves the database as it was, so the next start can
+// apply it.
+func TestUpgradeToPartialIndexes(t *testing.T) {
+	ctx := context.Background()
+	url := "sqlite://" + t.TempDir() + "/cyrnel.db"
+	db, tmpl, err := connect(url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &Store{DB: db, local: true, stmts: map[string]*sql.Stmt{}}
+	migrateBefore(t, old, tmpl, "20261122000005")
+	states := []string{"idle", "queued", "running", "idle"}
+	for i := range 40 {
+		p := &Process{Code: "x", Ref: []string{"", "nightly"}[i%2], State: states[i%4], TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
+		if _, err := old.DB.NewInsert().Model(p).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Something in the way of the second statement: the migration fails.
+	if _, err := db.ExecContext(ctx, "CREATE INDEX processes_live_idx ON processes (ref)"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if st, err := Open(ctx, url, ""); err == nil {
+		st.Close()
+		t.Fatal("the migration went through an index in its way")
+	}
+	db, _, err = connect(url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "DROP INDEX processes_live_idx"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	st, err := Open(ctx, url, "")
+	if err != nil {
+		t.Fatalf("the migration did not apply after a failed attempt: %v", err)
+	}
+	defer st.Close()
+	for _, c := range []struct {
+		f    ProcessFilter
+		want int
+	}{
+		{ProcessFilter{State: "running", Limit: 100}, 10},
+		{ProcessFilter{State: "idle", Limit: 100}, 20},
+		{ProcessFilter{Ref: "nightly", Limit: 100}, 20},
+		{ProcessFilter{Ref: "nightly", State: "queued", Limit: 100}, 10},
+	} {
+		if ps, err := st.ListProcesses(ctx, c.f); err != nil || len(ps) != c.want {
+			t.Errorf("%+v: %d processes, want %d (%v)", c.f, len(ps), c.want, err)
+		}
+	}
+	if n, err := st.FinishAll(ctx, "h", []string{"queued", "running"}, "failed", "host_restart", "gone", time.Now()); err != nil || n != 20 {
+		t.Errorf("finish all: %d %v", n, err)
+	}
+}
