@@ -180,13 +180,7 @@ func (m *Manager) await(ctx context.Context, r *run, wait time.Duration) (*Proce
 	defer t.Stop()
 	select {
 	case <-r.done:
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.lost != nil {
-			// Ran, but left no row: its pid could never be read back.
-			return nil, fmt.Errorf("%w: %w", errNotStored, r.lost)
-		}
-		return r.final, nil
+		return r.result()
 	case <-t.C:
 	case <-ctx.Done():
 	}
@@ -477,10 +471,7 @@ func (m *Manager) Wait(ctx context.Context, pid int64, timeout time.Duration) (*
 		defer t.Stop()
 		select {
 		case <-r.done:
-			// The final row is stored and held: no need to read it back.
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			return r.final, nil
+			return r.result()
 		case <-t.C:
 		case <-ctx.Done():
 		}

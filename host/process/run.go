@@ -3,6 +3,7 @@ package process
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"sync"
 	"time"
@@ -83,6 +84,18 @@ func (r *run) end(p *store.Process) {
 	r.subs = nil
 	r.mu.Unlock()
 	close(r.done)
+}
+
+// result is how an ended run ended: its final row, stored and held so
+// nobody need read it back, or why it could not be stored (then its pid
+// could never be read back).
+func (r *run) result() (*Process, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lost != nil {
+		return nil, fmt.Errorf("%w: %w", errNotStored, r.lost)
+	}
+	return r.final, nil
 }
 
 func (m *Manager) lookup(eid int64) *run {

@@ -50,6 +50,12 @@ const processColumns = `ref, code, state, exit_state, reason, error, timeout_ms,
  env_config, environment, output, stdout, stderr, stdout_truncated, stderr_truncated, output_truncated,
  runs, host_id, created_at, started_at, finished_at, duration_ms`
 
+// The two inserts, with the pid given or assigned; one placeholder a column.
+var (
+	insertWithPID = "INSERT INTO processes (pid, " + processColumns + ") VALUES (?" + strings.Repeat(", ?", 21) + ")"
+	insertNewPID  = "INSERT INTO processes (" + processColumns + ") VALUES (?" + strings.Repeat(", ?", 20) + ") RETURNING pid"
+)
+
 // InsertProcess stores p. A pid from ReservePID is kept; otherwise one is
 // assigned and filled in.
 func (s *Store) InsertProcess(ctx context.Context, p *Process) error {
@@ -71,12 +77,11 @@ func (s *Store) InsertProcess(ctx context.Context, p *Process) error {
 	args := []any{p.Ref, p.Code, p.State, p.ExitState, p.Reason, p.Error, p.TimeoutMs,
 		envConfig, p.Environment, output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated,
 		p.Runs, p.HostID, s.timeArg(&p.CreatedAt), s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs}
-	values := strings.Repeat("?, ", len(args)-1) + "?"
 	if p.PID > 0 {
 		if !s.local {
 			return fmt.Errorf("insert process %d: PostgreSQL assigns pids itself", p.PID)
 		}
-		stmt, err := s.prepared(ctx, "INSERT INTO processes (pid, "+processColumns+") VALUES (?, "+values+")")
+		stmt, err := s.prepared(ctx, insertWithPID)
 		if err == nil {
 			_, err = stmt.ExecContext(s.hot(ctx), append([]any{p.PID}, args...)...)
 		}
@@ -85,7 +90,7 @@ func (s *Store) InsertProcess(ctx context.Context, p *Process) error {
 		}
 		return nil
 	}
-	stmt, err := s.prepared(ctx, "INSERT INTO processes ("+processColumns+") VALUES ("+values+") RETURNING pid")
+	stmt, err := s.prepared(ctx, insertNewPID)
 	if err == nil {
 		err = stmt.QueryRowContext(s.hot(ctx), args...).Scan(&p.PID)
 	}
@@ -162,12 +167,17 @@ func (s *Store) FinishProcess(ctx context.Context, p *Process, from []string) (b
 		args = append(args, st)
 	}
 	res, err := stmt.ExecContext(s.hot(ctx), args...)
-	if err != nil {
-		return false, fmt.Errorf("finish process %d: %w", p.PID, err)
+	return changedOne(res, err, "finish process %d", p.PID)
+}
+
+// changedOne reports whether a write by pid changed its row.
+func changedOne(res sql.Result, err error, what string, pid int64) (bool, error) {
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
 	}
-	n, err := res.RowsAffected()
 	if err != nil {
-		return false, fmt.Errorf("finish process %d: %w", p.PID, err)
+		return false, fmt.Errorf(what+": %w", pid, err)
 	}
 	return n == 1, nil
 }
@@ -253,28 +263,14 @@ func (s *Store) listQuery(ps *[]Process, f ProcessFilter) *bun.SelectQuery {
 func (s *Store) TransitionProcess(ctx context.Context, p *Process, from []string, columns ...string) (bool, error) {
 	res, err := s.DB.NewUpdate().Model(p).Column(columns...).
 		Where("pid = ?", p.PID).Where("state IN (?)", bun.In(from)).Exec(s.hot(ctx))
-	if err != nil {
-		return false, fmt.Errorf("update process %d: %w", p.PID, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("update process %d: %w", p.PID, err)
-	}
-	return n == 1, nil
+	return changedOne(res, err, "update process %d", p.PID)
 }
 
 // DeleteProcess removes a process if its state is one of from.
 func (s *Store) DeleteProcess(ctx context.Context, pid int64, from []string) (bool, error) {
 	res, err := s.DB.NewDelete().Model((*Process)(nil)).
 		Where("pid = ?", pid).Where("state IN (?)", bun.In(from)).Exec(ctx)
-	if err != nil {
-		return false, fmt.Errorf("delete process %d: %w", pid, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("delete process %d: %w", pid, err)
-	}
-	return n == 1, nil
+	return changedOne(res, err, "delete process %d", pid)
 }
 
 // FinishAll moves every process of hostID in one of the from states (live
