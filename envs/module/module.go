@@ -72,6 +72,11 @@ const (
 	ReasonEnvironmentError Reason = "environment_error"
 	ReasonHostRestart      Reason = "host_restart"
 	ReasonHostShutdown     Reason = "host_shutdown"
+	// ReasonHostLost: the host that ran it stopped renewing its lease and
+	// another host finished it.
+	ReasonHostLost Reason = "host_lost"
+	// ReasonSessionEnded: its session ended under it.
+	ReasonSessionEnded Reason = "session_ended"
 )
 
 // DefaultTimeoutMs is the host's default execution timeout.
@@ -101,6 +106,11 @@ type ExecutionInput struct {
 type Result struct {
 	Exit   ExitState
 	Reason Reason
+	// CPUMs and PeakMemoryBytes are what the execution's whole process tree
+	// used, measured by the environment from its own accounting (the
+	// cgroup's counters), never from what the program says; 0 when unknown.
+	CPUMs           int64
+	PeakMemoryBytes int64
 }
 
 // SetupContext is passed to Environment.Setup on activation.
