@@ -31,11 +31,38 @@ run: build ## run the server on its embedded defaults (SQLite in ./cyrnel-data, 
 	./$(BIN) serve
 
 .PHONY: test
-test: deps ts-check test-db ## run every test CI runs: format, vet, the TypeScript client check, and the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one)
+test: deps lint ts-check test-db ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one), then each fuzz target briefly
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	CYRNEL_TEST_POSTGRES_URL="$$(cat .cache/postgres-url 2>/dev/null)" $(GO) test -race -count=1 -timeout 20m ./...
+	CYRNEL_TEST_POSTGRES_URL="$$(cat .cache/postgres-url 2>/dev/null)" \
+	CYRNEL_TEST_NO_POSTGRES="$$(cat .cache/no-postgres 2>/dev/null)" \
+		$(GO) test -race -count=1 -timeout 20m ./...
+	@$(MAKE) --no-print-directory fuzz
+
+# Each fuzz target (a func Fuzz… in a _test.go file) runs for FUZZTIME; the
+# corpus under testdata/fuzz is replayed by the ordinary tests as well.
+FUZZTIME ?= 5s
+.PHONY: fuzz
+fuzz: ## run every fuzz target for FUZZTIME (default 5s) each
+	@grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+\(' . | sort | while read -r f; do \
+		for fn in $$(grep -oE '^func Fuzz[A-Za-z0-9_]+' "$$f" | cut -d' ' -f2); do \
+			echo "fuzz $$(dirname $$f) $$fn ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) "./$$(dirname $$f)" >/dev/null 2>.cache/fuzz.log || { cat .cache/fuzz.log; exit 1; }; \
+		done; done
+
+# golangci-lint, pinned; installed into .cache/bin from the Go module proxy.
+GOLANGCI_VERSION := v2.15.0
+GOLANGCI := .cache/bin/golangci-lint-$(GOLANGCI_VERSION)
+$(GOLANGCI):
+	@mkdir -p .cache/bin
+	@echo "installing golangci-lint $(GOLANGCI_VERSION)"
+	GOBIN=$(CURDIR)/.cache/tmp-bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	mv .cache/tmp-bin/golangci-lint $@ && rm -rf .cache/tmp-bin
+
+.PHONY: lint
+lint: $(GOLANGCI) ## golangci-lint: goimports, vet, staticcheck, unused, and the import rules of DESIGN §1 (.golangci.yml)
+	$(GOLANGCI) run ./...
 
 # PostgreSQL for the scale-out tests: a local cluster, installed from Debian's
 # packages when missing and run as root. Where that cannot be done the tests
@@ -43,7 +70,7 @@ test: deps ts-check test-db ## run every test CI runs: format, vet, the TypeScri
 PG_TEST_URL := postgres://cyrnel:cyrnel@127.0.0.1:5432/cyrnel_test?sslmode=disable
 .PHONY: test-db
 test-db: ## provide a local PostgreSQL for the tests (Debian, as root), or say why not
-	@mkdir -p .cache; rm -f .cache/postgres-url
+	@mkdir -p .cache; rm -f .cache/postgres-url .cache/no-postgres
 	@if ! ls /etc/postgresql/*/main >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing PostgreSQL for the scale-out tests"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) >/dev/null 2>&1 || true; fi
@@ -56,7 +83,8 @@ test-db: ## provide a local PostgreSQL for the tests (Debian, as root), or say w
 		su postgres -c "psql -tAc \"SELECT 1 FROM pg_database WHERE datname='cyrnel_test'\"" | grep -q 1 || \
 			su postgres -c "createdb -O cyrnel cyrnel_test"; \
 		echo '$(PG_TEST_URL)' > .cache/postgres-url; \
-	else echo "no local PostgreSQL (needs Debian and root): PostgreSQL tests will be skipped"; fi
+	else echo "no local PostgreSQL (needs Debian and root): PostgreSQL tests will be skipped"; \
+		echo "make test-db could not install PostgreSQL (needs Debian and root)" > .cache/no-postgres; fi
 
 .PHONY: bench
 bench: deps ## run the benchmarks: medians and ratios against baselines measured in the same run (docs/benchmarks.md)

@@ -61,6 +61,7 @@ func writeFiles(t *testing.T, files map[string]string) string {
 }
 
 func TestCLIRunEmbedded(t *testing.T) {
+	t.Parallel()
 	dir := writeFiles(t, map[string]string{
 		"ok.py":      "print('line 0')\nprint('line 1')\ncyrnel.output({'answer': 42})\ncyrnel.output({'list': [1, 2]})",
 		"plain.py":   "print('no output')",
@@ -109,6 +110,7 @@ func TestCLIRunEmbedded(t *testing.T) {
 // TestCLIRunServer streams a program through a running server, shows its
 // first line while it still runs, and stops it with Ctrl-C.
 func TestCLIRunServer(t *testing.T) {
+	t.Parallel()
 	h := start(t, "", "CYRNEL_API_KEY=k3y")
 	dir := writeFiles(t, map[string]string{
 		"slow.py":  "import time\nprint('started')\ntime.sleep(60)\nprint('never')",
@@ -163,6 +165,7 @@ func TestCLIRunServer(t *testing.T) {
 }
 
 func TestCLIRunTypeScript(t *testing.T) {
+	t.Parallel()
 	dir := writeFiles(t, map[string]string{"hello.ts": "const n: number = 6 * 7\nconsole.log('hi', n)\ncyrnel.output({n})"})
 	r := cli(t, dir, "", nil, "run", "hello.ts")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "hi 42\n") || !strings.Contains(r.stdout, `"n": 42`) {
@@ -176,6 +179,7 @@ func TestCLIRunTypeScript(t *testing.T) {
 }
 
 func TestCLIServicesAndTools(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	dir := t.TempDir()
 	doc, err := filepath.Abs(filepath.Join(fixtures, "petstore-3.0.yaml"))

@@ -83,6 +83,7 @@ type runResult struct {
 }
 
 func TestMCP(t *testing.T) {
+	t.Parallel()
 	h := start(t, "", "CYRNEL_API_KEY=mcp-key")
 	ctx := deadline(t)
 

@@ -15,10 +15,8 @@ import (
 // when CYRNEL_TEST_POSTGRES_URL names a database (`make test` provides one
 // where it can install PostgreSQL).
 func TestPostgresBackedHost(t *testing.T) {
-	url := os.Getenv("CYRNEL_TEST_POSTGRES_URL")
-	if url == "" {
-		t.Skip("CYRNEL_TEST_POSTGRES_URL is not set: no PostgreSQL to test against")
-	}
+	t.Parallel()
+	url := postgresURL(t)
 	h := start(t, "", "CYRNEL_DB_URL="+freshSchema(t, url))
 	p := h.run("print('on postgres')\ncyrnel.output({'ok': True})", nil)
 	if p.exit() != "success" || p.Stdout != "on postgres\n" || p.Output["ok"] != true {
@@ -66,4 +64,19 @@ func freshSchema(t *testing.T, url string) string {
 		sep = "&"
 	}
 	return url + sep + "search_path=" + name
+}
+
+// postgresURL is the database the PostgreSQL tests use (`make test` provides
+// one where it can). Without one the test fails, unless CYRNEL_TEST_NO_POSTGRES
+// says why this machine has none.
+func postgresURL(t *testing.T) string {
+	t.Helper()
+	if url := os.Getenv("CYRNEL_TEST_POSTGRES_URL"); url != "" {
+		return url
+	}
+	if reason := os.Getenv("CYRNEL_TEST_NO_POSTGRES"); reason != "" {
+		t.Skipf("no PostgreSQL to test against (CYRNEL_TEST_NO_POSTGRES: %s)", reason)
+	}
+	t.Fatal("CYRNEL_TEST_POSTGRES_URL is not set; run `make test`, or set CYRNEL_TEST_NO_POSTGRES=<why>")
+	return ""
 }

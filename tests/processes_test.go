@@ -12,6 +12,7 @@ import (
 )
 
 func TestRunPrintAndOutput(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	p := h.run("print('hi')\ncyrnel.output({'a': 1, 'b': 1})\ncyrnel.output({'b': 2, 'c': [1, 2]})", map[string]any{"ref": "demo"})
 	if p.exit() != "success" || p.reason() != "completed" || p.Stdout != "hi\n" || p.Stderr != "" {
@@ -40,6 +41,7 @@ func TestRunPrintAndOutput(t *testing.T) {
 }
 
 func TestFailures(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	p := h.run("x = 1\nraise ValueError('boom')", nil)
 	if p.exit() != "failed" || p.reason() != "exception" || p.Error != "ValueError: boom" ||
@@ -69,6 +71,7 @@ func TestFailures(t *testing.T) {
 }
 
 func TestTopLevelAwait(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	p := h.run("import asyncio\nasync def f(x):\n    await asyncio.sleep(0.01)\n    return x * 2\nr = await asyncio.gather(f(1), f(2))\nprint(r)", nil)
 	if p.exit() != "success" || p.Stdout != "[2, 4]\n" {
@@ -77,6 +80,7 @@ func TestTopLevelAwait(t *testing.T) {
 }
 
 func TestTimeoutIsTimeout(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	p := h.run("print('looping', flush=True)\nwhile True: pass", map[string]any{"timeoutMs": 300})
 	if p.exit() != "timeout" || p.reason() != "timeout" || p.Stdout != "looping\n" || p.TimeoutMs != 300 {
@@ -89,6 +93,7 @@ func TestTimeoutIsTimeout(t *testing.T) {
 }
 
 func TestKill(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	var p proc
 	h.do("POST", "/processes", map[string]any{"code": "import time\nprint('started', flush=True)\ntime.sleep(60)"}, &p)
@@ -108,6 +113,7 @@ func TestKill(t *testing.T) {
 }
 
 func TestRerunDeleteAndConflicts(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	var p proc
 	h.do("POST", "/processes", map[string]any{"code": "print('once')", "autorun": false}, &p)
@@ -150,6 +156,7 @@ func TestRerunDeleteAndConflicts(t *testing.T) {
 }
 
 func TestConcurrentPrograms(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	var wg sync.WaitGroup
 	results := make([]proc, 8)
@@ -169,6 +176,7 @@ func TestConcurrentPrograms(t *testing.T) {
 }
 
 func TestListFiltersAndPages(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	for i := range 5 {
 		code := "pass"
@@ -219,6 +227,7 @@ func TestListFiltersAndPages(t *testing.T) {
 }
 
 func TestProblems(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	cases := []struct {
 		method, path string
@@ -273,6 +282,7 @@ func TestProblems(t *testing.T) {
 }
 
 func TestSplitUTF8AndOutputCap(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	// A euro sign written one byte per flush arrives split across chunks.
 	p := h.run("import sys, time\nfor b in '€'.encode():\n    sys.stdout.buffer.write(bytes([b])); sys.stdout.buffer.flush(); time.sleep(0.02)\nprint()", nil)
@@ -289,6 +299,7 @@ func TestSplitUTF8AndOutputCap(t *testing.T) {
 }
 
 func TestRestartAfterSIGKILLFinishesOrphans(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := start(t, dir)
 	var p proc
@@ -307,6 +318,7 @@ func TestRestartAfterSIGKILLFinishesOrphans(t *testing.T) {
 }
 
 func TestSIGTERMCancelsRunning(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := start(t, dir)
 	var p proc
@@ -327,6 +339,7 @@ func TestSIGTERMCancelsRunning(t *testing.T) {
 }
 
 func TestAuth(t *testing.T) {
+	t.Parallel()
 	h := start(t, "", "CYRNEL_API_KEY=k3y")
 	for _, open := range []string{"/health", "/openapi.json", "/openapi.yaml", "/openapi-3.0.json"} {
 		resp, err := http.Get(h.base + open)
@@ -358,6 +371,7 @@ func TestAuth(t *testing.T) {
 }
 
 func TestRefusesNonLoopbackWithoutKey(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(binary, "serve", "--addr", "0.0.0.0:0", "--data-dir", t.TempDir())
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "refusing to listen") {
@@ -366,6 +380,7 @@ func TestRefusesNonLoopbackWithoutKey(t *testing.T) {
 }
 
 func TestEnvironmentAndModules(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	var env struct {
 		Active *struct {

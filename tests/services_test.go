@@ -13,7 +13,9 @@ import (
 	"testing"
 )
 
-const fixtures = "../../shared/fixtures/openapi"
+// fixtures are the real OpenAPI documents the adapter's own tests use, kept
+// once in the repository.
+const fixtures = "../host/adapters/openapi/testdata"
 
 func fixture(t testing.TB, name string) string {
 	t.Helper()
@@ -67,6 +69,7 @@ func (u *upstream) last(t *testing.T) recorded {
 }
 
 func TestEveryFixtureImportsOrIsRefusedCleanly(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	entries, err := os.ReadDir(fixtures)
 	if err != nil {
@@ -107,6 +110,7 @@ func TestEveryFixtureImportsOrIsRefusedCleanly(t *testing.T) {
 }
 
 func TestToolsFromPython(t *testing.T) {
+	t.Parallel()
 	const secret = "sekret-9f1c2e7a"
 	h := start(t, "")
 	up := newUpstream(t)
@@ -270,6 +274,7 @@ func TestToolsFromPython(t *testing.T) {
 }
 
 func TestToolListingAndDocs(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	h.do("POST", "/services", map[string]any{"id": "gh", "adapter": "openapi", "source": map[string]any{"content": fixture(t, "petstore-expanded-3.0.yaml")}}, nil)
 	var page struct {

@@ -21,7 +21,7 @@ import (
 func TestForkBombContained(t *testing.T) {
 	needLayers(t, Relax{})
 	if Probe().Layers(Relax{}).Procs == "none" {
-		t.Skip("no process limit on this machine")
+		cannotSandbox(t, "no process limit on this machine")
 	}
 	marker := newMarker()
 	code := `
@@ -230,7 +230,7 @@ except MemoryError:
 		spec := pySpec(t, code)
 		spec.Limits.MemoryBytes = 64 << 20
 		if !strings.HasPrefix(Probe().Layers(spec.Relax).Memory, "cgroup") {
-			t.Skip("no memory cgroup on this machine")
+			cannotSandbox(t, "no memory cgroup on this machine")
 		}
 		res := run(t, spec)
 		if !res.exit.MemoryLimit || res.exit.Signal != syscall.SIGKILL || res.exit.Err != nil {

@@ -15,7 +15,7 @@ import (
 func idleWorker(t *testing.T, ctx context.Context) (*Worker, error) {
 	python, err := exec.LookPath("python3")
 	if err != nil {
-		t.Skip("no python3")
+		t.Fatalf("python3 is required: %v", err)
 	}
 	real, err := exec.Command(python, "-c", "import sys; print(sys.executable)").Output()
 	if err != nil {

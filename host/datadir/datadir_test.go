@@ -6,6 +6,7 @@ import (
 )
 
 func TestOneHostPerDataDir(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, err := Open(dir)
 	if err != nil {

@@ -42,7 +42,7 @@ func TestAFailedFirstCallDoesNotBreakTheTool(t *testing.T) {
 		w.Write([]byte(`{"id": 1}`))
 	}))
 	defer up.Close()
-	doc, err := os.ReadFile("../../../shared/fixtures/openapi/petstore-3.0.yaml")
+	doc, err := os.ReadFile("testdata/petstore-3.0.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,7 @@ var fixtureTools = map[string]int{
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func TestFixtureListIsComplete(t *testing.T) {
+	t.Parallel()
 	entries, err := os.ReadDir(fixtureDir(t))
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +68,7 @@ func TestFixtureListIsComplete(t *testing.T) {
 // host/schema, input properties are identifiers (Python keyword arguments),
 // references point into $defs, and the adapter domains read back.
 func TestFixturesImport(t *testing.T) {
+	t.Parallel()
 	for name, want := range fixtureTools {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

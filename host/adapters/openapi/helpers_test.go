@@ -17,15 +17,14 @@ import (
 	"github.com/cyrnel/cyrnel/host/schema"
 )
 
-// fixtureDir is the shared fixtures directory, found from this file so tests
-// run from any working directory.
+// fixtureDir holds real public OpenAPI documents (sources in SOURCES.md).
 func fixtureDir(t testing.TB) string {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		t.Fatal("cannot locate the test file")
 	}
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "shared", "fixtures", "openapi")
+	dir := filepath.Join(filepath.Dir(file), "testdata")
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("fixtures: %v", err)
 	}

@@ -21,6 +21,7 @@ import (
 )
 
 func TestInvokePetstore(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/v1/pets/missing":
@@ -100,6 +101,7 @@ func TestInvokePetstore(t *testing.T) {
 
 // TestStyleExplode sends the style-explode fixture's arrays.
 func TestStyleExplode(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	def := fixture(t, "style-explode-3.0.yaml")
 	a := New(Options{})
@@ -187,6 +189,7 @@ paths:
 // TestParameterStyles checks every style/explode combination on the wire,
 // with the examples of the OpenAPI specification's style table.
 func TestParameterStyles(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	def := defineDoc(t, stylesDoc)
 	a := New(Options{})
@@ -236,6 +239,7 @@ func TestParameterStyles(t *testing.T) {
 }
 
 func TestCookieParamsFixture(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	def := fixture(t, "cookie-params-3.0.json")
 	a := New(Options{})
@@ -271,6 +275,7 @@ func TestCookieParamsFixture(t *testing.T) {
 }
 
 func TestStripeFormAndAuth(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	def := fixture(t, "stripe-2022-04-3.0.json")
 	a := New(Options{})
@@ -349,6 +354,7 @@ func multipartParts(t *testing.T, req recorded) []part {
 }
 
 func TestMultipart(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 
 	// Swagger 2.0 formData with a file, converted to a multipart body.
@@ -422,6 +428,7 @@ paths:
 }
 
 func TestFormBodyAndBodyMediaTypes(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	def := fixture(t, "uspto-3.0.yaml")
 	a := New(Options{})
@@ -454,6 +461,7 @@ func TestFormBodyAndBodyMediaTypes(t *testing.T) {
 }
 
 func TestServerSelection(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	host := strings.TrimPrefix(rec.URL, "http://")
 	doc := `
@@ -581,6 +589,7 @@ paths:
 `
 
 func TestSecurity(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	def := defineDoc(t, securityDoc)
 	a := New(Options{})
@@ -668,6 +677,7 @@ paths: {/x: {get: {operationId: x, responses: {"200": {description: ok}}}}}
 }
 
 func TestInvokeFailures(t *testing.T) {
+	t.Parallel()
 	def := fixture(t, "petstore-3.0.yaml")
 	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -738,6 +748,7 @@ func TestInvokeFailures(t *testing.T) {
 }
 
 func TestNonJSONParameters(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	def := defineDoc(t, stylesDoc)
 	a := New(Options{})
@@ -755,6 +766,7 @@ func TestNonJSONParameters(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "{}") })
 	go func() {
 		for range rec.reqs { // drain: this test checks races, not the wire
@@ -784,6 +796,7 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func TestInfo(t *testing.T) {
+	t.Parallel()
 	a := New(Options{})
 	info := a.Info()
 	if info.ID != "openapi" || info.Type != module.TypeAdapter || info.Version == "" || info.Name == "" || info.Description == "" {
@@ -805,6 +818,7 @@ func TestInfo(t *testing.T) {
 // TestRedirectDropsAPIKey: an API key header follows a redirect on the same
 // host but not to another one.
 func TestRedirectDropsAPIKey(t *testing.T) {
+	t.Parallel()
 	other := newRecorder(t, nil)
 	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {

@@ -162,7 +162,16 @@ func newLoader(ctx context.Context) *openapi3.Loader {
 	return l
 }
 
-func loadJSON(ctx context.Context, data []byte, major int) (*openapi3.T, error) {
+// loadJSON hands the document to kin-openapi. Documents are untrusted and the
+// library has panicked on malformed ones (a null path item in a 2.0
+// document, found by FuzzDefinition), so a panic is a refused document, not a
+// failed request.
+func loadJSON(ctx context.Context, data []byte, major int) (doc *openapi3.T, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			doc, err = nil, fmt.Errorf("the document is malformed (the OpenAPI loader failed: %v)", r)
+		}
+	}()
 	if major == 3 {
 		return newLoader(ctx).LoadFromData(data)
 	}

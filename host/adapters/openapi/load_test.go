@@ -24,6 +24,7 @@ func definitionErr(t *testing.T, a *Adapter, src adapter.Source) error {
 }
 
 func TestExternalRefsRefused(t *testing.T) {
+	t.Parallel()
 	var hits atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
@@ -69,6 +70,7 @@ i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h,*h]
 `
 
 func TestDocumentsRefused(t *testing.T) {
+	t.Parallel()
 	a := New(Options{})
 	for doc, want := range map[string]string{
 		"":                                 "neither url nor content",
@@ -89,6 +91,7 @@ func TestDocumentsRefused(t *testing.T) {
 }
 
 func TestUnquotedSwaggerVersion(t *testing.T) {
+	t.Parallel()
 	def := defineDoc(t, `
 swagger: 2.0
 info: {title: yaml, version: "1"}
@@ -103,6 +106,7 @@ paths:
 }
 
 func TestFetchSource(t *testing.T) {
+	t.Parallel()
 	doc := readFixture(t, "petstore-3.0.yaml")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -149,6 +153,7 @@ func TestFetchSource(t *testing.T) {
 }
 
 func TestCompatRewrites(t *testing.T) {
+	t.Parallel()
 	in := `{
 	  "a": {"$ref": null, "type": "string"},
 	  "b": {"type": "array", "items": [{"type": "string"}, {"type": "null"}]},
