@@ -575,7 +575,7 @@ func (d *definer) configSchema(doc *openapi3.T) map[string]any {
 				"additionalProperties": map[string]any{"type": "string"},
 			},
 			"timeoutMs": map[string]any{
-				"type": "integer", "minimum": 1, "default": defaultTimeoutMs,
+				"type": "integer", "minimum": 1, "maximum": maxTimeoutMs, "default": defaultTimeoutMs,
 				"description": "Timeout of one tool call, in milliseconds.",
 			},
 		},
