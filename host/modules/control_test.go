@@ -171,6 +171,25 @@ func TestFailedSetupChangesNothing(t *testing.T) {
 	failed := g.made["python"][len(g.made["python"])-1]
 	g.mu.Unlock()
 	<-failed.torndown // the candidate does not leak
+	// An environment that is not active is checked the same way: its
+	// config would break the switch to it.
+	_, err = r.SetConfig(ctx, "typescript", map[string]any{"n": 13.0})
+	if !errors.As(err, &fe) || fe.Field != "body.n" {
+		t.Fatalf("inactive environment: err %v, want a FieldError on body.n", err)
+	}
+	if cfg, err := r.Config(ctx, "typescript"); err != nil || len(cfg) != 0 {
+		t.Fatalf("inactive environment: stored %v %v", cfg, err)
+	}
+	if _, err := r.SetConfig(ctx, "typescript", map[string]any{"n": 2.0}); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	checked := g.made["typescript"][len(g.made["typescript"])-1]
+	g.mu.Unlock()
+	<-checked.torndown // set up to check the config, then not kept
+	if id, _ := running(t, r); id != "python" {
+		t.Fatalf("a config change of another environment activated %s", id)
+	}
 }
 
 // When the change cannot be stored, the previous instance is put back and

@@ -181,33 +181,43 @@ func (r *Registry) activation(id string, persist func(context.Context) error) co
 	return c
 }
 
-// replacement is the part of a change shared by activations and config or
-// secrets changes: when replace is set (an activation, or a change to the
-// active environment) Build sets up a fresh instance from *next, Swap puts
-// it in service, Unswap puts the previous one back and Discard drains the
-// fresh one; Commit drains the previous one. Validate fills *next.
+// replacement is the part of a change shared by activations and changes
+// to a module's config or secrets. For an environment Build sets a fresh
+// instance up from *next (filled by Validate): a config that cannot work
+// is refused even for an environment that is not active. Swap puts the
+// instance in service when it is an activation or the environment is the
+// active one, Unswap puts the previous one back and Discard drains the
+// fresh one; Commit drains whichever of the two is left out of service.
 func (r *Registry) replacement(ev control.Event, next **store.Module, activation bool) control.Change {
 	var cand, prev *instance
+	swapped := false
 	return control.Change{
 		Event: ev,
 		Build: func(ctx context.Context) error {
-			if !activation && !r.isActive(ev.ID) {
-				return nil
+			if _, ok := r.factories[ev.ID]; !ok {
+				return nil // an adapter: nothing to set up
 			}
 			env, err := r.setUp(ctx, *next)
 			if err != nil {
+				if activation {
+					r.mu.Lock()
+					if r.active == nil {
+						r.setupErr = err.Error()
+					}
+					r.mu.Unlock()
+				}
 				return err
 			}
 			cand = &instance{id: ev.ID, env: env}
 			return nil
 		},
 		Swap: func() {
-			if cand != nil {
-				prev = r.swap(cand)
+			if cand != nil && (activation || r.isActive(ev.ID)) {
+				prev, swapped = r.swap(cand), true
 			}
 		},
 		Unswap: func() {
-			if cand != nil {
+			if swapped {
 				r.swap(prev)
 			}
 		},
@@ -217,10 +227,13 @@ func (r *Registry) replacement(ev control.Event, next **store.Module, activation
 			}
 		},
 		Commit: func(context.Context) {
-			if prev != nil {
+			switch {
+			case swapped && prev != nil:
 				r.retire(prev)
+			case !swapped && cand != nil:
+				r.retire(cand) // only set up to check the config
 			}
-			if cand != nil {
+			if swapped {
 				r.log.Info("environment activated", "module", ev.ID)
 			}
 		},
@@ -246,11 +259,6 @@ func (r *Registry) setUp(ctx context.Context, m *store.Module) (module.Environme
 		if terr := env.Teardown(context.WithoutCancel(ctx)); terr != nil {
 			r.log.Warn("teardown after a failed setup", "module", m.ID, "err", terr)
 		}
-		r.mu.Lock()
-		if r.active == nil {
-			r.setupErr = err.Error()
-		}
-		r.mu.Unlock()
 		var ce *module.ConfigError
 		if errors.As(err, &ce) {
 			return nil, &schema.FieldError{Field: "body." + ce.Field, Message: ce.Err.Error()}
