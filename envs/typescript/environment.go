@@ -54,7 +54,7 @@ const configSchema = `{
   "additionalProperties": false,
   "properties": {
     "timeoutMs": {
-      "type": "integer", "minimum": 1, "default": 30000,
+      "type": "integer", "minimum": 1, "maximum": 86400000, "default": 30000,
       "description": "Execution timeout in milliseconds when the host passes none."
     },
     "concurrency": {

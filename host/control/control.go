@@ -82,23 +82,43 @@ type Plane struct {
 	policies []Policy
 	notifier Notifier
 
-	mu      sync.Mutex // held for the whole of one change
+	// turn is held for the whole of one change; a channel, so waiting for
+	// it ends with the caller's context.
+	turn    chan struct{}
+	mu      sync.Mutex
 	stopped bool
 }
 
 // New returns a plane that checks every change against the policies and
 // tells notifier (which may be nil) of each one applied.
 func New(log *slog.Logger, notifier Notifier, policies ...Policy) *Plane {
-	return &Plane{log: log, notifier: notifier, policies: policies}
+	return &Plane{log: log, notifier: notifier, policies: policies, turn: make(chan struct{}, 1)}
+}
+
+// take waits for the plane's turn; it fails when ctx ends first or the
+// plane is stopped.
+func (p *Plane) take(ctx context.Context) error {
+	select {
+	case p.turn <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the configuration change under way: %w", ctx.Err())
+	}
+	p.mu.Lock()
+	stopped := p.stopped
+	p.mu.Unlock()
+	if stopped {
+		<-p.turn
+		return ErrStopped
+	}
+	return nil
 }
 
 // Apply runs one change to the end, after any change before it.
 func (p *Plane) Apply(ctx context.Context, c Change) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stopped {
-		return ErrStopped
+	if err := p.take(ctx); err != nil {
+		return err
 	}
+	defer func() { <-p.turn }()
 	if c.Validate != nil {
 		if err := c.Validate(ctx); err != nil {
 			return err
@@ -145,20 +165,17 @@ func (p *Plane) Apply(ctx context.Context, c Change) error {
 // Do runs f while no change is applied (start-up hydration, and later the
 // reload of an event from another host): it sees and leaves a consistent
 // state.
-func (p *Plane) Do(ctx context.Context, f func(ctx context.Context) error) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stopped {
-		return ErrStopped
-	}
-	return f(ctx)
-}
-
-// Stop refuses further changes once the one under way (if any) has ended.
-// A second Stop does nothing.
-func (p *Plane) Stop(context.Context) error {
+// Stop refuses further changes and waits for the one under way (if any),
+// no longer than ctx allows. A second Stop does nothing.
+func (p *Plane) Stop(ctx context.Context) error {
 	p.mu.Lock()
 	p.stopped = true
 	p.mu.Unlock()
-	return nil
+	select {
+	case p.turn <- struct{}{}:
+		<-p.turn
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("a configuration change is still under way: %w", ctx.Err())
+	}
 }

@@ -450,9 +450,9 @@ func (r *Registry) Module(ctx context.Context, id string) (ModuleView, error) {
 // every execution, and tears every environment down, waiting for the
 // drains too, no longer than ctx allows. A second Stop does nothing.
 func (r *Registry) Stop(ctx context.Context) error {
-	if err := r.plane.Stop(ctx); err != nil {
-		return err
-	}
+	// Past the deadline a change may still be under way; the environments
+	// are torn down all the same.
+	planeErr := r.plane.Stop(ctx)
 	r.mu.Lock()
 	r.closed = true
 	all := append([]*instance(nil), r.draining...)
@@ -481,7 +481,7 @@ func (r *Registry) Stop(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
-		return nil
+		return planeErr
 	case <-ctx.Done():
 		return fmt.Errorf("environments still tearing down at the shutdown deadline: %w", ctx.Err())
 	}

@@ -112,17 +112,15 @@ func (m *Manager) Start(ctx context.Context) error {
 // Stop takes no more changes (once the one under way has ended) and tears
 // the adapters down. A second Stop does nothing.
 func (m *Manager) Stop(ctx context.Context) error {
-	if err := m.plane.Stop(ctx); err != nil {
-		return err
-	}
+	err := m.plane.Stop(ctx)
 	m.stopOnce.Do(func() {
 		for id, a := range m.adapters {
-			if err := a.Teardown(ctx); err != nil {
-				m.log.Warn("adapter teardown failed", "adapter", id, "err", err)
+			if terr := a.Teardown(ctx); terr != nil {
+				err = errors.Join(err, fmt.Errorf("tear adapter %s down: %w", id, terr))
 			}
 		}
 	})
-	return nil
+	return err
 }
 
 // Reload applies the stored state of one service (a change another host
