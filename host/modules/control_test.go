@@ -66,6 +66,14 @@ func controlled(t *testing.T) (*Registry, *faultyStore, *gates) {
 	}
 	t.Cleanup(func() { real.Close() })
 	st := &faultyStore{Store: real}
+	r, g := onStore(t, st, dir, nil)
+	return r, st, g
+}
+
+// onStore starts a registry on st (a second one on the same store is
+// another host sharing the database).
+func onStore(t *testing.T, st *faultyStore, dir string, n control.Notifier) (*Registry, *gates) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	key, err := secrets.LoadKey(log, "", dir)
 	if err != nil {
@@ -76,12 +84,12 @@ func controlled(t *testing.T) (*Registry, *faultyStore, *gates) {
 		t.Fatal(err)
 	}
 	g := &gates{made: map[string][]*gate{}}
-	r := New(log, st, box, control.New(log, nil), map[string]Factory{"python": g.factory("python"), "typescript": g.factory("typescript")})
+	r := New(log, st, box, control.New(log, n), map[string]Factory{"python": g.factory("python"), "typescript": g.factory("typescript")})
 	t.Cleanup(func() { r.Stop(context.Background()) })
 	if err := r.Start(context.Background(), nil, ""); err != nil {
 		t.Fatal(err)
 	}
-	return r, st, g
+	return r, g
 }
 
 // running is the active instance's module and the gate behind it.
@@ -255,4 +263,58 @@ func TestStopWaitsForDrains(t *testing.T) {
 	if err := r.Activate(ctx, "python"); !errors.Is(err, control.ErrStopped) {
 		t.Fatalf("change after stop: %v", err)
 	}
+}
+
+// events records what a plane announces.
+type events struct {
+	mu  sync.Mutex
+	got []control.Event
+}
+
+func (e *events) Notify(_ context.Context, ev control.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.got = append(e.got, ev)
+}
+
+// The seam for several hosts: the events one registry announces, applied
+// by another on the same store through Reload, leave the other running
+// what is stored.
+func TestReloadAppliesAnotherHostsChange(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	real, err := store.Open(context.Background(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { real.Close() })
+	st := &faultyStore{Store: real}
+	announced := &events{}
+	a, _ := onStore(t, st, dir, announced)
+	b, _ := onStore(t, st, t.TempDir(), nil)
+	ctx := context.Background()
+	change := func(f func() error) {
+		t.Helper()
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+		announced.mu.Lock()
+		got := announced.got
+		announced.got = nil
+		announced.mu.Unlock()
+		if len(got) != 1 {
+			t.Fatalf("announced %v", got)
+		}
+		if err := b.Reload(ctx, got[0]); err != nil {
+			t.Fatal(err)
+		}
+		aid, ag := running(t, a)
+		bid, bg := running(t, b)
+		if aid != bid || fmt.Sprint(ag.config) != fmt.Sprint(bg.config) {
+			t.Fatalf("after %v: a runs %s %v, b runs %s %v", got[0], aid, ag.config, bid, bg.config)
+		}
+	}
+	change(func() error { _, err := a.SetConfig(ctx, "python", map[string]any{"n": 5.0}); return err })
+	change(func() error { _, err := a.SetConfig(ctx, "typescript", map[string]any{"n": 6.0}); return err })
+	change(func() error { return a.Activate(ctx, "typescript") })
 }

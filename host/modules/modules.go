@@ -130,21 +130,35 @@ func (r *Registry) storedActive(ctx context.Context) (string, error) {
 // take effect here too. Changes to other modules need nothing: their state
 // is read from the store when used.
 func (r *Registry) Reload(ctx context.Context, ev control.Event) error {
-	id := ev.ID
 	switch ev.Kind {
 	case control.KindEnvironment:
-		var err error
-		if id, err = r.storedActive(ctx); err != nil {
+		id, err := r.storedActive(ctx)
+		if err != nil {
 			return err
 		}
+		return r.plane.Apply(ctx, r.activation(id, nil))
 	case control.KindModule:
-		if !r.isActive(id) {
-			return nil
+		var m *store.Module
+		c := r.replacement(ev, &m, false)
+		build := c.Build
+		c.Validate = func(ctx context.Context) error {
+			if !r.isActive(ev.ID) {
+				build = nil // read from the store when it is activated
+				return nil
+			}
+			var err error
+			m, err = r.stored(ctx, ev.ID)
+			return err
 		}
-	default:
-		return nil
+		c.Build = func(ctx context.Context) error {
+			if build == nil {
+				return nil
+			}
+			return build(ctx)
+		}
+		return r.plane.Apply(ctx, c)
 	}
-	return r.plane.Apply(ctx, r.activation(id, nil))
+	return nil
 }
 
 // Activate makes id the active environment. The previous one drains: no new
