@@ -272,7 +272,7 @@ func (m *Manager) SecretsSet(ctx context.Context, id string) ([]string, error) {
 // them), handing them to the adapter. It returns which are set.
 func (m *Manager) SetSecrets(ctx context.Context, id string, sec map[string]any) ([]string, error) {
 	sec = orEmpty(sec)
-	err := m.plane.Apply(ctx, m.change(id, nil, "body", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+	err := m.plane.Apply(ctx, m.change(id, nil, "", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
 		if err := existing(id, prev); err != nil {
 			return nil, nil, err
 		}

@@ -179,7 +179,8 @@ type editFunc func(ctx context.Context, prev *stored) (next *stored, persist fun
 // new one, so a failure leaves it as it was); Swap makes tool calls see it;
 // Unswap puts the previous state back in both; Commit makes the adapter
 // forget a deleted service. A state the adapter refuses is a FieldError on
-// field (redacted when it may quote secrets).
+// field (when not empty: adapters read secrets without judging them, so
+// their errors are about config or domain and quote no secret).
 func (m *Manager) change(id string, cfg map[string]any, field string, edit editFunc) control.Change {
 	var prev, next *stored
 	var prevLive, nextLive *liveService
@@ -202,7 +203,7 @@ func (m *Manager) change(id string, cfg map[string]any, field string, edit editF
 			if field == "" {
 				return err
 			}
-			return schema.Redact(&schema.FieldError{Field: field, Message: err.Error()})
+			return &schema.FieldError{Field: field, Message: err.Error()}
 		}
 		return nil
 	}
@@ -225,10 +226,13 @@ func (m *Manager) change(id string, cfg map[string]any, field string, edit editF
 		}
 		m.mu.Unlock()
 		ctx := context.Background()
-		if prev.svc == nil {
+		switch {
+		case prev.svc != nil:
+			if _, err := m.hydrate(ctx, prev); err != nil {
+				m.log.Error("restore the adapter's state of a service", "service", id, "err", err)
+			}
+		case next != nil && next.svc != nil:
 			m.forget(ctx, next.svc.Adapter, id)
-		} else if _, err := m.hydrate(ctx, prev); err != nil {
-			m.log.Error("restore the adapter's state of a service", "service", id, "err", err)
 		}
 	}
 	c.Commit = func(ctx context.Context) {
