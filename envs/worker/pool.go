@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -42,8 +43,8 @@ type Pool struct {
 	wake    chan struct{}
 	stop    chan struct{}
 	wg      sync.WaitGroup
-	startMu sync.Mutex // guards the two below
-	begun   bool
+	startMu sync.Mutex // orders Start and Stop
+	begun   atomic.Bool // read by every Get
 	stopped bool
 
 	mu          sync.Mutex
@@ -94,11 +95,11 @@ func NewPool(log *slog.Logger, cfg PoolConfig, spawn SpawnFunc) *Pool {
 // at every execution. It gives up after failStreak failures in a row.
 func (p *Pool) Start(ctx context.Context) error {
 	p.startMu.Lock()
-	if p.begun || p.stopped {
+	if p.begun.Load() || p.stopped {
 		p.startMu.Unlock()
 		return errors.New("worker pool: started twice or after Stop")
 	}
-	p.begun = true
+	p.begun.Store(true)
 	p.wg.Add(1)
 	go p.refill()
 	p.startMu.Unlock()
@@ -131,10 +132,7 @@ const failStreak = 3
 // Get takes a warm worker, waiting for one if none is ready. When spawns keep
 // failing it returns the last spawn error rather than waiting forever.
 func (p *Pool) Get(ctx context.Context) (*Worker, error) {
-	p.startMu.Lock()
-	begun := p.begun
-	p.startMu.Unlock()
-	if !begun {
+	if !p.begun.Load() {
 		return nil, ErrNotStarted
 	}
 	// A warm worker at hand: no waiting, no demand.
