@@ -43,7 +43,7 @@ type Pool struct {
 	wake    chan struct{}
 	stop    chan struct{}
 	wg      sync.WaitGroup
-	startMu sync.Mutex // orders Start and Stop
+	startMu sync.Mutex  // orders Start and Stop
 	begun   atomic.Bool // read by every Get
 	stopped bool
 
