@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cyrnel/cyrnel/envs/module"
 )
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -162,5 +164,29 @@ func TestPlainKillAfterReapSparesARecycledPid(t *testing.T) {
 	_ = stranger.Wait()
 	if sig := stranger.ProcessState.Sys().(syscall.WaitStatus).Signal(); sig != syscall.SIGTERM {
 		t.Fatalf("the kill of a reaped worker hit the group that took its pid (%v)", sig)
+	}
+}
+
+// A runner starts its pool, stops twice without harm, and refuses work
+// once stopped; a nil runner (an environment not set up) stops too.
+func TestRunnerLifecycle(t *testing.T) {
+	t.Parallel()
+	r := NewRunner(discard(), RunnerConfig{PoolSize: 1, Concurrency: 1, StartTimeout: 30 * time.Second},
+		func(ctx context.Context) (*Worker, error) { return idleWorker(t, ctx) })
+	ctx := context.Background()
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := r.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.Execute(ctx, nil, module.ExecutionInput{EID: 1}); !errors.Is(err, ErrTornDown) {
+		t.Fatalf("execute after stop: %v", err)
+	}
+	var none *Runner
+	if err := none.Stop(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
