@@ -33,7 +33,8 @@ func (r *Registry) Config(ctx context.Context, id string) (map[string]any, error
 // SetConfig validates and stores a module's config. For the active
 // environment it takes effect at once: a new instance is set up with it and
 // swapped in, the old one drains; if the new one fails to set up, or the
-// config cannot be stored, nothing changes.
+// config cannot be stored, nothing changes. An environment that is not
+// active is set up with it all the same, as a check.
 func (r *Registry) SetConfig(ctx context.Context, id string, cfg map[string]any) (map[string]any, error) {
 	if cfg == nil {
 		cfg = map[string]any{}
@@ -53,9 +54,9 @@ func (r *Registry) SetConfig(ctx context.Context, id string, cfg map[string]any)
 }
 
 // moduleChange is a change to module id's stored row: edit validates the
-// request and applies it to a copy of the row (sealing secrets if need be);
-// if id is the active environment a fresh instance is set up with the copy
-// and swapped in before the copy is stored.
+// request and applies it to a copy of the row (sealing secrets if need be).
+// For an environment a fresh instance is set up with the copy before it is
+// stored, and swapped in if the environment is the active one.
 func (r *Registry) moduleChange(id string, cfg map[string]any, edit func(ctx context.Context, m *store.Module) error) control.Change {
 	var next *store.Module
 	c := r.replacement(control.Event{Kind: control.KindModule, ID: id}, &next, false)
