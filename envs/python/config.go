@@ -51,7 +51,7 @@ const configSchema = `{
   "type": "object",
   "additionalProperties": false,
   "properties": {
-    "interpreter": {"type": "string", "minLength": 1, "default": "python3", "description": "Python interpreter to run (a name on PATH or an absolute path); resolved once to its real executable."},
+    "interpreter": {"type": "string", "minLength": 1, "maxLength": 4096, "default": "python3", "description": "Python interpreter to run (a name on PATH or an absolute path); resolved once to its real executable."},
     "poolSize": {"type": "integer", "minimum": 1, "maximum": 64, "default": 2, "description": "Warm interpreters kept ready."},
     "concurrency": {"type": "integer", "minimum": 1, "maximum": 256, "default": 8, "description": "Executions running at once; more wait as queued."},
     "queueLimit": {"type": "integer", "minimum": 0, "maximum": 100000, "default": 256, "description": "Executions allowed to wait for a slot; beyond it they fail at once."},

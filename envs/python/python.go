@@ -5,6 +5,7 @@ package python
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -90,16 +92,30 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 		s.ReadPaths = append(s.ReadPaths, dir)
 		launcher = s
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.cfg, e.b, e.python, e.version, e.paths, e.runtime, e.launch, e.layers = cfg, sc.Bindings, py.exe, py.version, paths, dir, launcher, layers
-	e.runner = worker.NewRunner(e.log, worker.RunnerConfig{
+	r := worker.NewRunner(e.log, worker.RunnerConfig{
 		PoolSize: cfg.PoolSize, Concurrency: cfg.Concurrency, QueueLimit: cfg.QueueLimit,
 		StartTimeout: time.Duration(cfg.StartTimeoutMs) * time.Millisecond,
 	}, e.spawn)
+	e.mu.Lock()
+	e.cfg, e.b, e.python, e.version, e.paths, e.runtime, e.launch, e.layers, e.runner = cfg, sc.Bindings, py.exe, py.version, paths, dir, launcher, layers, r
+	e.mu.Unlock()
+	// Set up means an interpreter is warm, its preload imported inside the
+	// sandbox: a config that cannot work is refused here, naming the
+	// module, instead of failing every execution. Teardown cleans up.
+	if err := r.Start(ctx); err != nil {
+		if m := preloadFailed.FindStringSubmatch(err.Error()); m != nil {
+			return &module.ConfigError{Field: "preload[" + m[1] + "]", Err: fmt.Errorf("cannot import %s in the sandbox: %s", m[2], m[3])}
+		}
+		return err
+	}
 	e.log.Info("python environment ready", "interpreter", py.exe, "poolSize", cfg.PoolSize, "preload", cfg.Preload, "sandbox", layers)
 	return nil
 }
+
+// preloadFailed finds the line the runtime writes when a preload module
+// cannot be imported (before it is ready, so before any program runs):
+// the module's index, its name and the error.
+var preloadFailed = regexp.MustCompile(`cyrnel: preload\[(\d+)\] (\S+): ([^\n]*)`)
 
 // interpreter is what the probe learnt of a Python installation.
 type interpreter struct {
@@ -231,14 +247,14 @@ func (e *Env) Status() map[string]any {
 
 // Teardown kills what is still running, empties the pool and removes the
 // extracted runtime.
-func (e *Env) Teardown(context.Context) error {
+func (e *Env) Teardown(ctx context.Context) error {
 	e.mu.Lock()
 	r, dir := e.runner, e.runtime
 	e.runtime = ""
 	e.mu.Unlock()
-	r.Close()
+	err := r.Stop(ctx)
 	if dir != "" {
-		return os.RemoveAll(dir)
+		err = errors.Join(err, os.RemoveAll(dir))
 	}
-	return nil
+	return err
 }

@@ -44,6 +44,9 @@ func TestReturnWhileASpawnIsInFlight(t *testing.T) {
 			}
 			return idleWorker(t, ctx)
 		})
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	w, err := p.Get(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -74,11 +77,11 @@ func TestReturnWhileASpawnIsInFlight(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	closed := make(chan struct{})
-	go func() { p.Close(); close(closed) }()
+	go func() { p.Stop(context.Background()); close(closed) }()
 	select {
 	case <-closed:
 	case <-time.After(20 * time.Second):
-		t.Fatal("Close wedged")
+		t.Fatal("Stop wedged")
 	}
 }
 

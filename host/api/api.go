@@ -16,6 +16,7 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humachi"
 	"github.com/go-chi/chi/v5"
 
+	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/schema"
@@ -143,7 +144,7 @@ func (s *server) problem(err error) error {
 	case errors.Is(err, modules.ErrSetup):
 		// From PUT /environment the module, from a config change the body.
 		return huma.Error422UnprocessableEntity(err.Error(), &huma.ErrorDetail{Location: "body", Message: err.Error()})
-	case errors.Is(err, modules.ErrNoEnvironment):
+	case errors.Is(err, modules.ErrNoEnvironment), errors.Is(err, control.ErrStopped):
 		return huma.Error503ServiceUnavailable(err.Error())
 	}
 	s.Log.Error("request failed", "err", err)

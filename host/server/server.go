@@ -17,6 +17,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/api"
+	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/datadir"
 	"github.com/cyrnel/cyrnel/host/mcp"
 	"github.com/cyrnel/cyrnel/host/modules"
@@ -41,6 +42,10 @@ type Config struct {
 	// Environment, when set, is activated instead of the stored choice, and
 	// not stored (cyrnel run FILE.ts on an embedded host).
 	Environment string
+	// Policies may refuse configuration changes (e.g. sandbox relaxation
+	// the operator did not allow at start-up); every change, through any
+	// route, is checked by each.
+	Policies []control.Policy
 }
 
 // Server is an assembled host.
@@ -107,11 +112,14 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err != nil {
 		return nil, err
 	}
-	reg := modules.New(log.With("component", "modules"), st, box, map[string]modules.Factory{
+	// One control plane for modules and services: every configuration
+	// change is applied one at a time, all or nothing.
+	plane := control.New(log.With("component", "control"), nil, cfg.Policies...)
+	reg := modules.New(log.With("component", "modules"), st, box, plane, map[string]modules.Factory{
 		"python":      func() module.Environment { return python.New(log) },
 		typescript.ID: func() module.Environment { return typescript.New(log) },
 	})
-	svcs := services.New(log.With("component", "services"), st, box, map[string]adapter.Adapter{
+	svcs := services.New(log.With("component", "services"), st, box, plane, map[string]adapter.Adapter{
 		openapi.ID: openapi.New(openapi.Options{}),
 	})
 	for _, info := range svcs.Adapters() {
@@ -124,7 +132,9 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err = procs.Recover(ctx); err != nil {
 		return nil, err
 	}
-	reg.Start(ctx, &bindings{Manager: procs, tools: svcs}, cfg.Environment)
+	if err = reg.Start(ctx, &bindings{Manager: procs, tools: svcs}, cfg.Environment); err != nil {
+		return nil, err
+	}
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}})
 	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, MCP: mcpHandler})
 	return &Server{log: log, cfg: cfg, dir: dir, store: st, procs: procs, modules: reg, services: svcs, handler: handler}, nil
@@ -169,8 +179,12 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	if err := s.procs.Shutdown(sctx); err != nil {
 		s.log.Warn("shutdown", "err", err)
 	}
-	s.modules.Shutdown(sctx)
-	s.services.Stop(sctx)
+	if err := s.modules.Stop(sctx); err != nil {
+		s.log.Warn("shutdown", "err", err)
+	}
+	if err := s.services.Stop(sctx); err != nil {
+		s.log.Warn("shutdown", "err", err)
+	}
 	if err := <-httpDone; err != nil {
 		srv.Close()
 	}
@@ -185,8 +199,8 @@ func (s *Server) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = s.procs.Shutdown(ctx)
-	s.modules.Shutdown(ctx)
-	s.services.Stop(ctx)
+	_ = s.modules.Stop(ctx)
+	_ = s.services.Stop(ctx)
 	s.store.Close()
 	s.dir.Close()
 }

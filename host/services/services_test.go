@@ -13,6 +13,7 @@ import (
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
+	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/secrets"
 	"github.com/cyrnel/cyrnel/host/store"
@@ -26,17 +27,32 @@ func newManager(t *testing.T) *Manager {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return startManager(t, st, dir)
+}
+
+// startManager starts a manager on st, as a host does on its data
+// directory dir (a second one on the same store is a restart).
+func startManager(t *testing.T, st Store, dir string) *Manager {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	key, _ := secrets.LoadKey(log, "", dir)
-	box, _ := secrets.New(key)
-	m := New(log, st, box, map[string]adapter.Adapter{openapi.ID: openapi.New(openapi.Options{})})
+	key, err := secrets.LoadKey(log, "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, err := secrets.New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(log, st, box, control.New(log, nil), map[string]adapter.Adapter{openapi.ID: openapi.New(openapi.Options{})})
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { m.Stop(context.Background()) })
 	return m
 }
 
 func TestAFailedFirstCallDoesNotBreakTheTool(t *testing.T) {
+	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"id": 1}`))

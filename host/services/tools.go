@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/schema"
@@ -57,19 +58,18 @@ func (m *Manager) Tool(ctx context.Context, serviceID, toolID string) (*Tool, er
 
 // SetToolEnabled enables or disables one tool.
 func (m *Manager) SetToolEnabled(ctx context.Context, serviceID, toolID string, enabled bool) (*Tool, error) {
-	m.writes.Lock()
-	defer m.writes.Unlock()
-	if err := m.st.SetToolEnabled(ctx, serviceID, toolID, enabled); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, fmt.Errorf("tool %s.%s: %w", serviceID, toolID, ErrNotFound)
+	err := m.plane.Apply(ctx, m.change(serviceID, nil, "", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+		next := &stored{svc: prev.svc, tools: slices.Clone(prev.tools)}
+		i := slices.IndexFunc(next.tools, func(t store.Tool) bool { return t.ID == toolID })
+		if i < 0 {
+			return nil, nil, fmt.Errorf("tool %s.%s: %w", serviceID, toolID, ErrNotFound)
 		}
+		next.tools[i].Enabled = enabled
+		return next, func(ctx context.Context) error { return m.st.SetToolEnabled(ctx, serviceID, toolID, enabled) }, nil
+	}))
+	if err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	if l := m.live[serviceID]; l != nil && l.tools[toolID] != nil {
-		l.tools[toolID].enabled = enabled
-	}
-	m.mu.Unlock()
 	return m.Tool(ctx, serviceID, toolID)
 }
 

@@ -94,8 +94,14 @@ def _release_output():
 def main(preload=()):
     """Run the worker. ``preload`` names modules to import while warm."""
     sys.argv = [""]
-    for name in preload:
-        importlib.import_module(name)
+    for i, name in enumerate(preload):
+        try:
+            importlib.import_module(name)
+        except BaseException as e:  # noqa: BLE001 - any failure refuses the config
+            # The host reads this line to name the module in its answer.
+            msg = f"{type(e).__name__}: {e}".replace("\n", " ")
+            sys.stderr.write(f"cyrnel: preload[{i}] {name}: {msg}\n")
+            sys.exit(1)
     # Line buffering: output reaches the host as it is printed, not at exit.
     sys.stdout.reconfigure(line_buffering=True)
     builtins.help = _help

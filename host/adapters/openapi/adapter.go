@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -34,6 +33,7 @@ const Version = "1.0.0"
 
 const (
 	defaultTimeoutMs        = 30000
+	maxTimeoutMs            = 3_600_000 // an hour: beyond any execution's sensible wait
 	defaultMaxDocumentBytes = 64 << 20
 	defaultMaxResponseBytes = 10 << 20
 	defaultFetchTimeout     = 60 * time.Second
@@ -194,8 +194,8 @@ func (s *service) configure(cfg map[string]any) error {
 	}
 	if v, ok := cfg["timeoutMs"]; ok && v != nil {
 		ms, err := toFloat(v)
-		if err != nil || ms < 1 || ms > math.MaxInt64/float64(time.Millisecond) {
-			return fmt.Errorf("timeoutMs: want a positive number of milliseconds, got %v", v)
+		if err != nil || ms < 1 || ms > maxTimeoutMs {
+			return fmt.Errorf("timeoutMs: want 1 to %d milliseconds, got %v", maxTimeoutMs, v)
 		}
 		s.timeout = time.Duration(ms * float64(time.Millisecond))
 	}

@@ -567,7 +567,7 @@ func (d *definer) configSchema(doc *openapi3.T) map[string]any {
 		"type":                 "object",
 		"additionalProperties": false,
 		"properties": map[string]any{
-			"serverUrl": map[string]any{"type": "string", "minLength": 1, "description": serverDesc},
+			"serverUrl": map[string]any{"type": "string", "minLength": 1, "maxLength": 8192, "description": serverDesc},
 			"variables": map[string]any{
 				"type":                 "object",
 				"description":          "Values of the server URL variables; a variable left out takes its default.",
@@ -575,7 +575,7 @@ func (d *definer) configSchema(doc *openapi3.T) map[string]any {
 				"additionalProperties": map[string]any{"type": "string"},
 			},
 			"timeoutMs": map[string]any{
-				"type": "integer", "minimum": 1, "default": defaultTimeoutMs,
+				"type": "integer", "minimum": 1, "maximum": maxTimeoutMs, "default": defaultTimeoutMs,
 				"description": "Timeout of one tool call, in milliseconds.",
 			},
 		},
