@@ -31,6 +31,14 @@ type Support struct {
 	// Memory and Pids say where per-sandbox cgroups can be created.
 	Memory CgroupSupport `json:"memoryCgroup"`
 	Pids   CgroupSupport `json:"pidsCgroup"`
+	// ProcSubset: the sandbox's /proc holds only its own processes
+	// (procfs subset=pid, kernel 5.8+); false, the kernel refused it and
+	// host-global /proc files (those only root may read stay unreadable
+	// to the sandbox's uid) are visible.
+	ProcSubset bool `json:"procSubset"`
+	// SandboxUID is the host uid programs run as: nobody (65534) when the
+	// host is root, else the host's own uid (the only one it may map).
+	SandboxUID int `json:"sandboxUid"`
 	// RootUID: the host runs as uid 0, which RLIMIT_NPROC does not bind
 	// (the kernel exempts the root user), so only a pids cgroup limits the
 	// number of processes.
@@ -49,6 +57,10 @@ type Layers struct {
 	// Procs is how processes are limited: "cgroup v1", "cgroup v2",
 	// "rlimit", or "none" (uid 0 without a pids cgroup).
 	Procs string `json:"procs"`
+	// ProcSubset: /proc shows only the sandbox's own processes.
+	ProcSubset bool `json:"procSubset"`
+	// UID is the host uid the program's file accesses are judged as.
+	UID int `json:"uid"`
 }
 
 // namespaces reports whether every namespace a sandbox needs is available.
@@ -86,6 +98,10 @@ func (s Support) Layers(r Relax) Layers {
 		Seccomp:    !r.Seccomp && s.Seccomp,
 		Memory:     "rlimit",
 		Procs:      "rlimit",
+		UID:        os.Geteuid(),
+	}
+	if l.Namespaces {
+		l.ProcSubset, l.UID = s.ProcSubset, s.SandboxUID
 	}
 	if !r.Landlock {
 		l.LandlockABI = s.LandlockABI
@@ -116,19 +132,27 @@ func probe() Support {
 		Memory:      detectCgroup("memory"),
 		Pids:        detectCgroup("pids"),
 		RootUID:     os.Geteuid() == 0,
+		SandboxUID:  os.Geteuid(),
+	}
+	if s.RootUID {
+		s.SandboxUID = unprivilegedID
 	}
 	sweepCgroups(s.Memory.Dir, s.Pids.Dir)
-	err := probeNamespaces(allNamespaces, true)
+	var err error
+	s.ProcSubset, err = probeNamespaces(allNamespaces, true)
 	if err == nil {
 		s.UserNS, s.PIDNS, s.NetNS, s.MountNS, s.IPCNS, s.UTSNS, s.CgroupNS = true, true, true, true, true, true, true
 		return s
 	}
 	s.NamespacesErr = err.Error()
 	// Find out which namespace is refused, for the report.
-	if s.UserNS = probeNamespaces(syscall.CLONE_NEWUSER, false) == nil; !s.UserNS {
+	one := func(flag uintptr) bool {
+		_, err := probeNamespaces(syscall.CLONE_NEWUSER|flag, false)
+		return err == nil
+	}
+	if s.UserNS = one(0); !s.UserNS {
 		return s
 	}
-	one := func(flag uintptr) bool { return probeNamespaces(syscall.CLONE_NEWUSER|flag, false) == nil }
 	s.PIDNS = one(syscall.CLONE_NEWPID)
 	s.NetNS = one(syscall.CLONE_NEWNET)
 	s.MountNS = one(syscall.CLONE_NEWNS)
@@ -139,18 +163,19 @@ func probe() Support {
 }
 
 // probeNamespaces starts the helper in the given namespaces and, if root,
-// has it build a sandbox root, then lets it exit.
-func probeNamespaces(flags uintptr, root bool) error {
+// has it build a sandbox root, then lets it exit. It reports whether the
+// root's /proc is the pid-only subset.
+func probeNamespaces(flags uintptr, root bool) (procSubset bool, err error) {
 	if !hooked.Load() {
-		return errNotHooked
+		return false, errNotHooked
 	}
 	p := &Process{done: make(chan struct{}), logger: discardLogger}
-	err := p.start(context.Background(), launch{
+	err = p.start(context.Background(), launch{
 		cloneflags: flags,
 		init:       initSpec{Namespaces: root, ProbeOnly: true, ReadPaths: []string{"/usr"}, TmpBytes: 1 << 20, WorkDir: "/"},
 	})
 	<-p.done
-	return err
+	return p.procSubset, err
 }
 
 var errNotHooked = errors.New("sandbox: sandbox.MaybeRun was not called at start-up, so this binary cannot act as its own sandbox helper")

@@ -19,10 +19,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sandboxID is the uid and gid the program has inside the user namespace;
-// the caller's own ids are mapped to it (the only mapping an unprivileged
-// process may write).
+// sandboxID is the uid and gid the program has inside the user namespace.
 const sandboxID = 1000
+
+// unprivilegedID is the host uid and gid sandboxID stands for when the host
+// runs as root: nobody, so the kernel judges the program's file accesses as
+// those of a user that owns nothing. An unprivileged host can only map its
+// own ids (see identity).
+const unprivilegedID = 65534
 
 // allNamespaces are the namespaces of a sandbox with the network cut off.
 const allNamespaces = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
@@ -74,6 +78,9 @@ type Process struct {
 	workDir  string // host directory to remove; "" with namespaces
 	cpuLimit time.Duration
 	logger   *slog.Logger
+
+	// procSubset: the init mounted the pid-only /proc (its start report).
+	procSubset bool
 
 	mu     sync.Mutex
 	proc   *os.Process // the init; nil until started
@@ -246,6 +253,17 @@ type launch struct {
 // start starts the owner goroutine and waits until the init reports that
 // the program runs, or fails. The owner cleans up either way.
 func (p *Process) start(ctx context.Context, l launch) error {
+	id := newIdentity(os.Geteuid(), os.Getegid())
+	if l.cloneflags != 0 {
+		l.init.DropToSandboxID = id.drop
+	}
+	// The init unshares its cgroup namespace itself, once the host has
+	// moved it into the sandbox's cgroups, so /proc/self/cgroup shows "/"
+	// rather than the host's cgroup path (which names the host's pid).
+	if l.cloneflags&syscall.CLONE_NEWCGROUP != 0 {
+		l.cloneflags &^= syscall.CLONE_NEWCGROUP
+		l.init.CgroupNS = true
+	}
 	spec, err := json.Marshal(l.init)
 	if err != nil {
 		return p.abort(fmt.Errorf("sandbox: encode spec: %w", err))
@@ -270,7 +288,7 @@ func (p *Process) start(ctx context.Context, l launch) error {
 		Stdout:      l.stdout,
 		Stderr:      l.stderr,
 		ExtraFiles:  append([]*os.File{specR, statusW}, l.extra...),
-		SysProcAttr: sysProcAttr(l.cloneflags),
+		SysProcAttr: sysProcAttr(l.cloneflags, id),
 		// Output copied through pipes Start made (non-*os.File writers)
 		// is abandoned this long after the init ends.
 		WaitDelay: time.Second,
@@ -295,24 +313,55 @@ func (p *Process) abort(err error) error {
 	return err
 }
 
-// sysProcAttr maps the caller to sandboxID in a new user namespace and gives
-// the init CAP_SYS_ADMIN there (to mount), and ties its life to the calling
-// thread with Pdeathsig.
-func sysProcAttr(cloneflags uintptr) *syscall.SysProcAttr {
+// identity is how the user namespace maps ids, decided by the host's euid.
+type identity struct {
+	uids, gids []syscall.SysProcIDMap
+	// initID is the init's uid and gid inside the namespace.
+	initID int
+	// drop: the init must switch to sandboxID once the root is built.
+	drop bool
+}
+
+// newIdentity maps the sandbox's ids. A root host maps sandboxID to nobody
+// and keeps its own root as the init's, so the init can still bind paths
+// only root may traverse (a 0700 parent) before it drops to sandboxID. An
+// unprivileged host may write only the one mapping of its own ids, which
+// the init and the program share.
+func newIdentity(uid, gid int) identity {
+	if uid != 0 {
+		return identity{
+			uids:   []syscall.SysProcIDMap{{ContainerID: sandboxID, HostID: uid, Size: 1}},
+			gids:   []syscall.SysProcIDMap{{ContainerID: sandboxID, HostID: gid, Size: 1}},
+			initID: sandboxID,
+		}
+	}
+	return identity{
+		uids:   []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: sandboxID, HostID: unprivilegedID, Size: 1}},
+		gids:   []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}, {ContainerID: sandboxID, HostID: unprivilegedID, Size: 1}},
+		initID: 0,
+		drop:   true,
+	}
+}
+
+// sysProcAttr starts the init in new namespaces with the ids of id, gives it
+// CAP_SYS_ADMIN there (to mount), and ties its life to the calling thread
+// with Pdeathsig.
+func sysProcAttr(cloneflags uintptr, id identity) *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if cloneflags == 0 {
 		return attr
 	}
-	uid, gid := os.Geteuid(), os.Getegid()
 	attr.Cloneflags = cloneflags
-	attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxID, HostID: uid, Size: 1}}
-	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxID, HostID: gid, Size: 1}}
+	attr.UidMappings, attr.GidMappings = id.uids, id.gids
 	// Only a privileged caller may allow setgroups; it then drops its
 	// supplementary groups (Credential.Groups is empty). An unprivileged
 	// caller keeps them, as the kernel demands.
-	attr.GidMappingsEnableSetgroups = uid == 0
-	attr.Credential = &syscall.Credential{Uid: sandboxID, Gid: sandboxID}
-	attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
+	attr.GidMappingsEnableSetgroups = id.drop
+	attr.Credential = &syscall.Credential{Uid: uint32(id.initID), Gid: uint32(id.initID)}
+	if id.initID != 0 {
+		// uid 0 of the namespace has every capability of it at exec.
+		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
+	}
 	return attr
 }
 
@@ -352,6 +401,7 @@ func (p *Process) own(cmd *exec.Cmd, spec []byte, specR, specW, statusR, statusW
 		case !first.Started:
 			startErr = fmt.Errorf("sandbox: unexpected first report %+v", first)
 		}
+		p.procSubset = first.ProcSubset
 	}
 	if startErr != nil {
 		_ = cmd.Process.Kill()
