@@ -66,8 +66,8 @@ type report struct {
 	Started bool `json:"started,omitempty"`
 	// ProcSubset: /proc was mounted with subset=pid (see mountProc).
 	ProcSubset bool        `json:"procSubset,omitempty"`
-	Error   string      `json:"error,omitempty"`
-	Exit    *exitReport `json:"exit,omitempty"`
+	Error      string      `json:"error,omitempty"`
+	Exit       *exitReport `json:"exit,omitempty"`
 }
 
 // exitReport says how the program (the init's child) ended.

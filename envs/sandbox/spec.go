@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -107,15 +108,20 @@ type Relax struct {
 	Cgroups bool `json:"cgroups,omitempty"`
 }
 
-// DefaultReadPaths are readable in every sandbox when they exist: the system
-// libraries and a minimal /etc (no passwd, shadow or host configuration).
-var DefaultReadPaths = []string{
-	"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
-	"/etc/alternatives", "/etc/ca-certificates", "/etc/gai.conf",
-	"/etc/host.conf", "/etc/hosts", "/etc/ld.so.cache", "/etc/ld.so.conf",
-	"/etc/ld.so.conf.d", "/etc/localtime", "/etc/mime.types",
-	"/etc/nsswitch.conf", "/etc/os-release", "/etc/protocols",
-	"/etc/resolv.conf", "/etc/services", "/etc/ssl", "/etc/timezone",
+// DefaultReadPaths are readable in every sandbox when they exist: the least
+// a dynamically linked interpreter needs. /usr holds the libraries, the
+// locales and the time zones; /bin and /lib are (merged-/usr) links into
+// it on the way to an executable; /lib64 holds the dynamic loader, which
+// reads /etc/ld.so.cache; /etc/localtime is the local time zone. Nothing
+// else of /etc (no passwd, shadow, ssl/private, host configuration).
+var DefaultReadPaths = []string{"/usr", "/bin", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/localtime"}
+
+// NetworkReadPaths are added when the program may use the network: name
+// resolution (nsswitch, hosts, resolv.conf, gai.conf, host.conf, services,
+// protocols) and the CA certificates and OpenSSL configuration TLS needs.
+var NetworkReadPaths = []string{
+	"/etc/nsswitch.conf", "/etc/hosts", "/etc/resolv.conf", "/etc/gai.conf", "/etc/host.conf",
+	"/etc/services", "/etc/protocols", "/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/ca-certificates",
 }
 
 // sandboxTmp is the work directory inside the namespaces: a private tmpfs.
@@ -136,7 +142,11 @@ func (s *Spec) validate() ([]string, error) {
 		}
 	}
 	var paths []string
-	for _, p := range DefaultReadPaths {
+	defaults := DefaultReadPaths
+	if s.Relax.Network {
+		defaults = append(slices.Clone(defaults), NetworkReadPaths...)
+	}
+	for _, p := range defaults {
 		if _, err := os.Lstat(p); err == nil {
 			paths = append(paths, p)
 		}
