@@ -31,6 +31,11 @@ type Support struct {
 	// Memory and Pids say where per-sandbox cgroups can be created.
 	Memory CgroupSupport `json:"memoryCgroup"`
 	Pids   CgroupSupport `json:"pidsCgroup"`
+	// CPU is where a CPU bandwidth quota can be set (cpu controller);
+	// CPUAcct where the sandbox's CPU time is counted: the cpuacct
+	// hierarchy on v1, the cpu controller's own cgroup on v2.
+	CPU     CgroupSupport `json:"cpuCgroup"`
+	CPUAcct CgroupSupport `json:"cpuacctCgroup"`
 	// ProcSubset: the sandbox's /proc holds only its own processes
 	// (procfs subset=pid, kernel 5.8+); false, the kernel refused it and
 	// host-global /proc files (those only root may read stay unreadable
@@ -57,6 +62,12 @@ type Layers struct {
 	// Procs is how processes are limited: "cgroup v1", "cgroup v2",
 	// "rlimit", or "none" (uid 0 without a pids cgroup).
 	Procs string `json:"procs"`
+	// CPU is how CPU time is limited: "cgroup v1" or "cgroup v2" (the
+	// whole sandbox's time, counted by the cgroup and enforced by the
+	// host), or "rlimit" (RLIMIT_CPU, per process).
+	CPU string `json:"cpu"`
+	// CPUQuota: a CFS bandwidth quota caps the sandbox's CPU share.
+	CPUQuota bool `json:"cpuQuota"`
 	// ProcSubset: /proc shows only the sandbox's own processes.
 	ProcSubset bool `json:"procSubset"`
 	// UID is the host uid the program's file accesses are judged as.
@@ -98,8 +109,13 @@ func (s Support) Layers(r Relax) Layers {
 		Seccomp:    !r.Seccomp && s.Seccomp,
 		Memory:     "rlimit",
 		Procs:      "rlimit",
+		CPU:        "rlimit",
 		UID:        os.Geteuid(),
 	}
+	if !r.Cgroups && s.CPUAcct.OK() {
+		l.CPU = fmt.Sprintf("cgroup v%d", s.CPUAcct.Version)
+	}
+	l.CPUQuota = !r.Cgroups && s.CPU.OK()
 	if l.Namespaces {
 		l.ProcSubset, l.UID = s.ProcSubset, s.SandboxUID
 	}
@@ -131,13 +147,19 @@ func probe() Support {
 		Seccomp:     seccomp.Supported(),
 		Memory:      detectCgroup("memory"),
 		Pids:        detectCgroup("pids"),
+		CPU:         detectCgroup("cpu"),
+		CPUAcct:     detectCgroup("cpuacct"),
 		RootUID:     os.Geteuid() == 0,
 		SandboxUID:  os.Geteuid(),
 	}
 	if s.RootUID {
 		s.SandboxUID = unprivilegedID
 	}
-	sweepCgroups(s.Memory.Dir, s.Pids.Dir)
+	if !s.CPUAcct.OK() && s.CPU.Version == 2 {
+		// v2 has no cpuacct: every cgroup counts its CPU time in cpu.stat.
+		s.CPUAcct = s.CPU
+	}
+	sweepCgroups(s.Memory.Dir, s.Pids.Dir, s.CPU.Dir, s.CPUAcct.Dir)
 	var err error
 	s.ProcSubset, err = probeNamespaces(allNamespaces, true)
 	if err == nil {

@@ -48,9 +48,16 @@ type Limits struct {
 	// MemoryBytes caps the memory of the whole sandbox: a cgroup memory
 	// limit where the machine allows one, else RLIMIT_AS of each process.
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
-	// CPUSeconds is RLIMIT_CPU: SIGXCPU at this many CPU seconds, SIGKILL
-	// one second later.
+	// CPUSeconds caps the CPU time of the whole sandbox, every process
+	// it ever held counted: the host kills it once its CPU cgroup has used
+	// this much (since Start or the last ResetUsage). Without a CPU
+	// accounting cgroup it is RLIMIT_CPU of each process instead: SIGXCPU
+	// at this many CPU seconds, SIGKILL one second later.
 	CPUSeconds int64 `json:"cpuSeconds,omitempty"`
+	// CPUMillicores is the sandbox's CPU bandwidth (CFS quota) in
+	// thousandths of a core: 1000 lets it use at most one core's worth of
+	// time however many processes it runs.
+	CPUMillicores int64 `json:"cpuMillicores,omitempty"`
 	// Procs caps processes and threads: a cgroup pids limit where the
 	// machine allows one, and RLIMIT_NPROC.
 	Procs int64 `json:"procs,omitempty"`
@@ -68,6 +75,7 @@ type Limits struct {
 var DefaultLimits = Limits{
 	MemoryBytes:   512 << 20,
 	CPUSeconds:    60,
+	CPUMillicores: 1000,
 	Procs:         128,
 	FileSizeBytes: 64 << 20,
 	OpenFiles:     256,
@@ -84,6 +92,7 @@ func (l Limits) withDefaults() Limits {
 	return Limits{
 		MemoryBytes:   pick(l.MemoryBytes, DefaultLimits.MemoryBytes),
 		CPUSeconds:    pick(l.CPUSeconds, DefaultLimits.CPUSeconds),
+		CPUMillicores: pick(l.CPUMillicores, DefaultLimits.CPUMillicores),
 		Procs:         pick(l.Procs, DefaultLimits.Procs),
 		FileSizeBytes: pick(l.FileSizeBytes, DefaultLimits.FileSizeBytes),
 		OpenFiles:     pick(l.OpenFiles, DefaultLimits.OpenFiles),
