@@ -80,15 +80,24 @@ var sandboxOwner = fmt.Sprintf("uid=%d,gid=%d", sandboxID, sandboxID)
 // procOptions shows only the PID namespace's processes, and of those only
 // the ones the reader may ptrace: no host-global files (slabinfo, keys,
 // kpageflags, sysrq-trigger, …) and not the init, which runs as another
-// uid. Kernels before 5.8 refuse subset=pid.
-const procOptions = "subset=pid,hidepid=invisible"
+// uid. Kernels before 5.8 refuse subset=pid; hidepid=2 is their way to hide
+// the init.
+const (
+	procOptions    = "subset=pid,hidepid=invisible"
+	procOptionsOld = "hidepid=2"
+)
 
-// mountProc mounts the sandbox's /proc, the pid-only subset if the kernel
-// offers it (reported), else the whole procfs of the PID namespace.
+// mountProc mounts the sandbox's /proc: the pid-only subset if the kernel
+// offers it (reported), else the whole procfs of the PID namespace with
+// the init hidden if possible; root-only files there stay unreadable to
+// the program's uid on a root host.
 func mountProc(target string) (subset bool, err error) {
 	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_RDONLY
 	if err := mkdirMount("proc", target, "proc", flags, procOptions); err == nil {
 		return true, nil
+	}
+	if err := mkdirMount("proc", target, "proc", flags, procOptionsOld); err == nil {
+		return false, nil
 	}
 	return false, mkdirMount("proc", target, "proc", flags, "")
 }
