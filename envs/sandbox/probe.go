@@ -155,9 +155,15 @@ func probe() Support {
 	if s.RootUID {
 		s.SandboxUID = unprivilegedID
 	}
-	if !s.CPUAcct.OK() && s.CPU.Version == 2 {
-		// v2 has no cpuacct: every cgroup counts its CPU time in cpu.stat.
-		s.CPUAcct = s.CPU
+	if !s.CPUAcct.OK() {
+		// v2 has no cpuacct: every cgroup counts its CPU time in
+		// cpu.stat, with or without the cpu controller.
+		for _, c := range []CgroupSupport{s.CPU, s.Memory, s.Pids} {
+			if c.Version == 2 {
+				s.CPUAcct = c
+				break
+			}
+		}
 	}
 	sweepCgroups(s.Memory.Dir, s.Pids.Dir, s.CPU.Dir, s.CPUAcct.Dir)
 	var err error
