@@ -60,6 +60,23 @@ func TestSandboxIdentityAndProc(t *testing.T) {
 	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"interpreter": filepath.Join(venv, "bin", "python")}, nil); st != 200 {
 		t.Fatalf("configure the interpreter: status %d\n%s", st, h.logs)
 	}
+	var env struct {
+		Active struct {
+			Status struct {
+				Sandbox struct {
+					Layers struct {
+						UID        int    `json:"uid"`
+						ProcSubset *bool  `json:"procSubset"`
+						CPU        string `json:"cpu"`
+					} `json:"layers"`
+				} `json:"sandbox"`
+			} `json:"status"`
+		} `json:"active"`
+	}
+	h.do("GET", "/environment", nil, &env)
+	if l := env.Active.Status.Sandbox.Layers; l.UID != 65534 || l.ProcSubset == nil || l.CPU == "" {
+		t.Errorf("GET /environment layers %+v: want uid 65534 and procSubset and cpu reported", l)
+	}
 	code := `
 import os
 res = {"pids": sorted(int(e) for e in os.listdir("/proc") if e.isdigit()), "self": os.getpid()}
