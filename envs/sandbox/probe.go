@@ -44,9 +44,10 @@ type Support struct {
 	// SandboxUID is the host uid programs run as: nobody (65534) when the
 	// host is root, else the host's own uid (the only one it may map).
 	SandboxUID int `json:"sandboxUid"`
-	// RootUID: the host runs as uid 0, which RLIMIT_NPROC does not bind
-	// (the kernel exempts the root user), so only a pids cgroup limits the
-	// number of processes.
+	// RootUID: the host runs as uid 0. Without namespaces its programs do
+	// too, which RLIMIT_NPROC does not bind (the kernel exempts the root
+	// user), so only a pids cgroup limits their processes; in namespaces
+	// they are nobody, whom it binds.
 	RootUID bool `json:"rootUid"`
 }
 
@@ -92,7 +93,7 @@ func (s Support) Check(r Relax) error {
 	if !r.Seccomp && !s.Seccomp {
 		missing = append(missing, "seccomp (not offered by the kernel)")
 	}
-	if !r.Cgroups && s.RootUID && !s.Pids.OK() {
+	if !r.Cgroups && s.RootUID && r.Namespaces && !s.Pids.OK() {
 		missing = append(missing, "process limit (uid 0 is exempt from RLIMIT_NPROC and no pids cgroup is usable: "+s.Pids.Err+")")
 	}
 	if len(missing) > 0 {
@@ -128,7 +129,7 @@ func (s Support) Layers(r Relax) Layers {
 	switch {
 	case !r.Cgroups && s.Pids.OK():
 		l.Procs = fmt.Sprintf("cgroup v%d", s.Pids.Version)
-	case s.RootUID:
+	case s.RootUID && !l.Namespaces:
 		l.Procs = "none"
 	}
 	return l
