@@ -68,7 +68,9 @@ Credentials never enter the interpreter: tool calls go through the host.
   process ends ` + "`failed`" + ` with reason ` + "`output_limit`" + `.
 - Memory, CPU time, processes, file sizes and open files are limited by the
   sandbox; hitting a limit ends the process with a precise reason
-  (` + "`memory_limit`" + `, …).
+  (` + "`memory_limit`" + `, ` + "`cpu_limit`" + `, …). Memory and CPU time count every
+  process the program forks, and the program gets one core's share of CPU:
+  forking workers does not make it faster.
 
 ## Example
 

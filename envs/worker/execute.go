@@ -59,6 +59,7 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (res m
 	timer := time.NewTimer(timeout + req.Grace)
 	defer timer.Stop()
 
+	w.resetUsage()
 	b.SetState(in.EID, module.StateRunning)
 	// The call outlives ctx: after a kill a graceful runtime still answers.
 	callCtx, cancelCall := context.WithCancel(context.Background())
@@ -118,6 +119,11 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (res m
 		w.h.Kill()
 		w.drain()
 	}
+	if res.Exit == module.ExitTimeout || res.Exit == module.ExitCanceled {
+		if r, m, ok := w.limitEnded(); ok {
+			res, msg = r, m
+		}
+	}
 	if e.overLimit.Load() && res.Exit != module.ExitTimeout && res.Exit != module.ExitCanceled {
 		res, clean = module.Result{Exit: module.ExitFailed, Reason: module.ReasonOutputLimit}, false
 		msg = fmt.Sprintf("%s exceeded the output limit of %d bytes", [2]string{"stdout", "stderr"}[e.overWhich.Load()], e.limit)
@@ -128,7 +134,7 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (res m
 	if msg != "" && (res.Exit == module.ExitFailed || res.Exit == module.ExitTimeout) {
 		b.SetError(in.EID, msg)
 	}
-	return res, clean
+	return w.withUsage(res), clean
 }
 
 // replyResult turns a worker's answer into a result. The worker side is
