@@ -127,7 +127,23 @@ func (s *workerServer) execute(conn *jsonrpc2.Conn, id jsonrpc2.ID, p executePar
 	s.mu.Lock()
 	s.cancel = nil
 	s.mu.Unlock()
-	_ = conn.Reply(context.Background(), id, map[string]any{"status": res.Exit, "reason": res.Reason, "error": res.Error, "spent": res.Abandoned})
+	status := ""
+	switch {
+	case res.Exit == module.ExitSuccess:
+		status = "success"
+	case res.Exit == module.ExitFailed && res.Reason == module.ReasonException:
+		status = "failed"
+	case res.Exit == module.ExitTimeout || res.Exit == module.ExitCanceled:
+		// Interrupted on the host's cancel or at its own deadline (a
+		// backstop): how it ended is the host's to say.
+		status = "stopped"
+	default:
+		// The engine itself failed: an error answer, which discards this
+		// worker (docs/protocol.md).
+		_ = conn.ReplyWithError(context.Background(), id, &jsonrpc2.Error{Code: jsonrpc2.CodeInternalError, Message: res.Error})
+		return
+	}
+	_ = conn.Reply(context.Background(), id, map[string]any{"status": status, "error": res.Error, "spent": res.Abandoned})
 }
 
 // rpcCallbacks turn the engine's callbacks into protocol messages; output

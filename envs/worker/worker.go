@@ -32,6 +32,7 @@ type Worker struct {
 	log     *slog.Logger
 	h       Handle
 	conn    *jsonrpc2.Conn
+	stream  *lineStream
 	ready   chan struct{}
 	once    sync.Once
 	streams sync.WaitGroup
@@ -100,8 +101,8 @@ func Start(ctx context.Context, log *slog.Logger, l Launcher, cmd Command) (*Wor
 		ready: make(chan struct{}),
 		outs:  [2]*os.File{pipes[0][0], pipes[1][0]},
 	}
-	stream := newLineStream(pipeRW{r: pipes[3][0], w: pipes[2][1]})
-	w.conn = jsonrpc2.NewConn(context.Background(), stream, w, jsonrpc2.SetLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)))
+	w.stream = newLineStream(pipeRW{r: pipes[3][0], w: pipes[2][1]})
+	w.conn = jsonrpc2.NewConn(context.Background(), w.stream, w, jsonrpc2.SetLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)))
 	w.eof = make(chan struct{})
 	w.calls = make(chan struct{}, maxCalls)
 	w.streams.Add(2)
