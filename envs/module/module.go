@@ -165,6 +165,8 @@ type Tool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"inputSchema"`
+	// OutputSchema describes the result (help() in a runtime shows it).
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
 }
 
 // ServiceTools is optional for Bindings: the tools of one service, so a

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import io
 import linecache
 import os
 import sys
@@ -131,7 +132,8 @@ def main(preload: list[str] | tuple[str, ...] = ()) -> None:
     for name in preload:
         importlib.import_module(name)
     # Line buffering: output reaches the host as it is printed, not at exit.
-    sys.stdout.reconfigure(line_buffering=True)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
     builtins.help = _help
     conn = _rpc.Connection()
     _rpc.conn = conn
