@@ -36,13 +36,17 @@ Every enabled tool of every enabled service is a Python function:
 ` + "```python" + `
 pet = cyrnel.services.petstore.getPetById(petId=1)   # keyword arguments only
 print(pet["status"], pet["body"])
-help(cyrnel.services.petstore.getPetById)            # description and parameters
+help(cyrnel.services.petstore.getPetById)            # typed signature, parameters, result
 ` + "```" + `
 
 - The keyword arguments are the top-level properties of the tool's input
   schema; the host validates them before the call and raises
   ` + "`cyrnel.ToolError`" + ` (naming each failing field) when they do not fit.
-- A tool returns its decoded result; any failure raises ` + "`cyrnel.ToolError`" + `.
+- A tool returns its decoded result; any failure raises ` + "`cyrnel.ToolError`" + `,
+  whose ` + "`.code`" + ` says what failed (` + "`invalid_parameters`" + ` with the failing
+  fields in ` + "`.details`" + `, ` + "`not_found`" + `, ` + "`unavailable`" + `, ` + "`transport_error`" + `,
+  ` + "`upstream_error`" + ` with the HTTP status in ` + "`.status`" + `, ` + "`tool_error`" + `,
+  ` + "`disconnected`" + `). An OpenAPI tool's non-2xx answer is a result, not an error.
 - Each tool has an awaitable form, so calls can run concurrently:
 
 ` + "```python" + `

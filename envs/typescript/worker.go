@@ -52,17 +52,14 @@ func MaybeServeWorker() {
 }
 
 // ServeWorker runs the worker protocol on in (fd 3) and out (fd 4) until the
-// host closes the stream or asks it to shut down.
+// host closes the stream (or kills the worker).
 func ServeWorker(in io.ReadCloser, out io.WriteCloser) error {
-	s := &workerServer{engine: NewEngine(Options{}), done: make(chan struct{})}
+	s := &workerServer{engine: NewEngine(Options{})}
 	conn := jsonrpc2.NewConn(context.Background(), jsonrpc2.NewPlainObjectStream(rw{in, out}), s)
 	if err := conn.Notify(context.Background(), "ready", map[string]any{"pid": os.Getpid()}); err != nil {
 		return fmt.Errorf("announce ready: %w", err)
 	}
-	select {
-	case <-conn.DisconnectNotify():
-	case <-s.done:
-	}
+	<-conn.DisconnectNotify()
 	return nil
 }
 
@@ -78,8 +75,6 @@ type workerServer struct {
 	engine *Engine
 	mu     sync.Mutex
 	cancel context.CancelFunc // of the program running now
-	once   sync.Once
-	done   chan struct{}
 }
 
 type executeParams struct {
@@ -98,11 +93,6 @@ func (s *workerServer) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jso
 			s.cancel()
 		}
 		s.mu.Unlock()
-	case "shutdown":
-		if !req.Notif {
-			_ = conn.Reply(ctx, req.ID, nil)
-		}
-		s.once.Do(func() { close(s.done) })
 	case "execute":
 		var p executeParams
 		if req.Params == nil || json.Unmarshal(*req.Params, &p) != nil {

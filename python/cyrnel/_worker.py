@@ -149,10 +149,6 @@ def main(preload: list[str] | tuple[str, ...] = ()) -> None:
             result = run(params.get("code", ""))
             _release_output()
             conn.reply(req_id, result)
-        elif method == "shutdown":
-            if req_id is not None:
-                conn.reply(req_id, None)
-            return
         elif req_id is not None:
             conn.reply(req_id, error={"code": -32601, "message": f"method not found: {method}"})
 
