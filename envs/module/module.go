@@ -165,14 +165,19 @@ type Tool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"inputSchema"`
-	// OutputSchema describes the result (help() in a runtime shows it).
-	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
 }
 
 // ServiceTools is optional for Bindings: the tools of one service, so a
 // runtime that builds stubs per service need not fetch every schema.
 type ServiceTools interface {
 	ListServiceTools(ctx context.Context, serviceID string) ([]Tool, error)
+}
+
+// ToolDocsSource is optional for Bindings: one tool with everything its
+// documentation shows (ListTools leaves out output schemas, which reach
+// megabytes for large APIs), for a runtime that renders docs on demand.
+type ToolDocsSource interface {
+	ToolDocsInput(ctx context.Context, serviceID, toolID string) (ToolDocsInput, error)
 }
 
 // Bindings are the host callbacks; calls may come from any goroutine.

@@ -102,12 +102,25 @@ func (e *Env) ToolDocs(_ context.Context, in module.ToolDocsInput) (string, erro
 	return doc, nil
 }
 
-// toolStub is a tool as the runtime gets it from listTools: help(tool)
-// shows Doc and Signature, rendered by renderTool like GET /tools/…/docs.
+// stubs give the runtime each tool's typed signature with listTools, and
+// its documentation on help(tool) (the toolDocs request), both rendered by
+// renderTool, like GET /tools/…/docs.
+type stubs struct{}
+
+// toolStub is a tool as the runtime gets it from listTools.
 type toolStub struct {
 	module.Tool
-	Doc       string    `json:"doc"`
 	Signature signature `json:"signature"`
+}
+
+func (stubs) Stub(t module.Tool) any {
+	_, sig := renderTool(module.ToolDocsInput{ServiceID: t.ServiceID, ToolID: t.ToolID, Description: t.Description, InputSchema: t.InputSchema})
+	return toolStub{Tool: t, Signature: sig}
+}
+
+func (stubs) Docs(in module.ToolDocsInput) string {
+	doc, _ := renderTool(in)
+	return doc
 }
 
 // signature is a tool function's signature: keyword-only parameters with
@@ -122,12 +135,6 @@ type sigParam struct {
 	Name     string `json:"name"`
 	Type     string `json:"type"`
 	Required bool   `json:"required"`
-}
-
-// describeTool is the listTools entry the Python runtime builds a stub from.
-func describeTool(t module.Tool) any {
-	doc, sig := renderTool(module.ToolDocsInput{ServiceID: t.ServiceID, ToolID: t.ToolID, Description: t.Description, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema})
-	return toolStub{Tool: t, Doc: doc, Signature: sig}
 }
 
 // renderTool renders a tool's documentation and its signature, so the two

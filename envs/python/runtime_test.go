@@ -26,9 +26,20 @@ type petTools struct {
 var showPet = module.Tool{ServiceID: "pets", ToolID: "show", Name: "show", Description: "Show one pet.",
 	InputSchema: json.RawMessage(`{"type":"object","required":["petId"],"properties":{` +
 		`"petId":{"type":"integer","description":"the pet's id"},"verbose":{"type":"boolean"},"class":{"type":"string"}}}`),
-	OutputSchema: json.RawMessage(`{"type":"object","properties":{"status":{"type":"integer"},"body":{"type":"object"}}}`)}
+}
+
+var showPetOutput = json.RawMessage(`{"type":"object","properties":{"status":{"type":"integer"},"body":{"type":"object"}}}`)
+
+var showPetDocs = module.ToolDocsInput{ServiceID: "pets", ToolID: "show", Description: showPet.Description, InputSchema: showPet.InputSchema, OutputSchema: showPetOutput}
 
 func (petTools) ListTools(context.Context) ([]module.Tool, error) { return []module.Tool{showPet}, nil }
+
+func (petTools) ToolDocsInput(_ context.Context, serviceID, toolID string) (module.ToolDocsInput, error) {
+	if serviceID != "pets" || toolID != "show" {
+		return module.ToolDocsInput{}, errors.New("no such tool")
+	}
+	return showPetDocs, nil
+}
 
 var eids atomic.Int64
 
@@ -121,10 +132,10 @@ func TestHelpShowsTheRenderedDocs(t *testing.T) {
 	t.Parallel()
 	rec := envtest.NewRecorder()
 	res, r := runProgram(t, petTools{rec}, rec, `
-import inspect, pydoc
+import inspect
 tool = cyrnel.services.pets.show
-cyrnel.output({"signature": str(inspect.signature(tool)), "doc": tool.__doc__})
-print(pydoc.render_doc(tool, renderer=pydoc.plaintext))`)
+help(tool)
+cyrnel.output({"signature": str(inspect.signature(tool)), "doc": tool.__doc__})`)
 	if res.Exit != module.ExitSuccess {
 		t.Fatalf("%+v %q", res, r.Stderr)
 	}
@@ -133,8 +144,7 @@ print(pydoc.render_doc(tool, renderer=pydoc.plaintext))`)
 		t.Fatalf("signature %q", sig)
 	}
 	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	doc, err := e.ToolDocs(context.Background(), module.ToolDocsInput{ServiceID: "pets", ToolID: "show", Description: showPet.Description,
-		InputSchema: showPet.InputSchema, OutputSchema: showPet.OutputSchema})
+	doc, err := e.ToolDocs(context.Background(), showPetDocs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,8 +33,8 @@ type Request struct {
 	// cancel notification) and gets this long to answer, so its worker can
 	// serve again, before its process is killed. 0: killed at once.
 	Grace time.Duration
-	// DescribeTool: see RunnerConfig.
-	DescribeTool func(module.Tool) any
+	// Stubs: see RunnerConfig.
+	Stubs ToolStubs
 }
 
 // executeReply is all a runtime may say about how a program ended: it ran
@@ -93,7 +93,7 @@ type outcome struct {
 // enforced here: the host's own timer decides timeout, never the runtime.
 func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (module.Result, bool) {
 	in := req.Input
-	e := &execution{eid: in.EID, b: b, ctx: ctx, limit: req.OutputLimit, describe: req.DescribeTool}
+	e := &execution{eid: in.EID, b: b, ctx: ctx, limit: req.OutputLimit, stubs: req.Stubs}
 	w.cur.Store(e)
 	defer w.cur.Store(nil)
 

@@ -56,7 +56,7 @@ type execution struct {
 	b         module.Bindings
 	ctx       context.Context // tool calls end with the execution
 	limit     int64
-	describe  func(module.Tool) any
+	stubs     ToolStubs
 	written   [2]atomic.Int64
 	overLimit atomic.Bool
 	overWhich atomic.Int32
@@ -364,13 +364,30 @@ func (w *Worker) call(e *execution, req *jsonrpc2.Request) (any, error) {
 			if in.ServiceID != "" && t.ServiceID != in.ServiceID {
 				continue
 			}
-			if e.describe != nil {
-				out = append(out, e.describe(t))
+			if e.stubs != nil {
+				out = append(out, e.stubs.Stub(t))
 			} else {
 				out = append(out, t)
 			}
 		}
 		return out, nil
+	case "toolDocs":
+		src, ok := e.b.(module.ToolDocsSource)
+		if e.stubs == nil || !ok {
+			break
+		}
+		var in struct {
+			ServiceID string `json:"serviceId"`
+			ToolID    string `json:"toolId"`
+		}
+		if err := json.Unmarshal(params, &in); err != nil {
+			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "toolDocs: " + err.Error()}
+		}
+		docs, err := src.ToolDocsInput(e.ctx, in.ServiceID, in.ToolID)
+		if err != nil {
+			return nil, err
+		}
+		return e.stubs.Docs(docs), nil
 	}
 	return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "method not found: " + req.Method}
 }

@@ -170,7 +170,7 @@ func (m *Manager) ListServiceTools(ctx context.Context, serviceID string) ([]mod
 		if l := m.live[t.ServiceID]; l == nil || !l.enabled {
 			continue
 		}
-		out = append(out, module.Tool{ServiceID: t.ServiceID, ToolID: t.ID, Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema})
+		out = append(out, module.Tool{ServiceID: t.ServiceID, ToolID: t.ID, Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
 	}
 	return out, nil
 }

@@ -5,8 +5,8 @@ decoded result; ``<tool>.aio(**params)`` is the awaitable form, so calls can
 run concurrently with ``asyncio.gather``; the TypeScript-shaped
 ``cyrnel.services["s"].tools["t"].invoke({...})`` works too. Stubs are built
 lazily, one service at a time, from the host's tool list, which carries each
-tool's documentation and signature as the host renders them for
-``GET /tools/{service}/{tool}/docs``.
+tool's typed signature; ``help(tool)`` fetches its documentation, rendered by
+the host as for ``GET /tools/{service}/{tool}/docs``.
 """
 
 from __future__ import annotations
@@ -143,11 +143,26 @@ def _make_tool(service_id: str, info: dict[str, Any]) -> Callable[..., Any]:
         else:
             parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ann | None))
     tool.__name__ = tool.__qualname__ = tool_id
-    tool.__doc__ = info.get("doc") or info.get("description") or tool_id
+    tool.__doc__ = info.get("description") or info.get("name") or tool_id
+    setattr(tool, "_cyrnel_tool", (service_id, tool_id))
     setattr(tool, "__signature__", inspect.Signature(parameters, return_annotation=_annotation(sig.get("returns", "Any"))))
     setattr(tool, "invoke", invoke)
     setattr(tool, "aio", aio)
     return tool
+
+
+def load_docs(obj: Any) -> None:
+    """Replace a tool's short ``__doc__`` by its full documentation (help()
+    calls this: docs with result schemas are too large to fetch for every
+    tool of a service up front)."""
+    ids = getattr(obj, "_cyrnel_tool", None)
+    if not isinstance(ids, tuple) or getattr(obj, "_cyrnel_docs", False):
+        return
+    try:
+        obj.__doc__ = _conn().call("toolDocs", {"serviceId": ids[0], "toolId": ids[1]})
+    except _rpc.RPCError:
+        return  # the short description stays
+    setattr(obj, "_cyrnel_docs", True)
 
 
 class Service:

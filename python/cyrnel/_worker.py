@@ -39,6 +39,10 @@ def _help(*args: Any, **kwargs: Any) -> None:
     # `help` normally comes from `site`, which the interpreter skips (-S).
     import pydoc
 
+    from cyrnel import _tools
+
+    for a in args:
+        _tools.load_docs(a)
     pydoc.help(*args, **kwargs)
 
 
