@@ -157,7 +157,17 @@ func (c *rpcCallbacks) InvokeTool(ctx context.Context, serviceID, toolID string,
 	err := c.conn.Call(ctx, "invokeTool", module.InvokeInput{ServiceID: serviceID, ToolID: toolID, Parameters: params}, &out)
 	var rpcErr *jsonrpc2.Error
 	if errors.As(err, &rpcErr) {
-		return nil, errors.New(rpcErr.Message)
+		// The data of a failed call says what kind of failure it was.
+		te := &module.ToolError{Code: module.ToolFailed, Err: errors.New(rpcErr.Message)}
+		var data struct {
+			Code    module.ToolErrorCode `json:"code"`
+			Status  int                  `json:"status"`
+			Details any                  `json:"details"`
+		}
+		if rpcErr.Data != nil && json.Unmarshal(*rpcErr.Data, &data) == nil && data.Code != "" {
+			te.Code, te.Status, te.Details = data.Code, data.Status, data.Details
+		}
+		return nil, te
 	}
 	return out, err
 }
