@@ -184,3 +184,18 @@ func TestHostDecidesTheTimeout(t *testing.T) {
 		})
 	}
 }
+
+// FuzzDecodeReply: whatever a worker answers, the host accepts only the
+// three statuses a runtime may report, and never panics.
+func FuzzDecodeReply(f *testing.F) {
+	for _, s := range []string{`{"status":"success"}`, `{"status":"failed","error":"x","spent":true}`, `{"status":"stopped"}`,
+		`{"status":"timeout","reason":"timeout"}`, `null`, `{"status":"failed"}{"status":"success"}`, `[]`, `{"status":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		rep, err := decodeReply(raw)
+		if err == nil && rep.Status != replySuccess && rep.Status != replyFailed && rep.Status != replyStopped {
+			t.Fatalf("accepted status %q", rep.Status)
+		}
+	})
+}
