@@ -31,7 +31,7 @@ run: build ## run the server on its embedded defaults (SQLite in ./cyrnel-data, 
 	./$(BIN) serve
 
 .PHONY: test
-test: deps lint ts-check test-db ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one), then each fuzz target briefly
+test: deps lint ts-check py-check test-db ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the Python runtime's type check, the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one), then each fuzz target briefly
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -63,6 +63,20 @@ $(GOLANGCI):
 .PHONY: lint
 lint: $(GOLANGCI) ## golangci-lint: goimports, vet, staticcheck, unused, and the import rules of DESIGN §1 (.golangci.yml)
 	$(GOLANGCI) run ./...
+
+# mypy for the Python runtime (python/cyrnel, typed, py.typed): Debian's
+# python3-mypy, installed with apt when missing and run as root; it runs
+# under Debian's own interpreter, which may not be the python3 on PATH.
+.PHONY: py-check
+py-check: ## type-check the Python runtime with mypy (strict; installs Debian's python3-mypy where it can)
+	@mypy=""; for py in $(PYTHON) /usr/bin/python3; do \
+		if $$py -m mypy --version >/dev/null 2>&1; then mypy="$$py -m mypy"; break; fi; done; \
+	if [ -z "$$mypy" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing mypy (python3-mypy) for the Python runtime's type check"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-mypy) >/dev/null 2>&1 || true; \
+		/usr/bin/python3 -m mypy --version >/dev/null 2>&1 && mypy="/usr/bin/python3 -m mypy"; fi; \
+	if [ -z "$$mypy" ]; then echo "mypy is required to check python/cyrnel: apt-get install python3-mypy, or pip install mypy"; exit 1; fi; \
+	$$mypy
 
 # PostgreSQL for the scale-out tests: a local cluster, installed from Debian's
 # packages when missing and run as root. Where that cannot be done the tests

@@ -310,6 +310,15 @@ func TestToolListingAndDocs(t *testing.T) {
 	if !strings.Contains(docs, "cyrnel.services.gh.find_pet_by_id(") || !strings.Contains(docs, "| `id` |") {
 		t.Fatalf("docs: %s", docs)
 	}
+	// A program's help() shows the same docs, with a typed signature.
+	p := h.run(`
+import inspect
+tool = cyrnel.services.gh.find_pet_by_id
+help(tool)
+cyrnel.output({"doc": tool.__doc__, "signature": str(inspect.signature(tool))})`, nil)
+	if p.exit() != "success" || p.Output["doc"] != docs || p.Output["signature"] != "(*, id: int) -> dict" || !strings.Contains(p.Stdout, "## Result") {
+		t.Fatalf("help(): %s/%s %q\n%v\n%s", p.exit(), p.reason(), p.Stderr, p.Output["signature"], p.Stdout)
+	}
 }
 
 func reverse(s string) string {

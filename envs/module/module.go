@@ -173,6 +173,13 @@ type ServiceTools interface {
 	ListServiceTools(ctx context.Context, serviceID string) ([]Tool, error)
 }
 
+// ToolDocsSource is optional for Bindings: one tool with everything its
+// documentation shows (ListTools leaves out output schemas, which reach
+// megabytes for large APIs), for a runtime that renders docs on demand.
+type ToolDocsSource interface {
+	ToolDocsInput(ctx context.Context, serviceID, toolID string) (ToolDocsInput, error)
+}
+
 // Bindings are the host callbacks; calls may come from any goroutine.
 type Bindings interface {
 	InvokeTool(ctx context.Context, in InvokeInput) (any, error)

@@ -95,6 +95,7 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	r := worker.NewRunner(e.log, worker.RunnerConfig{
 		PoolSize: cfg.PoolSize, Concurrency: cfg.Concurrency, QueueLimit: cfg.QueueLimit,
 		StartTimeout: time.Duration(cfg.StartTimeoutMs) * time.Millisecond,
+		Stubs:        stubs{},
 	}, e.spawn)
 	e.mu.Lock()
 	e.cfg, e.b, e.python, e.version, e.paths, e.runtime, e.launch, e.layers, e.runner = cfg, sc.Bindings, py.exe, py.version, paths, dir, launcher, layers, r

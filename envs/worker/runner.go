@@ -34,6 +34,17 @@ type RunnerConfig struct {
 	// Grace is how long a reusable worker gets to stop an execution by
 	// itself after a kill or its timeout before its process is killed.
 	Grace time.Duration
+	// Stubs, when set, shapes what the runtime builds its tool stubs from
+	// and serves its toolDocs requests (the Python runtime's help()).
+	Stubs ToolStubs
+}
+
+// ToolStubs renders tools for a runtime: Stub is one listTools entry (it
+// must stay small: a program that touches a service gets all of its tools),
+// Docs the documentation of one tool.
+type ToolStubs interface {
+	Stub(module.Tool) any
+	Docs(module.ToolDocsInput) string
 }
 
 // Runner is the part of an environment that runs executions in pooled
@@ -119,7 +130,7 @@ func (r *Runner) Execute(ctx context.Context, b module.Bindings, in module.Execu
 		}
 		return module.Result{}, fmt.Errorf("get a worker: %w", err)
 	}
-	res, clean := w.Run(ctx, b, Request{Input: in, OutputLimit: in.Options.OutputLimitBytes, Reuse: r.cfg.Reuse, Grace: r.cfg.Grace})
+	res, clean := w.Run(ctx, b, Request{Input: in, OutputLimit: in.Options.OutputLimitBytes, Reuse: r.cfg.Reuse, Grace: r.cfg.Grace, Stubs: r.cfg.Stubs})
 	if r.cfg.Reuse && r.pool.Return(w, clean) {
 		return res, nil
 	}

@@ -32,6 +32,7 @@ type Worker struct {
 	log     *slog.Logger
 	h       Handle
 	conn    *jsonrpc2.Conn
+	stream  *lineStream
 	ready   chan struct{}
 	once    sync.Once
 	streams sync.WaitGroup
@@ -55,6 +56,7 @@ type execution struct {
 	b         module.Bindings
 	ctx       context.Context // tool calls end with the execution
 	limit     int64
+	stubs     ToolStubs
 	written   [2]atomic.Int64
 	overLimit atomic.Bool
 	overWhich atomic.Int32
@@ -100,8 +102,8 @@ func Start(ctx context.Context, log *slog.Logger, l Launcher, cmd Command) (*Wor
 		ready: make(chan struct{}),
 		outs:  [2]*os.File{pipes[0][0], pipes[1][0]},
 	}
-	stream := newLineStream(pipeRW{r: pipes[3][0], w: pipes[2][1]})
-	w.conn = jsonrpc2.NewConn(context.Background(), stream, w, jsonrpc2.SetLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)))
+	w.stream = newLineStream(pipeRW{r: pipes[3][0], w: pipes[2][1]})
+	w.conn = jsonrpc2.NewConn(context.Background(), w.stream, w, jsonrpc2.SetLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)))
 	w.eof = make(chan struct{})
 	w.calls = make(chan struct{}, maxCalls)
 	w.streams.Add(2)
@@ -294,7 +296,7 @@ func (w *Worker) serve(conn *jsonrpc2.Conn, req *jsonrpc2.Request, e *execution)
 	if err != nil {
 		var rpcErr *jsonrpc2.Error
 		if !errors.As(err, &rpcErr) {
-			rpcErr = &jsonrpc2.Error{Code: CodeToolError, Message: err.Error()}
+			rpcErr = toolError(err)
 		}
 		_ = conn.ReplyWithError(ctx, req.ID, rpcErr)
 		return
@@ -304,6 +306,26 @@ func (w *Worker) serve(conn *jsonrpc2.Conn, req *jsonrpc2.Request, e *execution)
 
 // CodeToolError is the JSON-RPC error code of a failed tool call.
 const CodeToolError = 1
+
+// toolErrorData is the data of a CodeToolError answer: what the runtime's
+// ToolError carries besides the message.
+type toolErrorData struct {
+	Code    module.ToolErrorCode `json:"code"`
+	Status  int                  `json:"status,omitempty"`
+	Details any                  `json:"details,omitempty"`
+}
+
+// toolError carries a failed call's kind to the runtime structurally.
+func toolError(err error) *jsonrpc2.Error {
+	data := toolErrorData{Code: module.ToolFailed}
+	var te *module.ToolError
+	if errors.As(err, &te) {
+		data = toolErrorData{Code: te.Code, Status: te.Status, Details: te.Details}
+	}
+	rpcErr := &jsonrpc2.Error{Code: CodeToolError, Message: err.Error()}
+	rpcErr.SetError(data)
+	return rpcErr
+}
 
 func (w *Worker) call(e *execution, req *jsonrpc2.Request) (any, error) {
 	params := json.RawMessage("{}")
@@ -327,20 +349,45 @@ func (w *Worker) call(e *execution, req *jsonrpc2.Request) (any, error) {
 		if err := json.Unmarshal(params, &in); err != nil {
 			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "listTools: " + err.Error()}
 		}
+		var tools []module.Tool
+		var err error
 		if st, ok := e.b.(module.ServiceTools); ok && in.ServiceID != "" {
-			return st.ListServiceTools(e.ctx, in.ServiceID)
+			tools, err = st.ListServiceTools(e.ctx, in.ServiceID)
+		} else {
+			tools, err = e.b.ListTools(e.ctx)
 		}
-		tools, err := e.b.ListTools(e.ctx)
 		if err != nil {
 			return nil, err
 		}
-		out := make([]module.Tool, 0, len(tools))
+		out := make([]any, 0, len(tools))
 		for _, t := range tools {
-			if in.ServiceID == "" || t.ServiceID == in.ServiceID {
+			if in.ServiceID != "" && t.ServiceID != in.ServiceID {
+				continue
+			}
+			if e.stubs != nil {
+				out = append(out, e.stubs.Stub(t))
+			} else {
 				out = append(out, t)
 			}
 		}
 		return out, nil
+	case "toolDocs":
+		src, ok := e.b.(module.ToolDocsSource)
+		if e.stubs == nil || !ok {
+			break
+		}
+		var in struct {
+			ServiceID string `json:"serviceId"`
+			ToolID    string `json:"toolId"`
+		}
+		if err := json.Unmarshal(params, &in); err != nil {
+			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "toolDocs: " + err.Error()}
+		}
+		docs, err := src.ToolDocsInput(e.ctx, in.ServiceID, in.ToolID)
+		if err != nil {
+			return nil, err
+		}
+		return e.stubs.Docs(docs), nil
 	}
 	return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "method not found: " + req.Method}
 }

@@ -220,6 +220,14 @@ func (b *bindings) ListTools(ctx context.Context) ([]module.Tool, error) {
 	return b.tools.ListTools(ctx)
 }
 
+func (b *bindings) ToolDocsInput(ctx context.Context, serviceID, toolID string) (module.ToolDocsInput, error) {
+	t, err := b.tools.Tool(ctx, serviceID, toolID)
+	if err != nil {
+		return module.ToolDocsInput{}, err
+	}
+	return module.ToolDocsInput{ServiceID: t.ServiceID, ToolID: t.ID, Description: t.Description, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema}, nil
+}
+
 func (b *bindings) ListServiceTools(ctx context.Context, serviceID string) ([]module.Tool, error) {
 	return b.tools.ListServiceTools(ctx, serviceID)
 }

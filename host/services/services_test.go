@@ -87,4 +87,13 @@ func TestAFailedFirstCallDoesNotBreakTheTool(t *testing.T) {
 	if !errors.As(err, &fe) || len(fe.Problems) != 2 {
 		t.Fatalf("validation: %v", err)
 	}
+	// Runtimes read the kind of failure and the failing fields.
+	var te *module.ToolError
+	if !errors.As(err, &te) || te.Code != module.ToolInvalidParameters || len(te.Details.([]schema.Problem)) != 2 {
+		t.Fatalf("validation: %#v", te)
+	}
+	_, err = m.Invoke(ctx, module.InvokeInput{ServiceID: "pets", ToolID: "nope"})
+	if !errors.As(err, &te) || te.Code != module.ToolNotFound || !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown tool: %v", err)
+	}
 }

@@ -120,7 +120,11 @@ func (m *Manager) inputSchema(ctx context.Context, serviceID, toolID string, t *
 func (m *Manager) Invoke(ctx context.Context, in module.InvokeInput) (any, error) {
 	l, t, err := m.callable(in.ServiceID, in.ToolID)
 	if err != nil {
-		return nil, err
+		code := module.ToolNotFound
+		if errors.Is(err, ErrUnavailable) {
+			code = module.ToolUnavailable
+		}
+		return nil, &module.ToolError{Code: code, Err: err}
 	}
 	s, err := m.inputSchema(ctx, in.ServiceID, in.ToolID, t)
 	if err != nil {
@@ -133,7 +137,8 @@ func (m *Manager) Invoke(ctx context.Context, in module.InvokeInput) (any, error
 	if err := s.Validate(params); err != nil {
 		var ve *schema.ValidationError
 		if errors.As(err, &ve) {
-			return nil, &schema.FieldError{Field: "parameters", Message: fmt.Sprintf("invalid parameters for %s.%s", in.ServiceID, in.ToolID), Problems: ve.Problems}
+			return nil, &module.ToolError{Code: module.ToolInvalidParameters, Details: ve.Problems,
+				Err: &schema.FieldError{Field: "parameters", Message: fmt.Sprintf("invalid parameters for %s.%s", in.ServiceID, in.ToolID), Problems: ve.Problems}}
 		}
 		return nil, err
 	}

@@ -41,14 +41,17 @@ func (a *Adapter) Invoke(ctx context.Context, in module.InvokeInput) (any, error
 	defer cancel()
 	req, secretHeaders, err := svc.request(ctx, td, params)
 	if err != nil {
-		return nil, fmt.Errorf("openapi: %s.%s: %w", in.ServiceID, in.ToolID, err)
+		return nil, &module.ToolError{Code: module.ToolInvalidParameters, Err: fmt.Errorf("openapi: %s.%s: %w", in.ServiceID, in.ToolID, err)}
 	}
 	label := req.Method + " " + redact(req.URL)
+	// No usable answer arrived: a transport error, whatever the cause.
 	fail := func(err error) error {
 		if context.Cause(ctx) == errCallTimeout {
-			return fmt.Errorf("%s: timed out after %s: %w", label, svc.timeout, context.DeadlineExceeded)
+			err = fmt.Errorf("%s: timed out after %s: %w", label, svc.timeout, context.DeadlineExceeded)
+		} else {
+			err = fmt.Errorf("%s: %w", label, err)
 		}
-		return fmt.Errorf("%s: %w", label, err)
+		return &module.ToolError{Code: module.ToolTransportError, Err: err}
 	}
 	resp, err := a.clientFor(secretHeaders).Do(req)
 	if err != nil {
@@ -60,7 +63,8 @@ func (a *Adapter) Invoke(ctx context.Context, in module.InvokeInput) (any, error
 		return nil, fail(fmt.Errorf("reading response: %w", err))
 	}
 	if int64(len(data)) > a.opts.MaxResponseBytes {
-		return nil, fmt.Errorf("%s: response body larger than the %d-byte limit", label, a.opts.MaxResponseBytes)
+		return nil, &module.ToolError{Code: module.ToolUpstreamError, Status: resp.StatusCode,
+			Err: fmt.Errorf("%s: response body larger than the %d-byte limit", label, a.opts.MaxResponseBytes)}
 	}
 	out := map[string]any{
 		"status":  resp.StatusCode,

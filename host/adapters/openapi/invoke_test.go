@@ -694,7 +694,7 @@ func TestInvokeFailures(t *testing.T) {
 	// Timeout from config.
 	hydrate(t, a, "slow", def, map[string]any{"serverUrl": rec.URL + "/slow", "timeoutMs": 50}, nil)
 	_, err := call(t, a, def, "slow", "listPets", nil)
-	if err == nil || !strings.Contains(err.Error(), "GET "+rec.URL+"/slow/pets: timed out after 50ms") || !errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || !strings.Contains(err.Error(), "GET "+rec.URL+"/slow/pets: timed out after 50ms") || !errors.Is(err, context.DeadlineExceeded) || toolErrorOf(err).Code != module.ToolTransportError {
 		t.Errorf("timeout: %v", err)
 	}
 	rec.last(t)
@@ -707,8 +707,9 @@ func TestInvokeFailures(t *testing.T) {
 
 	// Oversize response.
 	hydrate(t, a, "big", def, map[string]any{"serverUrl": rec.URL + "/big"}, nil)
-	if _, err := call(t, a, def, "big", "listPets", nil); err == nil || !strings.Contains(err.Error(), "response body larger than the 1024-byte limit") {
-		t.Errorf("oversize: %v", err)
+	if _, err := call(t, a, def, "big", "listPets", nil); err == nil || !strings.Contains(err.Error(), "response body larger than the 1024-byte limit") ||
+		toolErrorOf(err).Code != module.ToolUpstreamError || toolErrorOf(err).Status != 200 {
+		t.Errorf("oversize: %v %+v", err, toolErrorOf(err))
 	}
 	rec.last(t)
 
@@ -717,7 +718,8 @@ func TestInvokeFailures(t *testing.T) {
 	hydrate(t, a, "dead", sec, map[string]any{"serverUrl": rec.URL + "/dead"}, map[string]any{"qKey": "SECRET-KEY"})
 	rec.Close()
 	_, err = call(t, a, sec, "dead", "q", map[string]any{"a": "1"})
-	if err == nil || !strings.HasPrefix(err.Error(), "GET "+rec.URL+"/dead/q: ") || !strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "SECRET") {
+	if err == nil || !strings.HasPrefix(err.Error(), "GET "+rec.URL+"/dead/q: ") || !strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "SECRET") ||
+		toolErrorOf(err).Code != module.ToolTransportError {
 		t.Errorf("transport: %v", err)
 	}
 
@@ -729,7 +731,7 @@ func TestInvokeFailures(t *testing.T) {
 	if _, err := a.Invoke(ctx, module.InvokeInput{ServiceID: "big", ToolID: "nope"}); err == nil || !strings.Contains(err.Error(), `has no tool "nope"`) {
 		t.Errorf("unknown tool: %v", err)
 	}
-	if _, err := a.Invoke(ctx, module.InvokeInput{ServiceID: "big", ToolID: "showPetById"}); err == nil || !strings.Contains(err.Error(), `missing path parameter "petId"`) {
+	if _, err := a.Invoke(ctx, module.InvokeInput{ServiceID: "big", ToolID: "showPetById"}); err == nil || !strings.Contains(err.Error(), `missing path parameter "petId"`) || toolErrorOf(err).Code != module.ToolInvalidParameters {
 		t.Errorf("missing path parameter: %v", err)
 	}
 	if err := a.Forget(ctx, "big"); err != nil {
@@ -848,4 +850,13 @@ func TestRedirectDropsAPIKey(t *testing.T) {
 	if req := other.last(t); req.RequestURI != "/elsewhere" || req.Header.Get("X-Api-Key") != "" {
 		t.Errorf("other host: %s %q", req.RequestURI, req.Header.Get("X-Api-Key"))
 	}
+}
+
+// toolErrorOf is the module.ToolError in err (a zero one when there is none).
+func toolErrorOf(err error) module.ToolError {
+	var te *module.ToolError
+	if errors.As(err, &te) {
+		return *te
+	}
+	return module.ToolError{}
 }
