@@ -98,7 +98,7 @@ func BenchmarkToolCallFromPython(b *testing.B) {
 		b.Fatal(err)
 	}
 	if _, err := s.services.Create(ctx, services.CreateInput{ID: "pets", Adapter: "openapi", Source: adapter.Source{Content: string(doc)},
-		Config: map[string]any{"serverUrl": up.URL}}); err != nil {
+		Config: map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true}}); err != nil {
 		b.Fatal(err)
 	}
 	code := fmt.Sprintf("f = cyrnel.services.pets.showPetById\nfor _ in range(%d):\n    f(petId='1')", b.N)

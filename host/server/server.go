@@ -18,6 +18,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/api"
 	"github.com/cyrnel/cyrnel/host/datadir"
+	"github.com/cyrnel/cyrnel/host/egress"
 	"github.com/cyrnel/cyrnel/host/mcp"
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/process"
@@ -53,6 +54,8 @@ type Server struct {
 	modules  *modules.Registry
 	services *services.Manager
 	handler  http.Handler
+	// egress learns the listen address, which tool calls never reach.
+	egress *egress.Guard
 }
 
 // ErrInsecure is returned when asked to listen beyond loopback unprotected.
@@ -111,8 +114,9 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 		"python":      func() module.Environment { return python.New(log) },
 		typescript.ID: func() module.Environment { return typescript.New(log) },
 	})
+	guard := &egress.Guard{}
 	svcs := services.New(log.With("component", "services"), st, box, map[string]adapter.Adapter{
-		openapi.ID: openapi.New(openapi.Options{}),
+		openapi.ID: openapi.New(openapi.Options{Guard: guard}),
 	})
 	for _, info := range svcs.Adapters() {
 		reg.AddInfo(info)
@@ -127,7 +131,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	reg.Start(ctx, &bindings{Manager: procs, tools: svcs}, cfg.Environment)
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}})
 	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, MCP: mcpHandler})
-	return &Server{log: log, cfg: cfg, dir: dir, store: st, procs: procs, modules: reg, services: svcs, handler: handler}, nil
+	return &Server{log: log, cfg: cfg, dir: dir, store: st, procs: procs, modules: reg, services: svcs, handler: handler, egress: guard}, nil
 }
 
 // Handler is the HTTP API.
@@ -141,6 +145,11 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	if err != nil {
 		s.Close()
 		return fmt.Errorf("listen: %w", err)
+	}
+	if err := s.egress.AddOwn(ln.Addr()); err != nil {
+		ln.Close()
+		s.Close()
+		return err
 	}
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)

@@ -190,6 +190,7 @@ func (m *Manager) Refresh(ctx context.Context, id string) (*RefreshResult, error
 	if err := json.Unmarshal(svc.Source, &src); err != nil {
 		return nil, fmt.Errorf("service %s: stored source: %w", id, err)
 	}
+	src.Config = svc.Config
 	def, err := a.Definition(ctx, src)
 	if err != nil {
 		return nil, &schema.FieldError{Field: "source", Message: err.Error()}

@@ -186,7 +186,9 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Service, error) 
 	if _, err := m.st.GetService(ctx, in.ID); err == nil {
 		return nil, fmt.Errorf("service %s: %w", in.ID, ErrExists)
 	}
-	def, err := a.Definition(ctx, in.Source)
+	src := in.Source
+	src.Config = in.Config // the adapter may fetch the source by the service's rules
+	def, err := a.Definition(ctx, src)
 	if err != nil {
 		return nil, &schema.FieldError{Field: "body.source", Message: err.Error()}
 	}
@@ -207,10 +209,10 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
-	src, _ := json.Marshal(in.Source)
+	stored, _ := json.Marshal(in.Source)
 	now := time.Now().UTC()
 	svc := &store.Service{
-		ID: in.ID, Adapter: in.Adapter, Name: noNUL(def.Name), Description: noNUL(def.Description), Source: src, Hash: hash(def),
+		ID: in.ID, Adapter: in.Adapter, Name: noNUL(def.Name), Description: noNUL(def.Description), Source: stored, Hash: hash(def),
 		ConfigSchema: def.ConfigSchema, SecretsSchema: def.SecretsSchema, AdapterDomain: def.AdapterDomain,
 		Config: in.Config, Secrets: sealed, Enabled: enabled, CreatedAt: now, UpdatedAt: now,
 	}
