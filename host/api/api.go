@@ -125,9 +125,12 @@ func writeProblem(w http.ResponseWriter, status int, detail string) {
 // 500 whose details go to the log, not the client.
 func (s *server) problem(err error) error {
 	var inv *schema.FieldError
+	var unsandboxed *modules.UnsandboxedError
 	switch {
 	case errors.As(err, &inv):
 		return invalid(inv)
+	case errors.As(err, &unsandboxed):
+		return forbiddenSandbox(unsandboxed)
 	case errors.Is(err, services.ErrNotFound):
 		return huma.Error404NotFound(err.Error())
 	case errors.Is(err, services.ErrExists), errors.Is(err, services.ErrUnavailable):
@@ -148,6 +151,20 @@ func (s *server) problem(err error) error {
 	}
 	s.Log.Error("request failed", "err", err)
 	return huma.Error500InternalServerError("internal error")
+}
+
+// forbiddenSandbox is 403: the config is valid, but weakening the sandbox is
+// the operator's decision at start-up, not an API caller's.
+func forbiddenSandbox(e *modules.UnsandboxedError) error {
+	details := make([]error, 0, len(e.Fields))
+	for _, f := range e.Fields {
+		if e.Stored != "" {
+			details = append(details, &huma.ErrorDetail{Location: "body.module", Message: "its stored config sets " + f, Value: e.Stored})
+			continue
+		}
+		details = append(details, &huma.ErrorDetail{Location: "body." + f, Message: modules.ErrUnsandboxed.Error()})
+	}
+	return huma.Error403Forbidden(e.Error(), details...)
 }
 
 // invalid renders a services validation error: one detail per failing path,

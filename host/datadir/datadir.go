@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,5 +68,49 @@ func hostID(path string) (string, error) {
 	return id, nil
 }
 
+// Announce records the URL a server on this directory listens on, in the
+// lock file, for the CLI's commands that would otherwise open the directory
+// themselves (Running).
+func (d *Dir) Announce(url string) error {
+	if err := d.lock.Truncate(0); err != nil {
+		return fmt.Errorf("announce address: %w", err)
+	}
+	if _, err := d.lock.WriteAt([]byte(url+"\n"), 0); err != nil {
+		return fmt.Errorf("announce address: %w", err)
+	}
+	return nil
+}
+
+// Running returns the URL announced by the server holding the data
+// directory dir, or "" when no host holds it. A host that holds it without
+// announcing (another CLI command's embedded host) is ErrInUse.
+func Running(dir string) (string, error) {
+	f, err := os.Open(filepath.Join(dir, "cyrnel.lock"))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("data dir lock: %w", err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err == nil {
+		return "", nil // nobody holds it; closing releases our shared lock
+	} else if !errors.Is(err, syscall.EWOULDBLOCK) {
+		return "", fmt.Errorf("data dir lock: %w", err)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 1024))
+	if err != nil {
+		return "", fmt.Errorf("data dir lock: %w", err)
+	}
+	url := strings.TrimSpace(string(b))
+	if url == "" {
+		return "", fmt.Errorf("%w: %s", ErrInUse, dir)
+	}
+	return url, nil
+}
+
 // Close releases the lock.
-func (d *Dir) Close() error { return d.lock.Close() }
+func (d *Dir) Close() error {
+	_ = d.lock.Truncate(0) // best effort: a stale address is ignored once the lock is free
+	return d.lock.Close()
+}

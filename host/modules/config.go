@@ -39,6 +39,9 @@ func (r *Registry) SetConfig(ctx context.Context, id string, cfg map[string]any)
 	if err := validate(info.ConfigSchema, cfg, false); err != nil {
 		return nil, err
 	}
+	if err := CheckSandbox(cfg, r.allowUnsandboxed); err != nil {
+		return nil, err
+	}
 	m, err := r.stored(ctx, id)
 	if err != nil {
 		return nil, err

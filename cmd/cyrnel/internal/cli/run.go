@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -59,10 +59,11 @@ type result struct {
 	output                   map[string]any
 }
 
-// runCommand implements cyrnel run; it returns the exit code.
-func runCommand(args []string) int {
+// Run implements cyrnel run; it returns the exit code. version is the
+// embedded host's.
+func Run(args []string, version string) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	hf := addHostFlags(fs)
+	hf := addHostFlags(fs, version)
 	timeout := fs.Duration("timeout", 0, "execution timeout, e.g. 500ms, 10s or 5m (default: the host's, 30s)")
 	env := fs.String("env", "", "environment to run in: python or typescript (default: from the file's extension)")
 	outFile := fs.String("output", "", "write the structured output as JSON to this file (always, {} when empty) instead of stdout")

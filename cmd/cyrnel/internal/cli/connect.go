@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/cyrnel/cyrnel/host/datadir"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/server"
 	"github.com/cyrnel/cyrnel/openapi/client"
@@ -18,24 +19,27 @@ import (
 // hostFlags are the flags of every command that talks to a host: a running
 // server (--server) or one embedded in this process.
 type hostFlags struct {
-	fs *flag.FlagSet
+	fs      *flag.FlagSet
+	version string
 }
 
-func addHostFlags(fs *flag.FlagSet) hostFlags {
-	fs.String("server", "", "URL of a running cyrnel server (env CYRNEL_SERVER); its key comes from CYRNEL_API_KEY. Default: an embedded host")
-	fs.String("data-dir", "", "data directory of the embedded host (env CYRNEL_DATA_DIR, default ./cyrnel-data)")
-	return hostFlags{fs}
+func addHostFlags(fs *flag.FlagSet, version string) hostFlags {
+	fs.String("server", "", "URL of a running cyrnel server (env CYRNEL_SERVER); its key comes from CYRNEL_API_KEY, else the data directory's api-key file. Default: the server running on the data directory, else an embedded host")
+	fs.String("data-dir", "", "data directory (env CYRNEL_DATA_DIR, default ./cyrnel-data): of the embedded host, or where a server's api-key file is")
+	return hostFlags{fs, version}
 }
 
 const hostHelp = `
-Without --server the command runs on a host embedded in this process, on the
-data directory (its database, services and secrets key), listening on an
-ephemeral loopback port for as long as the command runs. Do not point it at a
-data directory a running server uses: send the work to that server instead.
+Without --server the command sends its work to the cyrnel serve that holds
+the data directory, when one does (it records its address there; the key is
+read from the data directory's api-key file). Otherwise it runs on a host
+embedded in this process, on the data directory (its database, services and
+secrets key), listening on an ephemeral loopback port for as long as the
+command runs.
 
 Environment variables (a flag, when given, wins over its variable):
   CYRNEL_SERVER        URL of a running server (as --server)
-  CYRNEL_API_KEY       that server's API key
+  CYRNEL_API_KEY       that server's API key (default: DATA_DIR/api-key, when readable)
   CYRNEL_DATA_DIR      data directory of the embedded host (default ./cyrnel-data)
   CYRNEL_DB_URL        database of the embedded host (default SQLite in the data directory)
   CYRNEL_SECRETS_KEY   secrets key of the embedded host (default the key file in the data directory)
@@ -54,19 +58,29 @@ type host struct {
 // connect opens the host the flags name. env, when not empty, is the
 // environment an embedded host activates for this run only.
 func (h hostFlags) connect(env string) (*host, error) {
-	if url := setting(h.fs, "server", "CYRNEL_SERVER", ""); url != "" {
-		url = strings.TrimRight(url, "/")
-		c, err := client.NewClientWithResponses(url, client.WithBearer(os.Getenv("CYRNEL_API_KEY")))
-		if err != nil {
-			return nil, fmt.Errorf("server %s: %w", url, err)
+	dataDir := Setting(h.fs, "data-dir", "CYRNEL_DATA_DIR", "./cyrnel-data")
+	url := Setting(h.fs, "server", "CYRNEL_SERVER", "")
+	if url == "" {
+		// A server holding the data directory gets the work: an embedded
+		// host could not open it.
+		var err error
+		if url, err = datadir.Running(dataDir); err != nil {
+			return nil, err
 		}
-		return &host{api: c, url: url, close: func() error { return nil }}, nil
 	}
+	if url != "" {
+		return remote(strings.TrimRight(url, "/"), dataDir)
+	}
+	return h.embedded(env, dataDir)
+}
+
+// embedded starts a host in this process on dataDir.
+func (h hostFlags) embedded(env, dataDir string) (*host, error) {
 	level := os.Getenv("CYRNEL_LOG_LEVEL")
 	if level == "" {
 		level = "warn" // the program's output is what the terminal is for
 	}
-	log, err := newLogger(level)
+	log, err := NewLogger(level)
 	if err != nil {
 		return nil, err
 	}
@@ -78,11 +92,11 @@ func (h hostFlags) connect(env string) (*host, error) {
 	}
 	cfg := server.Config{
 		Addr:        "127.0.0.1:0",
-		DataDir:     setting(h.fs, "data-dir", "CYRNEL_DATA_DIR", "./cyrnel-data"),
+		DataDir:     dataDir,
 		DBURL:       os.Getenv("CYRNEL_DB_URL"),
 		APIKey:      hex.EncodeToString(key),
 		SecretsKey:  os.Getenv("CYRNEL_SECRETS_KEY"),
-		Version:     version,
+		Version:     h.version,
 		Limits:      process.DefaultLimits(),
 		Environment: env,
 	}
@@ -116,18 +130,19 @@ func (h hostFlags) connect(env string) (*host, error) {
 	}}, nil
 }
 
-// parseInterspersed parses flags wherever they stand among the arguments
-// (cyrnel run prog.py --timeout 5s) and returns the arguments.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var rest []string
-	for {
-		if err := fs.Parse(args); err != nil {
+// remote is a running server at url. Its key is CYRNEL_API_KEY, else the
+// one the server made in dataDir, when that exists.
+func remote(url, dataDir string) (*host, error) {
+	key := os.Getenv("CYRNEL_API_KEY")
+	if key == "" {
+		var err error
+		if key, err = datadir.ReadAPIKey(dataDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}
-		if fs.NArg() == 0 {
-			return rest, nil
-		}
-		rest = append(rest, fs.Arg(0))
-		args = fs.Args()[1:]
 	}
+	c, err := client.NewClientWithResponses(url, client.WithBearer(key))
+	if err != nil {
+		return nil, fmt.Errorf("server %s: %w", url, err)
+	}
+	return &host{api: c, url: url, close: func() error { return nil }}, nil
 }
