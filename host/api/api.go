@@ -59,6 +59,7 @@ func New(d Deps) (http.Handler, huma.API) {
 	if d.APIKey != "" {
 		r.Use(bearerAuth(d.APIKey))
 	}
+	r.Use(jsonBodies)
 	api := humachi.New(r, Config())
 	s := &server{d}
 	s.registerHealth(api)
@@ -115,9 +116,15 @@ func bearerAuth(key string) func(http.Handler) http.Handler {
 }
 
 func writeProblem(w http.ResponseWriter, status int, detail string) {
+	writeProblemDetail(w, status, detail)
+}
+
+// writeProblemDetail writes a problem outside huma's handlers (middleware,
+// unknown routes), with its field details.
+func writeProblemDetail(w http.ResponseWriter, status int, detail string, errs ...*huma.ErrorDetail) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
-	b, _ := json.Marshal(&huma.ErrorModel{Title: http.StatusText(status), Status: status, Detail: detail})
+	b, _ := json.Marshal(&huma.ErrorModel{Title: http.StatusText(status), Status: status, Detail: detail, Errors: errs})
 	w.Write(b)
 }
 
