@@ -3,6 +3,8 @@ package tests
 import (
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -107,5 +109,25 @@ func TestRequestBodiesAreJSON(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("bodiless run: %d", resp.StatusCode)
+	}
+}
+
+// TestEmptyDatabaseIsRefused: a data directory whose database was emptied
+// does not start afresh (dropping its history) but says what happened.
+func TestEmptyDatabaseIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	h := start(t, dir)
+	h.run("print(1)", nil)
+	h.stop()
+	for _, f := range []string{"cyrnel.db-wal", "cyrnel.db-shm"} {
+		os.Remove(filepath.Join(dir, f))
+	}
+	if err := os.Truncate(filepath.Join(dir, "cyrnel.db"), 0); err != nil {
+		t.Fatal(err)
+	}
+	r := cli(t, dir, "", nil, "serve", "--addr", "127.0.0.1:0", "--data-dir", dir)
+	if r.code == 0 || !strings.Contains(r.stderr, "database is empty although the data directory was used before") {
+		t.Fatalf("an emptied database: %+v", r)
 	}
 }

@@ -21,7 +21,10 @@ var ErrInUse = errors.New("data directory is in use by another cyrnel host")
 type Dir struct {
 	Path   string
 	HostID string
-	lock   *os.File
+	// Used says a host ran on the directory before (its host id existed):
+	// an empty database there is lost data, not a first start.
+	Used bool
+	lock *os.File
 }
 
 // Open creates (0700) and locks dir, and reads or makes its host id. The
@@ -41,31 +44,32 @@ func Open(dir string) (*Dir, error) {
 		}
 		return nil, fmt.Errorf("lock data dir: %w", err)
 	}
-	id, err := hostID(filepath.Join(dir, "host.id"))
+	id, used, err := hostID(filepath.Join(dir, "host.id"))
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	return &Dir{Path: dir, HostID: id, lock: f}, nil
+	return &Dir{Path: dir, HostID: id, Used: used, lock: f}, nil
 }
 
-func hostID(path string) (string, error) {
+// hostID reads or makes the host id; existed says it was there.
+func hostID(path string) (id string, existed bool, err error) {
 	b, err := os.ReadFile(path)
 	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
-		return strings.TrimSpace(string(b)), nil
+		return strings.TrimSpace(string(b)), true, nil
 	}
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("read host id: %w", err)
+		return "", false, fmt.Errorf("read host id: %w", err)
 	}
 	raw := make([]byte, 8)
 	if _, err := rand.Read(raw); err != nil {
-		return "", fmt.Errorf("make host id: %w", err)
+		return "", false, fmt.Errorf("make host id: %w", err)
 	}
-	id := hex.EncodeToString(raw)
+	id = hex.EncodeToString(raw)
 	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write host id: %w", err)
+		return "", false, fmt.Errorf("write host id: %w", err)
 	}
-	return id, nil
+	return id, false, nil
 }
 
 // Announce records the URL a server on this directory listens on, in the

@@ -111,7 +111,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 			dir.Close()
 		}
 	}()
-	if st, err = store.Open(ctx, cfg.DBURL, cfg.DataDir); err != nil {
+	if st, err = store.Open(ctx, cfg.DBURL, cfg.DataDir, store.Options{UsedDataDir: dir.Used}); err != nil {
 		return nil, err
 	}
 	keyFile := ""
