@@ -74,6 +74,7 @@ func New(d Deps) (http.Handler, huma.API) {
 	if d.MCP != nil {
 		r.Handle("/mcp", d.MCP)
 	}
+	nullEnums(api.OpenAPI())
 	return r, api
 }
 

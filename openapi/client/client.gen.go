@@ -19,10 +19,11 @@ import (
 
 // Defines values for ExitEventExitState.
 const (
-	ExitEventExitStateCanceled ExitEventExitState = "canceled"
-	ExitEventExitStateFailed   ExitEventExitState = "failed"
-	ExitEventExitStateSuccess  ExitEventExitState = "success"
-	ExitEventExitStateTimeout  ExitEventExitState = "timeout"
+	ExitEventExitStateCanceled    ExitEventExitState = "canceled"
+	ExitEventExitStateFailed      ExitEventExitState = "failed"
+	ExitEventExitStateLessThannil ExitEventExitState = "<nil>"
+	ExitEventExitStateSuccess     ExitEventExitState = "success"
+	ExitEventExitStateTimeout     ExitEventExitState = "timeout"
 )
 
 // Valid indicates whether the value is a known member of the ExitEventExitState enum.
@@ -32,9 +33,62 @@ func (e ExitEventExitState) Valid() bool {
 		return true
 	case ExitEventExitStateFailed:
 		return true
+	case ExitEventExitStateLessThannil:
+		return true
 	case ExitEventExitStateSuccess:
 		return true
 	case ExitEventExitStateTimeout:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExitEventReason.
+const (
+	ExitEventReasonCompleted        ExitEventReason = "completed"
+	ExitEventReasonCpuLimit         ExitEventReason = "cpu_limit"
+	ExitEventReasonEnvironmentError ExitEventReason = "environment_error"
+	ExitEventReasonException        ExitEventReason = "exception"
+	ExitEventReasonHostLost         ExitEventReason = "host_lost"
+	ExitEventReasonHostRestart      ExitEventReason = "host_restart"
+	ExitEventReasonHostShutdown     ExitEventReason = "host_shutdown"
+	ExitEventReasonKilled           ExitEventReason = "killed"
+	ExitEventReasonLessThannil      ExitEventReason = "<nil>"
+	ExitEventReasonMemoryLimit      ExitEventReason = "memory_limit"
+	ExitEventReasonOutputLimit      ExitEventReason = "output_limit"
+	ExitEventReasonSessionEnded     ExitEventReason = "session_ended"
+	ExitEventReasonTimeout          ExitEventReason = "timeout"
+)
+
+// Valid indicates whether the value is a known member of the ExitEventReason enum.
+func (e ExitEventReason) Valid() bool {
+	switch e {
+	case ExitEventReasonCompleted:
+		return true
+	case ExitEventReasonCpuLimit:
+		return true
+	case ExitEventReasonEnvironmentError:
+		return true
+	case ExitEventReasonException:
+		return true
+	case ExitEventReasonHostLost:
+		return true
+	case ExitEventReasonHostRestart:
+		return true
+	case ExitEventReasonHostShutdown:
+		return true
+	case ExitEventReasonKilled:
+		return true
+	case ExitEventReasonLessThannil:
+		return true
+	case ExitEventReasonMemoryLimit:
+		return true
+	case ExitEventReasonOutputLimit:
+		return true
+	case ExitEventReasonSessionEnded:
+		return true
+	case ExitEventReasonTimeout:
 		return true
 	default:
 		return false
@@ -100,10 +154,11 @@ func (e ModuleViewType) Valid() bool {
 
 // Defines values for ProcessExitState.
 const (
-	ProcessExitStateCanceled ProcessExitState = "canceled"
-	ProcessExitStateFailed   ProcessExitState = "failed"
-	ProcessExitStateSuccess  ProcessExitState = "success"
-	ProcessExitStateTimeout  ProcessExitState = "timeout"
+	ProcessExitStateCanceled    ProcessExitState = "canceled"
+	ProcessExitStateFailed      ProcessExitState = "failed"
+	ProcessExitStateLessThannil ProcessExitState = "<nil>"
+	ProcessExitStateSuccess     ProcessExitState = "success"
+	ProcessExitStateTimeout     ProcessExitState = "timeout"
 )
 
 // Valid indicates whether the value is a known member of the ProcessExitState enum.
@@ -113,9 +168,62 @@ func (e ProcessExitState) Valid() bool {
 		return true
 	case ProcessExitStateFailed:
 		return true
+	case ProcessExitStateLessThannil:
+		return true
 	case ProcessExitStateSuccess:
 		return true
 	case ProcessExitStateTimeout:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ProcessReason.
+const (
+	ProcessReasonCompleted        ProcessReason = "completed"
+	ProcessReasonCpuLimit         ProcessReason = "cpu_limit"
+	ProcessReasonEnvironmentError ProcessReason = "environment_error"
+	ProcessReasonException        ProcessReason = "exception"
+	ProcessReasonHostLost         ProcessReason = "host_lost"
+	ProcessReasonHostRestart      ProcessReason = "host_restart"
+	ProcessReasonHostShutdown     ProcessReason = "host_shutdown"
+	ProcessReasonKilled           ProcessReason = "killed"
+	ProcessReasonLessThannil      ProcessReason = "<nil>"
+	ProcessReasonMemoryLimit      ProcessReason = "memory_limit"
+	ProcessReasonOutputLimit      ProcessReason = "output_limit"
+	ProcessReasonSessionEnded     ProcessReason = "session_ended"
+	ProcessReasonTimeout          ProcessReason = "timeout"
+)
+
+// Valid indicates whether the value is a known member of the ProcessReason enum.
+func (e ProcessReason) Valid() bool {
+	switch e {
+	case ProcessReasonCompleted:
+		return true
+	case ProcessReasonCpuLimit:
+		return true
+	case ProcessReasonEnvironmentError:
+		return true
+	case ProcessReasonException:
+		return true
+	case ProcessReasonHostLost:
+		return true
+	case ProcessReasonHostRestart:
+		return true
+	case ProcessReasonHostShutdown:
+		return true
+	case ProcessReasonKilled:
+		return true
+	case ProcessReasonLessThannil:
+		return true
+	case ProcessReasonMemoryLimit:
+		return true
+	case ProcessReasonOutputLimit:
+		return true
+	case ProcessReasonSessionEnded:
+		return true
+	case ProcessReasonTimeout:
 		return true
 	default:
 		return false
@@ -148,10 +256,11 @@ func (e ProcessState) Valid() bool {
 
 // Defines values for ProcessSummaryExitState.
 const (
-	ProcessSummaryExitStateCanceled ProcessSummaryExitState = "canceled"
-	ProcessSummaryExitStateFailed   ProcessSummaryExitState = "failed"
-	ProcessSummaryExitStateSuccess  ProcessSummaryExitState = "success"
-	ProcessSummaryExitStateTimeout  ProcessSummaryExitState = "timeout"
+	ProcessSummaryExitStateCanceled    ProcessSummaryExitState = "canceled"
+	ProcessSummaryExitStateFailed      ProcessSummaryExitState = "failed"
+	ProcessSummaryExitStateLessThannil ProcessSummaryExitState = "<nil>"
+	ProcessSummaryExitStateSuccess     ProcessSummaryExitState = "success"
+	ProcessSummaryExitStateTimeout     ProcessSummaryExitState = "timeout"
 )
 
 // Valid indicates whether the value is a known member of the ProcessSummaryExitState enum.
@@ -161,9 +270,62 @@ func (e ProcessSummaryExitState) Valid() bool {
 		return true
 	case ProcessSummaryExitStateFailed:
 		return true
+	case ProcessSummaryExitStateLessThannil:
+		return true
 	case ProcessSummaryExitStateSuccess:
 		return true
 	case ProcessSummaryExitStateTimeout:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ProcessSummaryReason.
+const (
+	ProcessSummaryReasonCompleted        ProcessSummaryReason = "completed"
+	ProcessSummaryReasonCpuLimit         ProcessSummaryReason = "cpu_limit"
+	ProcessSummaryReasonEnvironmentError ProcessSummaryReason = "environment_error"
+	ProcessSummaryReasonException        ProcessSummaryReason = "exception"
+	ProcessSummaryReasonHostLost         ProcessSummaryReason = "host_lost"
+	ProcessSummaryReasonHostRestart      ProcessSummaryReason = "host_restart"
+	ProcessSummaryReasonHostShutdown     ProcessSummaryReason = "host_shutdown"
+	ProcessSummaryReasonKilled           ProcessSummaryReason = "killed"
+	ProcessSummaryReasonLessThannil      ProcessSummaryReason = "<nil>"
+	ProcessSummaryReasonMemoryLimit      ProcessSummaryReason = "memory_limit"
+	ProcessSummaryReasonOutputLimit      ProcessSummaryReason = "output_limit"
+	ProcessSummaryReasonSessionEnded     ProcessSummaryReason = "session_ended"
+	ProcessSummaryReasonTimeout          ProcessSummaryReason = "timeout"
+)
+
+// Valid indicates whether the value is a known member of the ProcessSummaryReason enum.
+func (e ProcessSummaryReason) Valid() bool {
+	switch e {
+	case ProcessSummaryReasonCompleted:
+		return true
+	case ProcessSummaryReasonCpuLimit:
+		return true
+	case ProcessSummaryReasonEnvironmentError:
+		return true
+	case ProcessSummaryReasonException:
+		return true
+	case ProcessSummaryReasonHostLost:
+		return true
+	case ProcessSummaryReasonHostRestart:
+		return true
+	case ProcessSummaryReasonHostShutdown:
+		return true
+	case ProcessSummaryReasonKilled:
+		return true
+	case ProcessSummaryReasonLessThannil:
+		return true
+	case ProcessSummaryReasonMemoryLimit:
+		return true
+	case ProcessSummaryReasonOutputLimit:
+		return true
+	case ProcessSummaryReasonSessionEnded:
+		return true
+	case ProcessSummaryReasonTimeout:
 		return true
 	default:
 		return false
@@ -427,8 +589,8 @@ type ExitEvent struct {
 	// Pid Process id: positive, unique, never reused.
 	Pid int64 `json:"pid"`
 
-	// Reason Why the latest execution ended: completed, exception, timeout, killed, memory_limit, cpu_limit, output_limit, environment_error, host_restart, host_shutdown; null before the first.
-	Reason *string `json:"reason"`
+	// Reason Why the latest execution ended; null before the first.
+	Reason *ExitEventReason `json:"reason"`
 
 	// Ref Client-chosen label, for filtering.
 	Ref string `json:"ref"`
@@ -460,6 +622,9 @@ type ExitEvent struct {
 
 // ExitEventExitState How the latest execution ended; null before the first.
 type ExitEventExitState string
+
+// ExitEventReason Why the latest execution ended; null before the first.
+type ExitEventReason string
 
 // ExitEventState Host state.
 type ExitEventState string
@@ -556,8 +721,8 @@ type Process struct {
 	// Pid Process id: positive, unique, never reused.
 	Pid int64 `json:"pid"`
 
-	// Reason Why the latest execution ended: completed, exception, timeout, killed, memory_limit, cpu_limit, output_limit, environment_error, host_restart, host_shutdown; null before the first.
-	Reason *string `json:"reason"`
+	// Reason Why the latest execution ended; null before the first.
+	Reason *ProcessReason `json:"reason"`
 
 	// Ref Client-chosen label, for filtering.
 	Ref string `json:"ref"`
@@ -589,6 +754,9 @@ type Process struct {
 
 // ProcessExitState How the latest execution ended; null before the first.
 type ProcessExitState string
+
+// ProcessReason Why the latest execution ended; null before the first.
+type ProcessReason string
 
 // ProcessState Host state.
 type ProcessState string
@@ -630,8 +798,8 @@ type ProcessSummary struct {
 	// Pid Process id: positive, unique, never reused.
 	Pid int64 `json:"pid"`
 
-	// Reason Why the latest execution ended: completed, exception, timeout, killed, memory_limit, cpu_limit, output_limit, environment_error, host_restart, host_shutdown; null before the first.
-	Reason *string `json:"reason"`
+	// Reason Why the latest execution ended; null before the first.
+	Reason *ProcessSummaryReason `json:"reason"`
 
 	// Ref Client-chosen label, for filtering.
 	Ref string `json:"ref"`
@@ -657,6 +825,9 @@ type ProcessSummary struct {
 
 // ProcessSummaryExitState How the latest execution ended; null before the first.
 type ProcessSummaryExitState string
+
+// ProcessSummaryReason Why the latest execution ended; null before the first.
+type ProcessSummaryReason string
 
 // ProcessSummaryState Host state.
 type ProcessSummaryState string

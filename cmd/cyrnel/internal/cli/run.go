@@ -213,7 +213,7 @@ func runProgram(h *host, path, code, env string, timeout time.Duration) (*result
 			return err
 		case ev.Exit != nil:
 			e := ev.Exit
-			res = &result{exitState: string(deref(e.ExitState)), reason: deref(e.Reason), error: e.Error, stdout: e.Stdout, stderr: e.Stderr, output: e.Output}
+			res = &result{exitState: string(deref(e.ExitState)), reason: string(deref(e.Reason)), error: e.Error, stdout: e.Stdout, stderr: e.Stderr, output: e.Output}
 		}
 		return nil
 	})
@@ -273,7 +273,7 @@ func waitProcess(ctx context.Context, h *host, pid int64) (*result, error) {
 			return nil, fmt.Errorf("wait for process %d: %w", pid, err)
 		}
 		if p := r.JSON200; p.State == client.ProcessStateIdle {
-			return &result{exitState: string(deref(p.ExitState)), reason: deref(p.Reason), error: p.Error, stdout: p.Stdout, stderr: p.Stderr, output: p.Output}, nil
+			return &result{exitState: string(deref(p.ExitState)), reason: string(deref(p.Reason)), error: p.Error, stdout: p.Stdout, stderr: p.Stderr, output: p.Output}, nil
 		}
 	}
 }
