@@ -2,6 +2,7 @@ package tests
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -148,5 +149,67 @@ func TestSandboxNeedsTheOperator(t *testing.T) {
 	h.do("GET", "/environment", nil, &env)
 	if env.Active != nil || !strings.Contains(env.Error, "--allow-unsandboxed") || !strings.Contains(env.Error, "sandbox.network") {
 		t.Fatalf("a stored weakening config without the flag: %+v", env)
+	}
+}
+
+// TestToolsCannotReachTheHost is issue 10.5's attack: a service whose
+// document is cyrnel's own spec, pointed at the host with the operator's key
+// as its secret, would let a sandboxed program drive the API (turn the
+// sandbox off, read other processes' code). The host's own address is
+// refused even with allowPrivateNetwork, directly and through a redirect;
+// without the flag a loopback upstream is refused too. The control, a
+// loopback upstream with the flag, shows the calls do leave the sandbox.
+func TestToolsCannotReachTheHost(t *testing.T) {
+	t.Parallel()
+	h := start(t, "")
+	var spec string
+	if st, _ := h.do("GET", "/openapi.json", nil, &spec); st != 200 {
+		t.Fatalf("spec: %d", st)
+	}
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, h.base+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer redirect.Close()
+	up := newUpstream(t)
+	for _, svc := range []struct {
+		id     string
+		config map[string]any
+	}{
+		{"self", map[string]any{"serverUrl": h.base, "allowPrivateNetwork": true}},
+		{"viaredirect", map[string]any{"serverUrl": redirect.URL, "allowPrivateNetwork": true}},
+		{"loopback", map[string]any{"serverUrl": up.URL}},
+		{"control", map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true}},
+	} {
+		if st, _ := h.do("POST", "/services", map[string]any{
+			"id": svc.id, "adapter": "openapi", "source": map[string]any{"content": spec},
+			"config": svc.config, "secrets": map[string]any{"bearer": h.key},
+		}, nil); st != 201 {
+			t.Fatalf("import %s: %d", svc.id, st)
+		}
+	}
+	p := h.run(`
+for name in ("self", "viaredirect", "loopback", "control"):
+    try:
+        r = getattr(cyrnel.services, name).getModuleConfig(id="python")
+        print(name, "reached", r["status"])
+    except cyrnel.ToolError as e:
+        print(name, "refused", e)
+`, nil)
+	lines := strings.Split(strings.TrimSpace(p.Stdout), "\n")
+	if p.exit() != "success" || len(lines) != 4 {
+		t.Fatalf("%+v", p)
+	}
+	for i, want := range []string{"self refused", "viaredirect refused", "loopback refused", "control reached 200"} {
+		if !strings.HasPrefix(lines[i], want) {
+			t.Errorf("%s, want %s…", lines[i], want)
+		}
+	}
+	for i, why := range []string{"own API", "own API", "non-public address"} {
+		if !strings.Contains(lines[i], why) {
+			t.Errorf("%s: does not say %q", lines[i], why)
+		}
+	}
+	if got := up.last(t); got.Path != "/modules/python/config" {
+		t.Errorf("control: upstream got %+v", got)
 	}
 }
