@@ -213,3 +213,36 @@ for name in ("self", "viaredirect", "loopback", "control"):
 		t.Errorf("control: upstream got %+v", got)
 	}
 }
+
+// TestPythonInterpreterFlag: CYRNEL_PYTHON (serve --python) picks the
+// interpreter of a Python config that names none; the module config still
+// overrides it. serve --help lists both on stdout.
+func TestPythonInterpreterFlag(t *testing.T) {
+	t.Parallel()
+	r := cli(t, t.TempDir(), "", nil, "serve", "--help")
+	if r.code != 0 || !strings.Contains(r.stdout, "-python") || !strings.Contains(r.stdout, "CYRNEL_PYTHON") ||
+		!strings.Contains(r.stdout, "-allow-unsandboxed") || r.stderr != "" {
+		t.Fatalf("serve --help: %+v", r)
+	}
+	h := start(t, "", "CYRNEL_PYTHON=/nonexistent/python3.99")
+	var env struct {
+		Active *struct {
+			Module string `json:"module"`
+		} `json:"active"`
+		Error string `json:"error"`
+	}
+	h.do("GET", "/environment", nil, &env)
+	if env.Active != nil || !strings.Contains(env.Error, "/nonexistent/python3.99") {
+		t.Fatalf("with CYRNEL_PYTHON naming no interpreter: %+v", env)
+	}
+	// Control: the config's interpreter wins over the flag.
+	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"interpreter": "python3"}, nil); st != 200 {
+		t.Fatalf("config interpreter: %d", st)
+	}
+	if st, _ := h.do("PUT", "/environment", map[string]any{"module": "python"}, nil); st != 200 {
+		t.Fatalf("activate: %d", st)
+	}
+	if p := h.run("print('ran')", nil); p.Stdout != "ran\n" {
+		t.Fatalf("%+v", p)
+	}
+}
