@@ -150,6 +150,11 @@ func TestSandboxNeedsTheOperator(t *testing.T) {
 	if env.Active != nil || !strings.Contains(env.Error, "--allow-unsandboxed") || !strings.Contains(env.Error, "sandbox.network") {
 		t.Fatalf("a stored weakening config without the flag: %+v", env)
 	}
+	var prob problem
+	if st, _ := h.do("PUT", "/environment", map[string]any{"module": "python"}, &prob); st != http.StatusForbidden ||
+		len(prob.Errors) != 1 || prob.Errors[0].Location != "body.module" || !strings.Contains(prob.Errors[0].Message, "sandbox.network") {
+		t.Fatalf("activating it: %d %+v", st, prob)
+	}
 }
 
 // TestToolsCannotReachTheHost is issue 10.5's attack: a service whose

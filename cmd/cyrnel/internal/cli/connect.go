@@ -7,6 +7,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
+	neturl "net/url"
 	"os"
 	"strings"
 
@@ -39,7 +41,7 @@ command runs.
 
 Environment variables (a flag, when given, wins over its variable):
   CYRNEL_SERVER        URL of a running server (as --server)
-  CYRNEL_API_KEY       that server's API key (default: DATA_DIR/api-key, when readable)
+  CYRNEL_API_KEY       that server's API key (default: DATA_DIR/api-key, sent only to a server on this machine)
   CYRNEL_DATA_DIR      data directory of the embedded host (default ./cyrnel-data)
   CYRNEL_DB_URL        database of the embedded host (default SQLite in the data directory)
   CYRNEL_SECRETS_KEY   secrets key of the embedded host (default the key file in the data directory)
@@ -63,18 +65,34 @@ type host struct {
 func (h hostFlags) connect(env string) (*host, error) {
 	dataDir := Setting(h.fs, "data-dir", "CYRNEL_DATA_DIR", "./cyrnel-data")
 	url := Setting(h.fs, "server", "CYRNEL_SERVER", "")
-	if url == "" {
-		// A server holding the data directory gets the work: an embedded
-		// host could not open it.
-		var err error
-		if url, err = datadir.Running(dataDir); err != nil {
-			return nil, err
-		}
+	if url != "" {
+		// The data directory's key goes only to a server on this machine:
+		// never to whatever URL --server names.
+		return remote(strings.TrimRight(url, "/"), dataDir, isLoopback(url))
+	}
+	// A server holding the data directory gets the work: an embedded host
+	// could not open it.
+	url, err := datadir.Running(dataDir)
+	if err != nil {
+		return nil, err
 	}
 	if url != "" {
-		return remote(strings.TrimRight(url, "/"), dataDir)
+		return remote(url, dataDir, true)
 	}
 	return h.embedded(env, dataDir)
+}
+
+// isLoopback reports whether a server URL names this machine.
+func isLoopback(raw string) bool {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return false
+	}
+	if u.Hostname() == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(u.Hostname())
+	return err == nil && ip.IsLoopback()
 }
 
 // embedded starts a host in this process on dataDir.
@@ -137,11 +155,11 @@ func (h hostFlags) embedded(env, dataDir string) (*host, error) {
 	}}, nil
 }
 
-// remote is a running server at url. Its key is CYRNEL_API_KEY, else the
-// one the server made in dataDir, when that exists.
-func remote(url, dataDir string) (*host, error) {
+// remote is a running server at url. Its key is CYRNEL_API_KEY, else (when
+// keyFile) the one the server made in dataDir, when that exists.
+func remote(url, dataDir string, keyFile bool) (*host, error) {
 	key := os.Getenv("CYRNEL_API_KEY")
-	if key == "" {
+	if key == "" && keyFile {
 		var err error
 		if key, err = datadir.ReadAPIKey(dataDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
