@@ -67,7 +67,8 @@ func New(d Deps) (http.Handler, huma.API) {
 	s.registerEvents(api)
 	s.registerEnvironment(api)
 	s.registerModuleSettings(api)
-	s.registerSettings(api, "/modules", "Module", " (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).", d.Modules)
+	s.registerSettings(api, "/modules", "Module", " (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes)."+
+		" A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.", d.Modules, http.StatusForbidden)
 	s.registerServices(api)
 	s.registerSettings(api, "/services", "Service", " (the adapter is given the new state).", d.Services)
 	s.registerTools(api)

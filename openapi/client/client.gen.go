@@ -1138,7 +1138,7 @@ type ClientInterface interface {
 
 	// SetEnvironmentWithBody Switch the active environment
 	//
-	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1147,7 +1147,7 @@ type ClientInterface interface {
 
 	// SetEnvironment Switch the active environment
 	//
-	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1203,7 +1203,7 @@ type ClientInterface interface {
 
 	// SetModuleConfigWithBody Replace a module's config
 	//
-	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1212,7 +1212,7 @@ type ClientInterface interface {
 
 	// SetModuleConfig Replace a module's config
 	//
-	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1228,7 +1228,7 @@ type ClientInterface interface {
 
 	// SetModuleSecretsWithBody Replace a module's secrets
 	//
-	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1237,7 +1237,7 @@ type ClientInterface interface {
 
 	// SetModuleSecrets Replace a module's secrets
 	//
-	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1517,7 +1517,7 @@ func (c *Client) GetEnvironment(ctx context.Context, reqEditors ...RequestEditor
 
 // SetEnvironmentWithBody Switch the active environment
 //
-// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1536,7 +1536,7 @@ func (c *Client) SetEnvironmentWithBody(ctx context.Context, contentType string,
 
 // SetEnvironment Switch the active environment
 //
-// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1672,7 +1672,7 @@ func (c *Client) GetModuleConfig(ctx context.Context, id string, reqEditors ...R
 
 // SetModuleConfigWithBody Replace a module's config
 //
-// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1691,7 +1691,7 @@ func (c *Client) SetModuleConfigWithBody(ctx context.Context, id string, content
 
 // SetModuleConfig Replace a module's config
 //
-// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1727,7 +1727,7 @@ func (c *Client) GetModuleSecrets(ctx context.Context, id string, reqEditors ...
 
 // SetModuleSecretsWithBody Replace a module's secrets
 //
-// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1746,7 +1746,7 @@ func (c *Client) SetModuleSecretsWithBody(ctx context.Context, id string, conten
 
 // SetModuleSecrets Replace a module's secrets
 //
-// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4004,7 +4004,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetEnvironmentWithBodyWithResponse Switch the active environment
 	//
-	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4013,7 +4013,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetEnvironmentWithResponse Switch the active environment
 	//
-	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4079,7 +4079,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetModuleConfigWithBodyWithResponse Replace a module's config
 	//
-	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4088,7 +4088,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetModuleConfigWithResponse Replace a module's config
 	//
-	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4106,7 +4106,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetModuleSecretsWithBodyWithResponse Replace a module's secrets
 	//
-	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4115,7 +4115,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetModuleSecretsWithResponse Replace a module's secrets
 	//
-	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4467,8 +4467,12 @@ type SetEnvironmentResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *EnvironmentBodyBody
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4476,9 +4480,19 @@ func (r SetEnvironmentResponse) GetJSON200() *EnvironmentBodyBody {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r SetEnvironmentResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SetEnvironmentResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r SetEnvironmentResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r SetEnvironmentResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
 }
 
 // GetBody returns the raw response body bytes
@@ -4817,8 +4831,12 @@ type SetModuleConfigResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *map[string]interface{}
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4826,9 +4844,19 @@ func (r SetModuleConfigResponse) GetJSON200() *map[string]interface{} {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r SetModuleConfigResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SetModuleConfigResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r SetModuleConfigResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r SetModuleConfigResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
 }
 
 // GetBody returns the raw response body bytes
@@ -6325,7 +6353,7 @@ func (c *ClientWithResponses) GetEnvironmentWithResponse(ctx context.Context, re
 
 // SetEnvironmentWithBodyWithResponse Switch the active environment
 //
-// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6340,7 +6368,7 @@ func (c *ClientWithResponses) SetEnvironmentWithBodyWithResponse(ctx context.Con
 
 // SetEnvironmentWithResponse Switch the active environment
 //
-// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6454,7 +6482,7 @@ func (c *ClientWithResponses) GetModuleConfigWithResponse(ctx context.Context, i
 
 // SetModuleConfigWithBodyWithResponse Replace a module's config
 //
-// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6469,7 +6497,7 @@ func (c *ClientWithResponses) SetModuleConfigWithBodyWithResponse(ctx context.Co
 
 // SetModuleConfigWithResponse Replace a module's config
 //
-// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6499,7 +6527,7 @@ func (c *ClientWithResponses) GetModuleSecretsWithResponse(ctx context.Context, 
 
 // SetModuleSecretsWithBodyWithResponse Replace a module's secrets
 //
-// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6514,7 +6542,7 @@ func (c *ClientWithResponses) SetModuleSecretsWithBodyWithResponse(ctx context.C
 
 // SetModuleSecretsWithResponse Replace a module's secrets
 //
-// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7082,12 +7110,26 @@ func ParseSetEnvironmentResponse(rsp *http.Response) (*SetEnvironmentResponse, e
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
 
 	}
 
@@ -7333,12 +7375,26 @@ func ParseSetModuleConfigResponse(rsp *http.Response) (*SetModuleConfigResponse,
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
 
 	}
 
