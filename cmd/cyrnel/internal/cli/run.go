@@ -249,7 +249,7 @@ func checkEnvironment(ctx context.Context, h *host, want string) error {
 		return fmt.Errorf("%s has no active environment: see GET /environment", h.url)
 	case !h.embedded:
 		return fmt.Errorf("the server's active environment is %s, not %s: switch it with PUT /environment {\"module\": %q} "+
-			"(curl -X PUT %s/environment -H 'Content-Type: application/json' -d '{\"module\": %q}'), or pass --env %s to run it there anyway",
+			"(curl -X PUT %s/environment -H 'Authorization: Bearer <key>' -H 'Content-Type: application/json' -d '{\"module\": %q}'), or pass --env %s to run it there anyway",
 			active, want, want, h.url, want, active)
 	}
 	// The embedded host was asked for want and could not activate it.
