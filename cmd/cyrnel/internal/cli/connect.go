@@ -26,7 +26,7 @@ type hostFlags struct {
 }
 
 func addHostFlags(fs *flag.FlagSet, version string) hostFlags {
-	fs.String("server", "", "URL of a running cyrnel server (env CYRNEL_SERVER); its key comes from CYRNEL_API_KEY, else the data directory's api-key file. Default: the server running on the data directory, else an embedded host")
+	fs.String("server", "", "URL of a running cyrnel server (env CYRNEL_SERVER); its key comes from CYRNEL_API_KEY, else the data directory's api-key file when the URL names this machine. Default: the server running on the data directory, else an embedded host")
 	fs.String("data-dir", "", "data directory (env CYRNEL_DATA_DIR, default ./cyrnel-data): of the embedded host, or where a server's api-key file is")
 	return hostFlags{fs, version}
 }
