@@ -1,0 +1,91 @@
+// Package console is the operators' web console and the offline API
+// reference: static assets embedded in the binary, served in front of the
+// API. The console is a small vanilla-JS client of the public API; the
+// assets hold no data, so they need no key (the API calls they make do).
+package console
+
+import (
+	"embed"
+	"io/fs"
+	"mime"
+	"net/http"
+	"strings"
+)
+
+//go:embed assets
+var embedded embed.FS
+
+// Prefix is where the assets are served.
+const Prefix = "/console/"
+
+// csp keeps the console to its own origin: scripts, styles and API calls
+// from this server only, nothing fetched from elsewhere, no framing.
+const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+	"form-action 'none'; base-uri 'none'; frame-ancestors 'none'"
+
+// docsCSP is the reference page's: Redoc injects its styles and runs its
+// search in a worker made from a blob.
+const docsCSP = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; " +
+	"connect-src 'self'; worker-src 'self' blob:; font-src 'self' data:; base-uri 'none'; frame-ancestors 'none'"
+
+// Handler serves the console at / (to a browser asking for HTML), its
+// assets under Prefix and the API reference at /docs; every other request
+// goes to api.
+func Handler(api http.Handler) http.Handler {
+	assets, err := fs.Sub(embedded, "assets")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	files := http.StripPrefix(Prefix, http.FileServerFS(assets))
+	page := func(name, policy string) http.HandlerFunc {
+		body, err := fs.ReadFile(assets, name)
+		if err != nil {
+			panic(err)
+		}
+		return func(w http.ResponseWriter, _ *http.Request) {
+			h := w.Header()
+			h.Set("Content-Type", "text/html; charset=utf-8")
+			h.Set("Content-Security-Policy", policy)
+			h.Set("Cache-Control", "no-cache")
+			h.Set("X-Content-Type-Options", "nosniff")
+			h.Set("Referrer-Policy", "no-referrer")
+			h.Set("Vary", "Accept")
+			w.Write(body)
+		}
+	}
+	index, docs := page("index.html", csp), page("docs.html", docsCSP)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		get := r.Method == http.MethodGet || r.Method == http.MethodHead
+		switch {
+		case get && r.URL.Path == "/" && wantsHTML(r):
+			index(w, r)
+		case get && r.URL.Path == "/docs":
+			docs(w, r)
+		case get && strings.HasPrefix(r.URL.Path, Prefix) && isFile(assets, strings.TrimPrefix(r.URL.Path, Prefix)):
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.Header().Set("Cache-Control", "no-cache")
+			files.ServeHTTP(w, r)
+		default:
+			api.ServeHTTP(w, r)
+		}
+	})
+}
+
+// isFile reports whether name is an asset (not a directory: no listings),
+// so anything else under Prefix gets the API's problem 404.
+func isFile(assets fs.FS, name string) bool {
+	st, err := fs.Stat(assets, name)
+	return err == nil && !st.IsDir()
+}
+
+// wantsHTML reports whether the client lists text/html among what it
+// accepts (browsers do; API clients send application/json or nothing).
+func wantsHTML(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		t, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err == nil && t == "text/html" && params["q"] != "0" {
+			return true
+		}
+	}
+	return false
+}
