@@ -123,3 +123,17 @@ func TestPagesAreSelfContained(t *testing.T) {
 		}
 	}
 }
+
+// The vendored Redoc bundle was patched not to load its logo from
+// cdn.redoc.ly; a re-vendored bundle must be patched again.
+func TestRedocLoadsNoImageFromElsewhere(t *testing.T) {
+	t.Parallel()
+	srv := serve(t)
+	_, body := get(t, srv.URL+"/console/vendor/redoc/redoc.standalone.js", "")
+	if len(body) < 100000 {
+		t.Fatalf("the bundle is %d bytes", len(body))
+	}
+	if m := regexp.MustCompile(`src:"https?://[^"]*"`).FindString(body); m != "" {
+		t.Errorf("the Redoc bundle loads %s (make vendor-redoc patches it)", m)
+	}
+}

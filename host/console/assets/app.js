@@ -595,10 +595,13 @@ function pageServices(main) {
       h("td", {}, toggle(`Enable service ${s.id}`, s.enabled, (on) => api.patch(`/services/${encodeURIComponent(s.id)}`, { enabled: on }))))));
     if (!svcs.items.length) list.append(h("tr", {}, h("td", { colspan: "4", class: "muted" }, "No services yet: import an OpenAPI document below.")));
   });
+  let searches = 0;
   const search = () => guard(async () => {
     const p = new URLSearchParams({ limit: "20" });
     if (q.value) p.set("q", q.value);
+    const n = ++searches;
     const tools = await api.get("/tools?" + p);
+    if (n !== searches) return; // a later search is under way: its answer wins
     results.replaceChildren(...tools.items.map((t) => h("li", {},
       h("a", { href: `#/tools/${encodeURIComponent(t.serviceId)}/${encodeURIComponent(t.id)}` }, `${t.serviceId}.${t.id}`),
       t.enabled ? "" : h("span", { class: "badge off" }, "disabled"),
