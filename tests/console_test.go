@@ -79,8 +79,9 @@ func screenshots(t *testing.T) string {
 	return dir
 }
 
-// shoot saves the page at desktop and at phone width.
-func shoot(t *testing.T, ctx context.Context, name string) {
+// shoot saves the page at desktop and at phone width: the whole page, or
+// (long pages such as the reference) what the screen shows.
+func shoot(t *testing.T, ctx context.Context, name string, whole bool) {
 	t.Helper()
 	dir := screenshots(t)
 	for _, size := range []struct {
@@ -96,7 +97,10 @@ func shoot(t *testing.T, ctx context.Context, name string) {
 			if _, err := chromedp.EmulateViewport(size.width, size.height, viewport...)(ctx, tg); err != nil {
 				return nil, err
 			}
-			return chromedp.FullScreenshot(100)(ctx, tg)
+			if whole {
+				return chromedp.FullScreenshot(100)(ctx, tg)
+			}
+			return chromedp.CaptureScreenshot()(ctx, tg)
 		})
 		if err != nil {
 			t.Fatalf("screenshot %s: %v", name, err)
@@ -162,16 +166,24 @@ func TestConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, ctx, "the key prompt", `document.querySelector("#key-dialog").open`)
-	shoot(t, ctx, "0-key")
+	shoot(t, ctx, "0-key", true)
 	if err := do(ctx, chromedp.SendKeys(chromedp.CSS("#key-input"), key), chromedp.Click(chromedp.CSS("#key-save"))); err != nil {
 		t.Fatal(err)
 	}
 	wait(t, ctx, "the process list", `!document.querySelector("#key-dialog").open && document.querySelector("table[aria-label=Processes] tbody") !== null && /No processes/.test(document.body.innerText)`)
+	wait(t, ctx, "the key kept in this tab only", `sessionStorage.getItem("cyrnel.apiKey") === "`+key+`" && localStorage.length === 0`)
 
 	t.Run("run and watch stdout live, then kill", func(t *testing.T) {
 		program := "import time\nfor i in range(3):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.2)\nprint('waiting', flush=True)\ntime.sleep(120)\nprint('never')\n"
-		if err := do(ctx, chromedp.Navigate(h.base+"/#/run"), chromedp.WaitVisible(chromedp.CSS("#code")), chromedp.SetValue(chromedp.CSS("#code"), program),
-			chromedp.SendKeys(chromedp.CSS("#run-ref"), "console-e2e"), chromedp.Click(chromedp.CSS("#run"))); err != nil {
+		if err := do(ctx, chromedp.Navigate(h.base+"/#/run"), chromedp.WaitVisible(chromedp.CSS("#code")), chromedp.SetValue(chromedp.CSS("#code"), program)); err != nil {
+			t.Fatal(err)
+		}
+		// Tab in the editor indents instead of moving the focus away.
+		if err := do(ctx, chromedp.SendKeys(chromedp.CSS("#code"), "\t")); err != nil {
+			t.Fatal(err)
+		}
+		wait(t, ctx, "Tab to indent", fmt.Sprintf(`document.querySelector("#code").value.length === %d && document.activeElement.id === "code"`, len(program)+4))
+		if err := do(ctx, chromedp.SetValue(chromedp.CSS("#code"), program), chromedp.SendKeys(chromedp.CSS("#run-ref"), "console-e2e"), chromedp.Click(chromedp.CSS("#run"))); err != nil {
 			t.Fatal(err)
 		}
 		// Output that arrives while the program still runs came live: the
@@ -184,7 +196,7 @@ func TestConsole(t *testing.T) {
 		if len(p) != 1 || p[0].State != "running" {
 			t.Fatalf("the API sees %+v, want one running process", p)
 		}
-		shoot(t, ctx, "1-run")
+		shoot(t, ctx, "1-run", true)
 		if err := do(ctx, chromedp.Click(chromedp.CSS("#kill"))); err != nil {
 			t.Fatal(err)
 		}
@@ -207,18 +219,32 @@ func TestConsole(t *testing.T) {
 		wait(t, ctx, "the filter", fmt.Sprintf(`!document.querySelector('tr[data-pid="%d"]') && /No processes match/.test(document.body.innerText)`, got.PID))
 		eval(t, ctx, `(() => { const s = document.querySelector("select[name=exitState]"); s.value = "canceled"; s.dispatchEvent(new Event("input")); })()`)
 		wait(t, ctx, "the filter", fmt.Sprintf(`document.querySelector('tr[data-pid="%d"]') !== null`, got.PID))
-		shoot(t, ctx, "2-processes")
+		shoot(t, ctx, "2-processes", true)
 
 		// A process that appears after the page loaded shows without reload.
 		var fresh proc
-		h.do("POST", "/processes", map[string]any{"code": "print('hi')", "ref": "later"}, &fresh)
+		h.do("POST", "/processes", map[string]any{"code": "print('hi')\ncyrnel.output({'answer': 42, 'nested': {'list': [1, 2]}})", "ref": "later"}, &fresh)
 		eval(t, ctx, `(() => { const s = document.querySelector("select[name=exitState]"); s.value = ""; s.dispatchEvent(new Event("input")); })()`)
 		wait(t, ctx, "a new process", fmt.Sprintf(`document.querySelector('tr[data-pid="%d"]')?.textContent.includes("success")`, fresh.PID))
 		if err := do(ctx, chromedp.Navigate(fmt.Sprintf("%s/#/processes/%d", h.base, fresh.PID))); err != nil {
 			t.Fatal(err)
 		}
 		wait(t, ctx, "the process page", `/hi/.test(document.querySelector("#stdout")?.textContent || "") && document.querySelector('[data-field="exit"]')?.textContent === "success"`)
-		shoot(t, ctx, "3-process")
+		wait(t, ctx, "the output tree", `/answer: 42/.test(document.querySelector("#output").innerText) && /list: \[2\]/.test(document.querySelector("#output").innerText)`)
+		shoot(t, ctx, "3-process", true)
+		if err := do(ctx, chromedp.Click(chromedp.CSS("#rerun"))); err != nil {
+			t.Fatal(err)
+		}
+		wait(t, ctx, "the re-run", `document.querySelector('[data-field="runs"]')?.textContent === "2" && document.querySelector('[data-field="exit"]')?.textContent === "success" && /hi/.test(document.querySelector("#stdout").textContent)`)
+		// Delete asks first; the test answers yes.
+		eval(t, ctx, `window.confirm = () => true`)
+		if err := do(ctx, chromedp.Click(chromedp.CSS("#delete"))); err != nil {
+			t.Fatal(err)
+		}
+		wait(t, ctx, "the delete", `location.hash === "#/processes"`)
+		if status, _ := h.do("GET", fmt.Sprintf("/processes/%d", fresh.PID), nil, nil); status != 404 {
+			t.Errorf("after the console's delete the process answers %d", status)
+		}
 	})
 
 	t.Run("import a service and find a tool", func(t *testing.T) {
@@ -236,10 +262,19 @@ func TestConsole(t *testing.T) {
 			t.Fatal(err)
 		}
 		wait(t, ctx, "the search", `[...document.querySelectorAll("#tool-results a")].some((a) => a.textContent === "petstore.showPetById")`)
-		shoot(t, ctx, "4-services")
+		shoot(t, ctx, "4-services", true)
 		eval(t, ctx, `document.querySelector('#tool-results a[href="#/tools/petstore/showPetById"]').click()`)
 		wait(t, ctx, "the tool's docs", `/showPetById/.test(document.querySelector("#tool-docs")?.textContent || "") && document.querySelector("#tool-docs pre") !== null`)
-		shoot(t, ctx, "5-tool")
+		shoot(t, ctx, "5-tool", true)
+		if err := do(ctx, chromedp.Click(chromedp.CSS(`input[aria-label="Enable tool showPetById"]`))); err != nil {
+			t.Fatal(err)
+		}
+		wait(t, ctx, "the tool disabled", `document.querySelector("#notice").textContent === "tool showPetById: disabled."`)
+		var tool struct{ Enabled bool }
+		h.do("GET", "/tools/petstore/showPetById", nil, &tool)
+		if tool.Enabled {
+			t.Error("unchecking Enabled left the tool enabled")
+		}
 	})
 
 	t.Run("switch the environment", func(t *testing.T) {
@@ -252,7 +287,7 @@ func TestConsole(t *testing.T) {
 		if body := text(t, ctx, "#env"); !strings.Contains(body, "blocked: programs have no network") {
 			t.Errorf("the environment page does not say the network is blocked:\n%s", body)
 		}
-		shoot(t, ctx, "6-environment")
+		shoot(t, ctx, "6-environment", true)
 		eval(t, ctx, `document.querySelector("#env-module").value = "typescript"`)
 		if err := do(ctx, chromedp.Click(chromedp.CSS("#env-switch"))); err != nil {
 			t.Fatal(err)
@@ -273,7 +308,7 @@ func TestConsole(t *testing.T) {
 		}
 		// Redoc rendered the spec: operations are listed by summary.
 		wait(t, ctx, "the reference", `/Follow a process as Server-Sent Events/.test(document.body.innerText)`)
-		shoot(t, ctx, "7-docs")
+		shoot(t, ctx, "7-docs", false)
 	})
 
 	base, err := url.Parse(h.base)

@@ -165,7 +165,7 @@ function tree(value, name) {
   return h("span", {}, label, h("span", { class: "value " + typeof value }, JSON.stringify(value)));
 }
 
-// markdown renders a small, safe subset (headings, lists, code, emphasis):
+// markdown renders a small, safe subset (headings, lists, tables, code, bold):
 // every piece of text goes in as text, so HTML in a tool's docs stays text.
 function markdown(src) {
   const out = h("div", { class: "markdown" });
@@ -192,6 +192,18 @@ function markdown(src) {
       const code = [];
       for (i++; i < lines.length && !lines[i].startsWith("```"); i++) code.push(lines[i]);
       out.append(h("pre", {}, h("code", {}, code.join("\n"))));
+      continue;
+    }
+    if (line.trim().startsWith("|")) {
+      flush();
+      const rows = [];
+      for (; i < lines.length && lines[i].trim().startsWith("|"); i++) rows.push(lines[i]);
+      i--;
+      const cells = (row) => row.trim().replace(/^\||\|$/g, "").split("|").map((c) => c.trim());
+      const body = rows.filter((r) => !/^\s*\|[\s:|-]*\|\s*$/.test(r)).map(cells);
+      out.append(h("div", { class: "scroll" }, h("table", {},
+        h("thead", {}, h("tr", {}, (body[0] || []).map((c) => h("th", { scope: "col" }, inline(c))))),
+        h("tbody", {}, body.slice(1).map((r) => h("tr", {}, r.map((c) => h("td", {}, inline(c)))))))));
       continue;
     }
     const head = /^(#{1,6})\s+(.*)$/.exec(line);
@@ -257,7 +269,7 @@ function pageProcesses(main, params) {
     h("form", { class: "filters", role: "search", "aria-label": "Filter processes", onsubmit: (e) => e.preventDefault() },
       labelled("State", state), labelled("Exit state", exit), labelled("Ref", ref)),
     h("div", { class: "scroll" }, h("table", { "aria-label": "Processes" },
-      h("thead", {}, h("tr", {}, ["PID", "Ref", "State", "Exit", "Reason", "Created", "Duration"].map((t) => h("th", { scope: "col" }, t)))),
+      h("thead", {}, h("tr", {}, ["PID", "Ref", "State", "Exit", "Reason", "Created", "Duration"].map((t, i) => h("th", { scope: "col", class: i > 4 ? "wide" : null }, t)))),
       body)), more);
   let timer = null, stopped = false;
   const load = async () => {
@@ -272,8 +284,8 @@ function pageProcesses(main, params) {
         h("td", {}, badge(p.state)),
         h("td", {}, badge(p.exitState)),
         h("td", {}, p.reason || ""),
-        h("td", {}, when(p.createdAt)),
-        h("td", {}, p.durationMs == null ? "" : p.durationMs + " ms"))));
+        h("td", { class: "wide" }, when(p.createdAt)),
+        h("td", { class: "wide" }, p.durationMs == null ? "" : p.durationMs + " ms"))));
       more.textContent = list.items.length ? (list.hasMore ? "Showing the newest 50." : "") : "No processes match.";
     });
     if (!stopped) timer = setTimeout(load, 1500);
@@ -403,7 +415,9 @@ function processView(root, pid) {
       return;
     }
     if (what === "kill") {
-      show(await api.post(`/processes/${pid}/kill`));
+      // The stream shows what the kill did: this answer can arrive after the
+      // stream's exit event, and showing it would undo that.
+      await api.post(`/processes/${pid}/kill`);
       notice(`Kill sent to process ${pid}.`);
       return;
     }
@@ -574,6 +588,7 @@ function toggle(label, checked, onchange) {
   const box = h("input", { type: "checkbox", checked, "aria-label": label });
   box.addEventListener("change", () => guard(async () => {
     try { await onchange(box.checked); } catch (err) { box.checked = !box.checked; throw err; }
+    notice(`${label.replace(/^Enable /, "")}: ${box.checked ? "enabled" : "disabled"}.`);
   }));
   return box;
 }
