@@ -79,11 +79,28 @@ func screenshots(t *testing.T) string {
 	return dir
 }
 
+// unnamedControls lists the page's visible controls that have no accessible
+// name (no aria-label, label, text or title).
+const unnamedControls = `[...document.querySelectorAll("button, input, select, textarea, a[href], summary")]
+	.filter((e) => e.getClientRects().length > 0)
+	.filter((e) => !(e.getAttribute("aria-label") || [...(e.labels || [])].map((l) => l.textContent).join("") ||
+		(e.tagName === "INPUT" ? "" : e.textContent) || e.title || "").trim())
+	.map((e) => e.outerHTML.slice(0, 160))`
+
 // shoot saves the page at desktop and at phone width: the whole page, or
 // (long pages such as the reference) what the screen shows.
 func shoot(t *testing.T, ctx context.Context, name string, whole bool) {
 	t.Helper()
 	dir := screenshots(t)
+	if !strings.HasSuffix(name, "docs") {
+		unnamed, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](unnamedControls))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range unnamed {
+			t.Errorf("%s: a control without an accessible name: %s", name, c)
+		}
+	}
 	for _, size := range []struct {
 		suffix        string
 		width, height int64
@@ -171,6 +188,9 @@ func TestConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, ctx, "the process list", `!document.querySelector("#key-dialog").open && document.querySelector("table[aria-label=Processes] tbody") !== null && /No processes/.test(document.body.innerText)`)
+	// Approvals show in the menu exactly when the API has them.
+	status, _ := h.do("GET", "/approvals?limit=1", nil, nil)
+	wait(t, ctx, "the approvals probe", fmt.Sprintf(`document.querySelector("#nav-approvals").dataset.checked === "true" && document.querySelector("#nav-approvals").hidden === %t`, status == 404))
 	wait(t, ctx, "the key kept in this tab only", `sessionStorage.getItem("cyrnel.apiKey") === "`+key+`" && localStorage.length === 0`)
 
 	t.Run("run and watch stdout live, then kill", func(t *testing.T) {

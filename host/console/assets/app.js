@@ -770,5 +770,6 @@ window.addEventListener("DOMContentLoaded", () => {
   $("#key-forget").addEventListener("click", () => { sessionStorage.removeItem(KEY); $("#key-input").value = ""; notice("Key forgotten."); });
   route();
   // Approvals appear in the menu only where the API has them.
-  exists("/approvals?limit=1").then((r) => { $("#nav-approvals").hidden = !r; }).catch(() => {});
+  const nav = $("#nav-approvals");
+  exists("/approvals?limit=1").then((r) => { nav.hidden = !r; }).catch(() => {}).finally(() => { nav.dataset.checked = "true"; });
 });
