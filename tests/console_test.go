@@ -184,6 +184,11 @@ func TestConsole(t *testing.T) {
 	}
 	wait(t, ctx, "the key prompt", `document.querySelector("#key-dialog").open`)
 	shoot(t, ctx, "0-key", true)
+	// A wrong key is refused and asked for again.
+	if err := do(ctx, chromedp.SendKeys(chromedp.CSS("#key-input"), "wrong"), chromedp.Click(chromedp.CSS("#key-save"))); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ctx, "the prompt again", `document.querySelector("#key-dialog").open && /refused/.test(document.querySelector("#key-why").textContent)`)
 	if err := do(ctx, chromedp.SendKeys(chromedp.CSS("#key-input"), key), chromedp.Click(chromedp.CSS("#key-save"))); err != nil {
 		t.Fatal(err)
 	}
@@ -295,6 +300,27 @@ func TestConsole(t *testing.T) {
 		if tool.Enabled {
 			t.Error("unchecking Enabled left the tool enabled")
 		}
+
+		// Config: a bad value is refused with the field named; a good one is
+		// stored.
+		if err := do(ctx, chromedp.Navigate(h.base+"/#/services/petstore"), chromedp.WaitVisible(chromedp.CSS("#cfg-save"))); err != nil {
+			t.Fatal(err)
+		}
+		wait(t, ctx, "the config fields", `/serverUrl/.test(document.body.innerText) && document.querySelector("#cfg").value.trim() === "{}"`)
+		if err := do(ctx, chromedp.SetValue(chromedp.CSS("#cfg"), `{"timeoutMs": 0}`), chromedp.Click(chromedp.CSS("#cfg-save"))); err != nil {
+			t.Fatal(err)
+		}
+		wait(t, ctx, "the refusal", `document.querySelector("#notice").className === "error" && /timeoutMs/.test(document.querySelector("#notice").textContent)`)
+		if err := do(ctx, chromedp.SetValue(chromedp.CSS("#cfg"), `{"timeoutMs": 5000}`), chromedp.Click(chromedp.CSS("#cfg-save"))); err != nil {
+			t.Fatal(err)
+		}
+		wait(t, ctx, "the config saved", `document.querySelector("#notice").textContent === "Config saved."`)
+		var cfg map[string]any
+		h.do("GET", "/services/petstore/config", nil, &cfg)
+		if cfg["timeoutMs"] != float64(5000) {
+			t.Errorf("after the console saved the config the API says %v", cfg)
+		}
+		shoot(t, ctx, "5-service", true)
 	})
 
 	t.Run("switch the environment", func(t *testing.T) {

@@ -42,7 +42,8 @@ function headers(extra) {
 
 let keyPrompt = null;
 
-// request calls the API; a 401 asks for the key once and retries.
+// request calls the API; a 401 asks for the key and retries, until the key
+// is right or the person gives up (Escape), which leaves the 401.
 async function request(method, path, body, opts = {}) {
   const init = { method, headers: headers(opts.headers), signal: opts.signal };
   if (body !== undefined) {
@@ -50,9 +51,8 @@ async function request(method, path, body, opts = {}) {
     init.body = JSON.stringify(body);
   }
   const resp = await fetch(path, init);
-  if (resp.status === 401 && !opts.retried) {
-    await askKey(sessionStorage.getItem(KEY) ? "The key was refused: enter the right one." : "This server asks for its API key.");
-    return request(method, path, body, Object.assign({}, opts, { retried: true }));
+  if (resp.status === 401 && await askKey(sessionStorage.getItem(KEY) ? "The key was refused: enter the right one." : "This server asks for its API key.")) {
+    return request(method, path, body, opts);
   }
   if (opts.raw) return resp;
   if (!resp.ok) {
@@ -74,10 +74,11 @@ const api = {
 };
 
 // exists reports whether a route answers (not 404): sections for APIs that
-// other parts of the host may or may not have show only then.
+// other parts of the host may or may not have show only then (and not
+// while the key is missing: there is nothing to show).
 async function exists(path) {
   const resp = await request("GET", path, undefined, { raw: true });
-  return resp.status !== 404 && resp.status !== 405 ? resp : null;
+  return [401, 404, 405].includes(resp.status) ? null : resp;
 }
 
 function askKey(why) {
@@ -87,7 +88,7 @@ function askKey(why) {
   $("#key-input").value = "";
   keyPrompt = new Promise((resolve) => {
     // Escape gives up: the request then fails with its 401.
-    dialog.oncancel = () => { keyPrompt = null; resolve(); };
+    dialog.oncancel = () => { keyPrompt = null; resolve(false); };
     const form = $("#key-form");
     form.onsubmit = (ev) => {
       ev.preventDefault();
@@ -96,7 +97,7 @@ function askKey(why) {
       sessionStorage.setItem(KEY, key);
       dialog.close();
       keyPrompt = null;
-      resolve();
+      resolve(true);
     };
   });
   if (!dialog.open) dialog.showModal();
@@ -393,17 +394,31 @@ function processView(root, pid) {
     code.textContent = await api.get(`/processes/${pid}/code`).catch(() => "");
     stdout.textContent = "";
     stderr.textContent = "";
-    const extraDisplays = [];
-    await stream(`/processes/${pid}/events`, (type, ev) => {
-      switch (type) {
-        case "state": setState(ev.state); break;
-        case "stdout": stdout.append(ev.text); break;
-        case "stderr": stderr.append(ev.text); break;
-        case "output": setOutput(mergePatch(out, ev.patch)); break;
-        case "display": extraDisplays.push(ev); break;
-        case "exit": show(ev); setOutput(ev.output); stdout.textContent = ev.stdout; stderr.textContent = ev.stderr; break;
-      }
-    }, ctl.signal);
+    extraBox.replaceChildren();
+    let live = null; // displays as they arrive; the exit reloads them whole
+    try {
+      await stream(`/processes/${pid}/events`, (type, ev) => {
+        switch (type) {
+          case "state": setState(ev.state); break;
+          case "stdout": stdout.append(ev.text); break;
+          case "stderr": stderr.append(ev.text); break;
+          case "output": setOutput(mergePatch(out, ev.patch)); break;
+          case "display":
+            if (!live) extraBox.append(live = section("Displays"));
+            live.append(display(ev));
+            break;
+          case "exit": show(ev); setOutput(ev.output); stdout.textContent = ev.stdout; stderr.textContent = ev.stderr; break;
+        }
+      }, ctl.signal);
+    } catch (err) {
+      // A dropped connection (a restarted server, a network change) is
+      // followed again; an API error is shown.
+      if (stopped || err.name === "AbortError" || err instanceof APIError) throw err;
+      notice(`Lost the event stream (${err.message}); reconnecting.`, "error");
+      await new Promise((ok) => setTimeout(ok, 2000));
+      if (!stopped) return follow();
+      return;
+    }
     if (!stopped) await extrasLoad();
   };
   const act = (what) => guard(async () => {
@@ -653,6 +668,16 @@ function pageServices(main) {
   return () => clearTimeout(debounce);
 }
 
+// fields lists a config or secrets schema's top-level properties with their
+// descriptions, so a person knows what to write.
+function fields(schema) {
+  const props = Object.entries((schema && schema.properties) || {});
+  if (!props.length) return h("p", { class: "muted" }, "No fields.");
+  const required = new Set((schema && schema.required) || []);
+  return h("ul", { class: "hint" }, props.map(([k, p]) => h("li", {}, h("code", {}, k),
+    ` (${p.type || "any"}${required.has(k) ? ", required" : ""})`, p.description ? ": " + p.description : "")));
+}
+
 function pageService(main, params, sid) {
   const base = "/services/" + encodeURIComponent(sid);
   main.append(h("h1", {}, `Service ${sid}`), h("p", {}, h("a", { href: "#/services" }, "← services")));
@@ -660,14 +685,15 @@ function pageService(main, params, sid) {
   const [configF, config] = jsonField("cfg", "Config (JSON)");
   const [secretsF, secrets] = jsonField("sec", "New secrets (JSON; replaces the set)");
   const secretsSet = h("p", { class: "muted" });
+  const configSchema = h("div"), secretsSchema = h("div");
   main.append(info,
     h("div", { class: "actions" },
       h("button", { type: "button", onclick: () => guard(async () => { const r = await api.post(base + "/refresh"); notice(`Refreshed: ${r.added.length} added, ${r.removed.length} removed.`); load(); }) }, "Refresh from source"),
       h("button", { type: "button", class: "danger", onclick: () => guard(async () => { if (!confirm(`Remove service ${sid}?`)) return; await api.del(base); location.hash = "#/services"; }) }, "Remove")),
     section("Config", h("form", { onsubmit: (ev) => { ev.preventDefault(); guard(async () => { await api.put(base + "/config", parseJSON(config, "Config") || {}); notice("Config saved."); load(); }); } },
-      configF, h("button", { type: "submit" }, "Save config"))),
+      configF, configSchema, h("button", { type: "submit", id: "cfg-save" }, "Save config"))),
     section("Secrets", secretsSet, h("form", { onsubmit: (ev) => { ev.preventDefault(); guard(async () => { await api.put(base + "/secrets", parseJSON(secrets, "Secrets") || {}); secrets.value = ""; notice("Secrets saved."); load(); }); } },
-      secretsF, h("button", { type: "submit" }, "Save secrets"))),
+      secretsF, secretsSchema, h("button", { type: "submit", id: "sec-save" }, "Save secrets"))),
     section("Tools", h("div", { class: "scroll" }, h("table", { "aria-label": "Tools" },
       h("thead", {}, h("tr", {}, ["Tool", "Description", "Enabled"].map((t) => h("th", { scope: "col" }, t)))), tools))));
   const load = () => guard(async () => {
@@ -676,6 +702,8 @@ function pageService(main, params, sid) {
       ["Enabled", toggle(`Enable service ${sid}`, s.enabled, (on) => api.patch(base, { enabled: on }))], ["Updated", when(s.updatedAt)]]
       .flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])));
     config.value = JSON.stringify(s.config || {}, null, 2);
+    configSchema.replaceChildren(fields(s.configSchema));
+    secretsSchema.replaceChildren(fields(s.secretsSchema));
     secretsSet.textContent = s.secretsSet && s.secretsSet.length ? "Set: " + s.secretsSet.join(", ") + " (values are never shown)." : "No secrets set.";
     tools.replaceChildren(...(s.tools || []).map((t) => h("tr", {},
       h("td", {}, h("a", { href: `#/tools/${encodeURIComponent(sid)}/${encodeURIComponent(t.id)}` }, t.id)),
@@ -766,7 +794,7 @@ function route() {
 
 window.addEventListener("hashchange", route);
 window.addEventListener("DOMContentLoaded", () => {
-  $("#key-button").addEventListener("click", () => askKey("Enter the server's API key."));
+  $("#key-button").addEventListener("click", () => askKey("Enter the server's API key.").then((ok) => ok && route()));
   $("#key-forget").addEventListener("click", () => { sessionStorage.removeItem(KEY); $("#key-input").value = ""; notice("Key forgotten."); });
   route();
   // Approvals appear in the menu only where the API has them.
