@@ -49,13 +49,16 @@ func Handler(api http.Handler) http.Handler {
 			h.Set("Cache-Control", "no-cache")
 			h.Set("X-Content-Type-Options", "nosniff")
 			h.Set("Referrer-Policy", "no-referrer")
-			h.Set("Vary", "Accept")
 			w.Write(body)
 		}
 	}
 	index, docs := page("index.html", csp), page("docs.html", docsCSP)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		get := r.Method == http.MethodGet || r.Method == http.MethodHead
+		if r.URL.Path == "/" {
+			// The answer at / depends on Accept, for caches too.
+			w.Header().Add("Vary", "Accept")
+		}
 		switch {
 		case get && r.URL.Path == "/" && wantsHTML(r):
 			index(w, r)

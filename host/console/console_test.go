@@ -56,6 +56,9 @@ func TestRootNegotiation(t *testing.T) {
 	// 401, as the key is missing), not the console.
 	for _, accept := range []string{"", "application/json", "text/html;q=0"} {
 		resp, body := get(t, srv.URL+"/", accept)
+		if resp.Header.Get("Vary") != "Accept" {
+			t.Errorf("Accept %q at /: Vary %q, want Accept", accept, resp.Header.Get("Vary"))
+		}
 		if resp.Header.Get("Content-Type") != "application/problem+json" || strings.Contains(body, "<html") {
 			t.Errorf("Accept %q at /: %d %s %s, want the API's problem", accept, resp.StatusCode, resp.Header.Get("Content-Type"), body)
 		}
