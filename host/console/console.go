@@ -5,7 +5,9 @@
 package console
 
 import (
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"io/fs"
 	"mime"
 	"net/http"
@@ -37,6 +39,10 @@ func Handler(api http.Handler) http.Handler {
 		panic(err) // the embedded tree is fixed at build time
 	}
 	files := http.StripPrefix(Prefix, http.FileServerFS(assets))
+	etags, err := hashes(assets)
+	if err != nil {
+		panic(err)
+	}
 	page := func(name, policy string) http.HandlerFunc {
 		body, err := fs.ReadFile(assets, name)
 		if err != nil {
@@ -64,9 +70,13 @@ func Handler(api http.Handler) http.Handler {
 			index(w, r)
 		case get && r.URL.Path == "/docs":
 			docs(w, r)
-		case get && strings.HasPrefix(r.URL.Path, Prefix) && isFile(assets, strings.TrimPrefix(r.URL.Path, Prefix)):
-			w.Header().Set("X-Content-Type-Options", "nosniff")
-			w.Header().Set("Cache-Control", "no-cache")
+		case get && strings.HasPrefix(r.URL.Path, Prefix) && etags[strings.TrimPrefix(r.URL.Path, Prefix)] != "":
+			h := w.Header()
+			h.Set("X-Content-Type-Options", "nosniff")
+			// Revalidated every time, answered 304 while unchanged (the
+			// file server honours If-None-Match against this ETag).
+			h.Set("Cache-Control", "no-cache")
+			h.Set("ETag", etags[strings.TrimPrefix(r.URL.Path, Prefix)])
 			files.ServeHTTP(w, r)
 		default:
 			api.ServeHTTP(w, r)
@@ -74,11 +84,23 @@ func Handler(api http.Handler) http.Handler {
 	})
 }
 
-// isFile reports whether name is an asset (not a directory: no listings),
-// so anything else under Prefix gets the API's problem 404.
-func isFile(assets fs.FS, name string) bool {
-	st, err := fs.Stat(assets, name)
-	return err == nil && !st.IsDir()
+// hashes maps every asset (files only: directories are not served, so
+// anything else under Prefix gets the API's problem 404) to an ETag.
+func hashes(assets fs.FS) (map[string]string, error) {
+	etags := map[string]string{}
+	err := fs.WalkDir(assets, ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(assets, name)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(b)
+		etags[name] = `"` + hex.EncodeToString(sum[:8]) + `"`
+		return nil
+	})
+	return etags, err
 }
 
 // wantsHTML reports whether the client lists text/html among what it

@@ -140,3 +140,27 @@ func TestRedocLoadsNoImageFromElsewhere(t *testing.T) {
 		t.Errorf("the Redoc bundle loads %s (make vendor-redoc patches it)", m)
 	}
 }
+
+// Assets are revalidated, not downloaded again: the Redoc bundle is 900 KB.
+func TestAssetsRevalidate(t *testing.T) {
+	t.Parallel()
+	srv := serve(t)
+	resp, _ := get(t, srv.URL+"/console/vendor/redoc/redoc.standalone.js", "")
+	etag := resp.Header.Get("ETag")
+	if etag == "" {
+		t.Fatal("no ETag")
+	}
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/console/vendor/redoc/redoc.standalone.js", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("If-None-Match", etag)
+	again, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Body.Close()
+	if again.StatusCode != http.StatusNotModified {
+		t.Errorf("revalidating with its ETag: %d, want 304", again.StatusCode)
+	}
+}
