@@ -203,6 +203,7 @@ func TestConsole(t *testing.T) {
 		if err := do(ctx, chromedp.Navigate(h.base+"/#/run"), chromedp.WaitVisible(chromedp.CSS("#code")), chromedp.SetValue(chromedp.CSS("#code"), program)); err != nil {
 			t.Fatal(err)
 		}
+		wait(t, ctx, "the environment's guide", `/cyrnel\.output/.test(document.querySelector("details")?.textContent || "")`)
 		// Tab in the editor indents instead of moving the focus away.
 		if err := do(ctx, chromedp.SendKeys(chromedp.CSS("#code"), "\t")); err != nil {
 			t.Fatal(err)

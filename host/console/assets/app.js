@@ -492,10 +492,15 @@ function pageRun(main) {
   h("p", { class: "hint", id: "editor-hint" }, "Tab indents; press Escape, then Tab, to leave the editor."),
   h("div", { class: "row" }, labelled("Ref (optional)", ref), labelled("Timeout in ms (optional)", timeout), sessionBox),
   h("button", { type: "submit", id: "run" }, "Run"));
-  main.append(h("h1", {}, "Run"), envLine, form, result);
+  const guide = h("details", {}, h("summary", {}, "How to write code for this environment"));
+  main.append(h("h1", {}, "Run"), envLine, guide, form, result);
   guard(async () => {
     const env = await api.get("/environment");
     envLine.textContent = env.active ? `Runs in the active environment: ${env.active.module}.` : `No active environment: ${env.error || "none set up"}.`;
+    if (env.active) {
+      code.placeholder = env.active.module === "python" ? "print('hello')\ncyrnel.output({'answer': 42})" : "console.log('hello')";
+      guide.append(markdown(await api.get("/environment/docs")));
+    } else guide.hidden = true;
     const resp = await exists("/sessions?state=ready");
     if (resp && resp.ok) {
       const list = await resp.json();
