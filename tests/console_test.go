@@ -349,6 +349,33 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
+	// What programs and documents write reaches the page as text: tool docs
+	// (Markdown) and HTML displays (a DataFrame's table) with markup that
+	// would run script if parsed into the page.
+	t.Run("program-made content stays text", func(t *testing.T) {
+		const hostile = `<img src=x onerror="window.pwned=1"><script>window.pwned=1</script>`
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(() => {
+			const md = markdown("# Title %[1]s\n\n| a | b |\n| - | - |\n| %[1]s | **x** |\n\ntext %[1]s `+"`code`"+`");
+			// A script's text stays in its cell as text.
+			const tables = htmlTables("<table><tr><th>k</th><th>v</th></tr><tr><td>%[1]s one</td><td>2</td></tr></table>%[1]s");
+			document.querySelector("#main").append(md, ...tables);
+			return JSON.stringify({md: md.querySelectorAll("img, script").length, tables: tables.length,
+				cells: tables[0].querySelectorAll("img, script").length, text: tables[0].rows[1].cells[0].textContent,
+				head: md.querySelector("h3").textContent, mdTable: md.querySelectorAll("table td").length});
+		})()`, strings.ReplaceAll(hostile, `"`, `\"`))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := `{"md":0,"tables":1,"cells":0,"text":"window.pwned=1 one","head":"Title ` + strings.ReplaceAll(hostile, `"`, `\"`) + `","mdTable":2}`
+		if got != want {
+			t.Errorf("rendered:\n%s\nwant\n%s", got, want)
+		}
+		wait(t, ctx, "a moment for any handler to run", `document.readyState === "complete"`)
+		if pwned, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.pwned === 1`)); pwned {
+			t.Error("markup from a program ran in the console")
+		}
+	})
+
 	t.Run("API reference offline", func(t *testing.T) {
 		if err := do(ctx, chromedp.Navigate(h.base+"/docs")); err != nil {
 			t.Fatal(err)

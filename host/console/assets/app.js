@@ -329,15 +329,28 @@ async function download(path, name) {
   });
 }
 
-// display renders one MIME bundle: an image, HTML-free text, or JSON.
+// display renders one MIME bundle: an image, the tables of an HTML
+// rendering (a DataFrame's), JSON, or text.
 function display(d) {
   const data = d.data || {};
   const img = Object.keys(data).find((m) => /^image\/(png|jpeg|gif|webp)$/.test(m));
+  const tables = typeof data["text/html"] === "string" ? htmlTables(data["text/html"]) : [];
   let body;
   if (img) body = h("img", { src: `data:${img};base64,${data[img]}`, alt: data["text/plain"] || `display ${d.index}` });
+  else if (tables.length) body = h("div", { class: "scroll" }, tables);
   else if (data["application/json"] !== undefined) body = tree(data["application/json"]);
   else body = h("pre", {}, data["text/plain"] ?? JSON.stringify(data));
   return h("figure", { class: "display" }, body, h("figcaption", { class: "muted" }, `${d.kind || "display"} ${d.index ?? ""}`));
+}
+
+// htmlTables rebuilds the tables of program-made HTML from their cells'
+// text alone: the HTML is parsed inert (no scripts run, nothing loads) and
+// nothing else of it reaches the page.
+function htmlTables(html) {
+  const doc = new DOMParser().parseFromString(html, "text/html");
+  return [...doc.querySelectorAll("table")].slice(0, 10).map((t) => h("table", { class: "data" },
+    [...t.rows].slice(0, 500).map((r) => h("tr", {}, [...r.cells].map((c) =>
+      h(c.tagName === "TH" ? "th" : "td", { colspan: c.colSpan > 1 ? String(c.colSpan) : null, rowspan: c.rowSpan > 1 ? String(c.rowSpan) : null }, c.textContent.trim()))))));
 }
 
 // processView shows one process and follows it live; used by the process
