@@ -87,6 +87,7 @@ func Config() huma.Config {
 	cfg := huma.DefaultConfig(Title, SpecVersion)
 	cfg.CreateHooks = nil
 	cfg.SchemasPath = ""
+	cfg.DocsPath = "" // the offline reference page is host/console's
 	cfg.RejectUnknownQueryParameters = true
 	cfg.Info.Description = description
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
@@ -98,7 +99,7 @@ func Config() huma.Config {
 
 // open lists what needs no key: liveness and the API's own description.
 func open(path string) bool {
-	return path == "/health" || strings.HasPrefix(path, "/openapi") || path == "/docs"
+	return path == "/health" || strings.HasPrefix(path, "/openapi")
 }
 
 func bearerAuth(key string) func(http.Handler) http.Handler {

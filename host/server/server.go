@@ -18,6 +18,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/api"
+	"github.com/cyrnel/cyrnel/host/console"
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/datadir"
 	"github.com/cyrnel/cyrnel/host/egress"
@@ -167,10 +168,13 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	}
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}})
 	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, MCP: mcpHandler})
+	// The console's assets and the API reference sit in front of the API
+	// (and its authentication): they hold no data.
+	handler = console.Handler(handler)
 	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, modules: reg, services: svcs, handler: handler, egress: guard}, nil
 }
 
-// Handler is the HTTP API.
+// Handler is the HTTP API with the console in front.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve listens on cfg.Addr until ctx ends, then shuts down: stop accepting,
