@@ -34,13 +34,15 @@ const (
 
 // Deps are what the API serves.
 type Deps struct {
-	Log       *slog.Logger
-	Version   string
-	APIKey    string // empty: no authentication
-	Processes *process.Manager
-	Modules   *modules.Registry
-	Services  *services.Manager
-	MCP       http.Handler // the MCP endpoint, mounted at /mcp when set
+	Log         *slog.Logger
+	Version     string
+	APIKey      string // empty: no authentication
+	Processes   Processes
+	Environment Environment
+	Modules     Modules
+	Services    Services
+	Tools       Tools
+	MCP         http.Handler // the MCP endpoint, mounted at /mcp when set
 }
 
 type server struct {
@@ -132,16 +134,45 @@ func writeProblemDetail(w http.ResponseWriter, status int, detail string, errs .
 	w.Write(b)
 }
 
-// problem maps a domain error to an RFC 9457 problem. Anything unknown is a
-// 500 whose details go to the log, not the client.
-func (s *server) problem(err error) error {
+// where maps a field as the domain names it (schema.FieldError) to where it
+// sits in the request. Each operation knows its request's shape.
+type where func(field string) string
+
+// inBody: the body holds the domain input's fields (code → body.code).
+func inBody(field string) string {
+	if field == "" {
+		return "body"
+	}
+	return "body." + field
+}
+
+// isBody: the body is the domain's first segment itself, as the config of
+// PUT …/config is (config.timeoutMs → body.timeoutMs, secrets → body).
+func isBody(field string) string {
+	if i := strings.IndexAny(field, ".["); i >= 0 {
+		return "body" + field[i:]
+	}
+	return "body"
+}
+
+// notInRequest: the field is stored state the request only names (a
+// service's source on refresh); it is reported as the domain names it.
+func notInRequest(field string) string { return field }
+
+// problem maps a domain error to an RFC 9457 problem, with bad input located
+// as inBody. Anything unknown is a 500 whose details go to the log, not the
+// client.
+func (s *server) problem(err error) error { return s.problemAt(err, inBody) }
+
+// problemAt is problem with bad input located by at.
+func (s *server) problemAt(err error, at where) error {
 	var inv *schema.FieldError
 	var unsandboxed *modules.UnsandboxedError
 	switch {
 	case errors.As(err, &inv):
-		return invalid(inv)
+		return invalid(inv, at)
 	case errors.As(err, &unsandboxed):
-		return forbiddenSandbox(unsandboxed)
+		return forbiddenSandbox(unsandboxed, at)
 	case errors.Is(err, services.ErrNotFound):
 		return huma.Error404NotFound(err.Error())
 	case errors.Is(err, services.ErrExists), errors.Is(err, services.ErrUnavailable):
@@ -166,27 +197,24 @@ func (s *server) problem(err error) error {
 
 // forbiddenSandbox is 403: the config is valid, but weakening the sandbox is
 // the operator's decision at start-up, not an API caller's.
-func forbiddenSandbox(e *modules.UnsandboxedError) error {
+func forbiddenSandbox(e *modules.UnsandboxedError, at where) error {
 	details := make([]error, 0, len(e.Fields))
 	for _, f := range e.Fields {
 		if e.Stored != "" {
 			details = append(details, &huma.ErrorDetail{Location: "body.module", Message: "its stored config sets " + f, Value: e.Stored})
 			continue
 		}
-		details = append(details, &huma.ErrorDetail{Location: "body." + f, Message: modules.ErrUnsandboxed.Error()})
+		details = append(details, &huma.ErrorDetail{Location: at("config." + f), Message: modules.ErrUnsandboxed.Error()})
 	}
 	return huma.Error403Forbidden(e.Error(), details...)
 }
 
-// invalid renders a services validation error: one detail per failing path,
+// invalid renders a domain validation error: one detail per failing path,
 // located like huma's own (body.config.serverUrl, body.parameters.items[0]).
-func invalid(e *schema.FieldError) error {
+func invalid(e *schema.FieldError, at where) error {
+	field := at(e.Field)
 	if len(e.Problems) == 0 {
-		return huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{Location: e.Field, Message: e.Message})
-	}
-	field := e.Field
-	if field == "parameters" {
-		field = "body.parameters"
+		return huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{Location: field, Message: e.Message})
 	}
 	details := make([]error, 0, len(e.Problems))
 	for _, p := range e.Problems {

@@ -93,7 +93,7 @@ func (s *server) registerHealth(api huma.API) {
 	}, func(context.Context, *struct{}) (*healthBody, error) {
 		out := &healthBody{}
 		out.Body.Status, out.Body.Version = "ok", s.Version
-		if active, _, _ := s.Modules.Status(); active != nil {
+		if active, _, _ := s.Environment.Status(); active != nil {
 			out.Body.Environment = &active.Module
 		}
 		return out, nil
@@ -101,7 +101,7 @@ func (s *server) registerHealth(api huma.API) {
 }
 
 func (s *server) environment() *environmentBody {
-	active, draining, setupErr := s.Modules.Status()
+	active, draining, setupErr := s.Environment.Status()
 	out := &environmentBody{}
 	if active != nil {
 		out.Body.Active = &envView{Module: active.Module, InFlight: active.InFlight, Status: active.Status}
@@ -113,6 +113,11 @@ func (s *server) environment() *environmentBody {
 	out.Body.Error = setupErr
 	return out
 }
+
+// storedConfig locates what is wrong with the stored config of the module
+// PUT /environment names at the field that named it: the request holds no
+// config.
+func storedConfig(string) string { return "body.module" }
 
 func (s *server) registerEnvironment(api huma.API) {
 	huma.Register(api, huma.Operation{
@@ -129,12 +134,12 @@ func (s *server) registerEnvironment(api huma.API) {
 			"An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.",
 		Errors: []int{http.StatusForbidden},
 	}, func(ctx context.Context, in *setEnvironmentInput) (*environmentBody, error) {
-		if err := s.Modules.Activate(ctx, in.Body.Module); err != nil {
+		if err := s.Environment.Activate(ctx, in.Body.Module); err != nil {
 			if errors.Is(err, modules.ErrUnknownModule) {
 				// The request is fine; the module it names is not.
 				return nil, huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{Location: "body.module", Message: err.Error(), Value: in.Body.Module})
 			}
-			return nil, s.problem(err)
+			return nil, s.problemAt(err, storedConfig)
 		}
 		return s.environment(), nil
 	})
@@ -143,7 +148,7 @@ func (s *server) registerEnvironment(api huma.API) {
 		OperationID: "getEnvironmentDocs", Method: http.MethodGet, Path: "/environment/docs", Tags: []string{"environment"},
 		Summary: "How to write code for the active environment", Responses: markdownResponses("Markdown for those who write programs."),
 	}, func(ctx context.Context, _ *struct{}) (*markdownBody, error) {
-		env, err := s.Modules.Active()
+		env, err := s.Environment.Active()
 		if err != nil {
 			return nil, s.problem(err)
 		}

@@ -118,7 +118,7 @@ func (s *server) registerServices(api huma.API) {
 	}, func(ctx context.Context, in *serviceIDPath) (*refreshBody, error) {
 		r, err := s.Services.Refresh(ctx, in.ID)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problemAt(err, notInRequest)
 		}
 		return &refreshBody{r}, nil
 	})

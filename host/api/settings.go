@@ -7,15 +7,6 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 )
 
-// settings are the config and write-only secrets of a module or a service:
-// the same four operations on both.
-type settings interface {
-	Config(ctx context.Context, id string) (map[string]any, error)
-	SetConfig(ctx context.Context, id string, cfg map[string]any) (map[string]any, error)
-	SecretsSet(ctx context.Context, id string) ([]string, error)
-	SetSecrets(ctx context.Context, id string, secrets map[string]any) ([]string, error)
-}
-
 type objectBody struct {
 	Body map[string]any
 }
@@ -58,7 +49,7 @@ func (s *server) registerSettings(api huma.API, base, noun, applied string, st s
 	}, func(ctx context.Context, in *putObjectInput) (*objectBody, error) {
 		c, err := st.SetConfig(ctx, in.ID, in.Body)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problemAt(err, isBody)
 		}
 		return &objectBody{c}, nil
 	})
@@ -83,7 +74,7 @@ func (s *server) registerSettings(api huma.API, base, noun, applied string, st s
 	}, func(ctx context.Context, in *putObjectInput) (*secretsSetBody, error) {
 		set, err := st.SetSecrets(ctx, in.ID, in.Body)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problemAt(err, isBody)
 		}
 		out := &secretsSetBody{}
 		out.Body.Set = set

@@ -71,7 +71,7 @@ func (s *server) registerTools(api huma.API) {
 			v := in.Enabled == "true"
 			enabled = &v
 		}
-		items, more, err := s.Services.Tools(ctx, services.ToolListInput{ServiceID: in.ServiceID, Enabled: enabled, Query: in.Q, After: after, Limit: in.Limit})
+		items, more, err := s.Tools.Tools(ctx, services.ToolListInput{ServiceID: in.ServiceID, Enabled: enabled, Query: in.Q, After: after, Limit: in.Limit})
 		if err != nil {
 			return nil, s.problem(err)
 		}
@@ -89,7 +89,7 @@ func (s *server) registerTools(api huma.API) {
 		OperationID: "getTool", Method: http.MethodGet, Path: "/tools/{serviceId}/{toolId}", Tags: tags,
 		Summary: "Get a tool with its input and output schemas",
 	}, func(ctx context.Context, in *toolPath) (*toolBody, error) {
-		t, err := s.Services.Tool(ctx, in.ServiceID, in.ToolID)
+		t, err := s.Tools.Tool(ctx, in.ServiceID, in.ToolID)
 		if err != nil {
 			return nil, s.problem(err)
 		}
@@ -100,7 +100,7 @@ func (s *server) registerTools(api huma.API) {
 		OperationID: "updateTool", Method: http.MethodPatch, Path: "/tools/{serviceId}/{toolId}", Tags: tags,
 		Summary: "Enable or disable a tool",
 	}, func(ctx context.Context, in *patchToolInput) (*toolBody, error) {
-		t, err := s.Services.SetToolEnabled(ctx, in.ServiceID, in.ToolID, in.Body.Enabled)
+		t, err := s.Tools.SetToolEnabled(ctx, in.ServiceID, in.ToolID, in.Body.Enabled)
 		if err != nil {
 			return nil, s.problem(err)
 		}
@@ -111,11 +111,11 @@ func (s *server) registerTools(api huma.API) {
 		OperationID: "getToolDocs", Method: http.MethodGet, Path: "/tools/{serviceId}/{toolId}/docs", Tags: tags,
 		Summary: "How to call a tool from the active environment", Responses: markdownResponses("Markdown: the tool as the active environment calls it."),
 	}, func(ctx context.Context, in *toolPath) (*markdownBody, error) {
-		t, err := s.Services.Tool(ctx, in.ServiceID, in.ToolID)
+		t, err := s.Tools.Tool(ctx, in.ServiceID, in.ToolID)
 		if err != nil {
 			return nil, s.problem(err)
 		}
-		env, err := s.Modules.Active()
+		env, err := s.Environment.Active()
 		if err != nil {
 			return nil, s.problem(err)
 		}
@@ -134,7 +134,7 @@ func (s *server) registerTools(api huma.API) {
 		Description: "The same validation and adapter path as calls from code. A disabled tool or service is a 409; a failed call (transport, timeout) a 502. " +
 			"For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.",
 	}, func(ctx context.Context, in *invokeInput) (*invokeBody, error) {
-		res, err := s.Services.Invoke(ctx, module.InvokeInput{ServiceID: in.ServiceID, ToolID: in.ToolID, Parameters: in.Body.Parameters})
+		res, err := s.Tools.Invoke(ctx, module.InvokeInput{ServiceID: in.ServiceID, ToolID: in.ToolID, Parameters: in.Body.Parameters})
 		if err != nil {
 			return nil, s.problem(err)
 		}

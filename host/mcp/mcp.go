@@ -19,6 +19,7 @@ import (
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/process"
+	"github.com/cyrnel/cyrnel/host/schema"
 )
 
 // Processes runs programs.
@@ -158,7 +159,7 @@ func (d Deps) runCode(ctx context.Context, _ *mcp.CallToolRequest, in runInput) 
 	}
 	p, err := d.Processes.Create(ctx, process.CreateInput{Code: in.Code, Ref: "mcp", TimeoutMs: in.TimeoutMs, Autorun: true})
 	if err != nil {
-		return nil, runOutput{}, fmt.Errorf("run_code: %w", err)
+		return nil, runOutput{}, fmt.Errorf("run_code: %w", argument(err))
 	}
 	p, err = d.Processes.Wait(ctx, p.PID, time.Duration(p.TimeoutMs)*time.Millisecond+waitGrace)
 	if err == nil && p.State != process.Idle {
@@ -189,6 +190,16 @@ func (d Deps) runCode(ctx context.Context, _ *mcp.CallToolRequest, in runInput) 
 	res := text(summarize(out))
 	res.IsError = out.ExitState != "success"
 	return res, out, nil
+}
+
+// argument names a bad input as the tool's argument: run_code's arguments
+// carry the names the process gives its fields (code, timeoutMs).
+func argument(err error) error {
+	var fe *schema.FieldError
+	if errors.As(err, &fe) {
+		return fmt.Errorf("invalid argument %w", err)
+	}
+	return err
 }
 
 // summarize is run_code's text content, for clients that read text rather

@@ -153,7 +153,11 @@ func validate(raw []byte, v map[string]any, secret bool) error {
 	err = s.Validate(v)
 	var ve *schema.ValidationError
 	if errors.As(err, &ve) {
-		inv := &schema.FieldError{Field: "body", Message: "does not match the module's schema", Problems: ve.Problems}
+		field := "config"
+		if secret {
+			field = "secrets"
+		}
+		inv := &schema.FieldError{Field: field, Message: "does not match the module's schema", Problems: ve.Problems}
 		if secret {
 			return schema.Redact(inv)
 		}

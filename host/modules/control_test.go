@@ -166,8 +166,8 @@ func TestFailedSetupChangesNothing(t *testing.T) {
 	_, before := running(t, r)
 	_, err := r.SetConfig(ctx, "python", map[string]any{"n": 13.0})
 	var fe *schema.FieldError
-	if !errors.As(err, &fe) || fe.Field != "body.n" {
-		t.Fatalf("err %v, want a FieldError on body.n", err)
+	if !errors.As(err, &fe) || fe.Field != "config.n" {
+		t.Fatalf("err %v, want a FieldError on config.n", err)
 	}
 	if _, now := running(t, r); now != before {
 		t.Fatal("a failed setup replaced the running environment")
@@ -182,8 +182,8 @@ func TestFailedSetupChangesNothing(t *testing.T) {
 	// An environment that is not active is checked the same way: its
 	// config would break the switch to it.
 	_, err = r.SetConfig(ctx, "typescript", map[string]any{"n": 13.0})
-	if !errors.As(err, &fe) || fe.Field != "body.n" {
-		t.Fatalf("inactive environment: err %v, want a FieldError on body.n", err)
+	if !errors.As(err, &fe) || fe.Field != "config.n" {
+		t.Fatalf("inactive environment: err %v, want a FieldError on config.n", err)
 	}
 	if cfg, err := r.Config(ctx, "typescript"); err != nil || len(cfg) != 0 {
 		t.Fatalf("inactive environment: stored %v %v", cfg, err)

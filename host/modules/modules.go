@@ -292,7 +292,7 @@ func (r *Registry) setUp(ctx context.Context, m *store.Module) (module.Environme
 		}
 		var ce *module.ConfigError
 		if errors.As(err, &ce) {
-			return nil, &schema.FieldError{Field: "body." + ce.Field, Message: ce.Err.Error()}
+			return nil, &schema.FieldError{Field: "config." + ce.Field, Message: ce.Err.Error()}
 		}
 		return nil, fmt.Errorf("%w: %s: %w", ErrSetup, m.ID, err)
 	}

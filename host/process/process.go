@@ -118,19 +118,19 @@ type CreateInput struct {
 
 // Create stores a process and, with Autorun, starts it.
 func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) {
-	for field, v := range map[string]string{"body.code": in.Code, "body.ref": in.Ref} {
+	for field, v := range map[string]string{"code": in.Code, "ref": in.Ref} {
 		if strings.ContainsRune(v, 0) {
 			return nil, &schema.FieldError{Field: field, Message: "contains a NUL character"}
 		}
 	}
 	if len(in.Code) > m.limits.CodeBytes {
-		return nil, &schema.FieldError{Field: "body.code", Message: fmt.Sprintf("code is %d bytes, more than the limit of %d", len(in.Code), m.limits.CodeBytes)}
+		return nil, &schema.FieldError{Field: "code", Message: fmt.Sprintf("code is %d bytes, more than the limit of %d", len(in.Code), m.limits.CodeBytes)}
 	}
 	if in.TimeoutMs == 0 {
 		in.TimeoutMs = m.limits.DefaultTimeoutMs
 	}
 	if in.TimeoutMs < 1 || in.TimeoutMs > m.limits.MaxTimeoutMs {
-		return nil, &schema.FieldError{Field: "body.timeoutMs", Message: fmt.Sprintf("must be between 1 and %d", m.limits.MaxTimeoutMs)}
+		return nil, &schema.FieldError{Field: "timeoutMs", Message: fmt.Sprintf("must be between 1 and %d", m.limits.MaxTimeoutMs)}
 	}
 	p := &store.Process{
 		Ref: in.Ref, Code: in.Code, State: string(Idle), TimeoutMs: in.TimeoutMs,

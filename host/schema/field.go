@@ -5,9 +5,11 @@ import (
 	"strings"
 )
 
-// FieldError is a bad input: Field is where it sits in the request (the
-// API's location syntax, e.g. body.config), Problems, when set, name each
-// failing path inside it.
+// FieldError is a bad input. Field names it in the domain's own terms, in
+// the API's location syntax but without a request location ("code",
+// "config.timeoutMs", "preload[1]"): the API maps it to where it sits in a
+// request (body.code, body.timeoutMs), the MCP endpoint to a tool's
+// argument. Problems, when set, name each failing path inside it.
 type FieldError struct {
 	Field    string
 	Message  string

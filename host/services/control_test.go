@@ -137,7 +137,7 @@ func TestConfigMaximumsStoreNothing(t *testing.T) {
 	up := upstream(t, 1)
 	_, err := h.m.Create(ctx, CreateInput{ID: "huge", Adapter: openapi.ID, Source: adapter.Source{Content: petstore(t)},
 		Config: map[string]any{"serverUrl": up, "allowPrivateNetwork": true, "timeoutMs": 1e300}})
-	wantField(t, err, "body.config", "/timeoutMs")
+	wantField(t, err, "config", "/timeoutMs")
 	if _, err := h.m.Get(ctx, "huge"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a refused import exists: %v", err)
 	}
@@ -146,7 +146,7 @@ func TestConfigMaximumsStoreNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = h.m.SetConfig(ctx, "pets", map[string]any{"serverUrl": up, "allowPrivateNetwork": true, "timeoutMs": 9223372036854775808.0})
-	wantField(t, err, "body", "/timeoutMs")
+	wantField(t, err, "config", "/timeoutMs")
 	m := h.restart(t)
 	if _, err := m.Get(ctx, "huge"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after a restart a refused import exists: %v", err)
@@ -249,7 +249,7 @@ func TestReservedServiceNames(t *testing.T) {
 	m := newManager(t)
 	for _, id := range []string{"undefined", "class", "None"} {
 		_, err := m.Create(context.Background(), CreateInput{ID: id, Adapter: openapi.ID, Source: adapter.Source{Content: petstore(t)}})
-		wantField(t, err, "body.id", "")
+		wantField(t, err, "id", "")
 	}
 }
 

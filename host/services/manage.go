@@ -130,7 +130,7 @@ func edited(prev *stored) *stored {
 // SetEnabled enables or disables a service. Enabling needs its config and
 // secrets to validate.
 func (m *Manager) SetEnabled(ctx context.Context, id string, enabled bool) (*Service, error) {
-	err := m.plane.Apply(ctx, m.change(id, nil, "body.enabled", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+	err := m.plane.Apply(ctx, m.change(id, nil, "enabled", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
 		if err := existing(id, prev); err != nil {
 			return nil, nil, err
 		}
@@ -140,10 +140,10 @@ func (m *Manager) SetEnabled(ctx context.Context, id string, enabled bool) (*Ser
 				return nil, nil, fmt.Errorf("service %s: open secrets: %w", id, err)
 			}
 			if err := m.check(prev.svc.ConfigSchema, prev.svc.Config, "config"); err != nil {
-				return nil, nil, &schema.FieldError{Field: "body.enabled", Message: "the service's config does not validate: " + err.Error()}
+				return nil, nil, &schema.FieldError{Field: "enabled", Message: "the service's config does not validate: " + err.Error()}
 			}
 			if err := m.check(prev.svc.SecretsSchema, sec, "secrets"); err != nil {
-				return nil, nil, &schema.FieldError{Field: "body.enabled", Message: "the service's secrets do not validate: " + schema.Redact(err).Error()}
+				return nil, nil, &schema.FieldError{Field: "enabled", Message: "the service's secrets do not validate: " + schema.Redact(err).Error()}
 			}
 		}
 		next := edited(prev)
@@ -239,11 +239,11 @@ func (m *Manager) Config(ctx context.Context, id string) (map[string]any, error)
 // stores it.
 func (m *Manager) SetConfig(ctx context.Context, id string, cfg map[string]any) (map[string]any, error) {
 	cfg = orEmpty(cfg)
-	err := m.plane.Apply(ctx, m.change(id, cfg, "body", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+	err := m.plane.Apply(ctx, m.change(id, cfg, "config", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
 		if err := existing(id, prev); err != nil {
 			return nil, nil, err
 		}
-		if err := m.check(prev.svc.ConfigSchema, cfg, "body"); err != nil {
+		if err := m.check(prev.svc.ConfigSchema, cfg, "config"); err != nil {
 			return nil, nil, err
 		}
 		next := edited(prev)
@@ -277,7 +277,7 @@ func (m *Manager) SetSecrets(ctx context.Context, id string, sec map[string]any)
 		if err := existing(id, prev); err != nil {
 			return nil, nil, err
 		}
-		if err := m.check(prev.svc.SecretsSchema, sec, "body"); err != nil {
+		if err := m.check(prev.svc.SecretsSchema, sec, "secrets"); err != nil {
 			return nil, nil, schema.Redact(err) // never echo secret values back
 		}
 		sealed, err := m.box.Seal(sec)

@@ -305,19 +305,19 @@ type CreateInput struct {
 // secrets validate (given or empty); given ones that do not validate are an
 // error.
 func (m *Manager) Create(ctx context.Context, in CreateInput) (*Service, error) {
-	err := m.plane.Apply(ctx, m.change(in.ID, in.Config, "body.config", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+	err := m.plane.Apply(ctx, m.change(in.ID, in.Config, "config", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
 		if !idPattern.MatchString(in.ID) || module.Reserved(in.ID) {
-			return nil, nil, &schema.FieldError{Field: "body.id", Message: "must be an identifier (letters, digits, _; not starting with a digit; at most 64; not a Python or TypeScript reserved word)"}
+			return nil, nil, &schema.FieldError{Field: "id", Message: "must be an identifier (letters, digits, _; not starting with a digit; at most 64; not a Python or TypeScript reserved word)"}
 		}
 		a, ok := m.adapters[in.Adapter]
 		if !ok {
-			return nil, nil, &schema.FieldError{Field: "body.adapter", Message: fmt.Sprintf("unknown adapter %q", in.Adapter)}
+			return nil, nil, &schema.FieldError{Field: "adapter", Message: fmt.Sprintf("unknown adapter %q", in.Adapter)}
 		}
 		if (in.Source.URL == "") == (in.Source.Content == "") {
-			return nil, nil, &schema.FieldError{Field: "body.source", Message: "give exactly one of url or content"}
+			return nil, nil, &schema.FieldError{Field: "source", Message: "give exactly one of url or content"}
 		}
 		if strings.ContainsRune(in.Source.Content, 0) || strings.ContainsRune(in.Source.URL, 0) {
-			return nil, nil, &schema.FieldError{Field: "body.source", Message: "contains a NUL character"}
+			return nil, nil, &schema.FieldError{Field: "source", Message: "contains a NUL character"}
 		}
 		if prev.svc != nil {
 			return nil, nil, fmt.Errorf("service %s: %w", in.ID, ErrExists)
@@ -326,16 +326,16 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Service, error) 
 		src.Config = in.Config // the adapter may fetch the source by the service's rules
 		def, err := a.Definition(ctx, src)
 		if err != nil {
-			return nil, nil, &schema.FieldError{Field: "body.source", Message: err.Error()}
+			return nil, nil, &schema.FieldError{Field: "source", Message: err.Error()}
 		}
 		enabled := true
-		if err := m.check(def.ConfigSchema, in.Config, "body.config"); err != nil {
+		if err := m.check(def.ConfigSchema, in.Config, "config"); err != nil {
 			if in.Config != nil {
 				return nil, nil, err
 			}
 			enabled = false
 		}
-		if err := m.check(def.SecretsSchema, in.Secrets, "body.secrets"); err != nil {
+		if err := m.check(def.SecretsSchema, in.Secrets, "secrets"); err != nil {
 			if in.Secrets != nil {
 				return nil, nil, schema.Redact(err)
 			}
