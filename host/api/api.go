@@ -223,6 +223,15 @@ func invalid(e *schema.FieldError, at where) error {
 	return huma.Error422UnprocessableEntity(e.Message, details...)
 }
 
+// orEmpty makes a list's items [] rather than null, as the spec promises,
+// whatever the domain returns for none.
+func orEmpty[T any](items []T) []T {
+	if items == nil {
+		return []T{}
+	}
+	return items
+}
+
 // dotted turns a JSON pointer into huma's location syntax: /a/0/b → .a[0].b
 func dotted(pointer string) string {
 	if pointer == "" {

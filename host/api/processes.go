@@ -108,7 +108,7 @@ func (s *server) registerProcesses(api huma.API) {
 			return nil, s.problem(err)
 		}
 		out := &processList{}
-		out.Body.Items, out.Body.HasMore = items, more
+		out.Body.Items, out.Body.HasMore = orEmpty(items), more
 		if more {
 			c := encodeCursor(items[len(items)-1].PID)
 			out.Body.NextCursor = &c

@@ -77,7 +77,7 @@ func (s *server) registerServices(api huma.API) {
 			return nil, s.problem(err)
 		}
 		out := &serviceList{}
-		out.Body.Items = vs
+		out.Body.Items = orEmpty(vs)
 		return out, nil
 	})
 

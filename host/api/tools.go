@@ -76,7 +76,7 @@ func (s *server) registerTools(api huma.API) {
 			return nil, s.problem(err)
 		}
 		out := &toolList{}
-		out.Body.Items, out.Body.HasMore = items, more
+		out.Body.Items, out.Body.HasMore = orEmpty(items), more
 		if more {
 			last := items[len(items)-1]
 			c := base64.RawURLEncoding.EncodeToString([]byte(last.ServiceID + "\x00" + last.ID))

@@ -1,0 +1,399 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/humatest"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/modules"
+	"github.com/cyrnel/cyrnel/host/process"
+	"github.com/cyrnel/cyrnel/host/services"
+)
+
+// The fakes below stand in for the domain packages: each keeps what it was
+// asked in a field the test reads, answers from plain data, and returns err
+// from every call when it is set, so a test can put any domain error in
+// front of an operation and read the problem the API makes of it.
+
+type fakeProcesses struct {
+	procs   []*process.Process // oldest first
+	err     error
+	created process.CreateInput
+	listed  process.ListInput
+	waited  time.Duration
+	forced  bool
+	replay  []process.Event
+	live    chan process.Event // nil: the process is not running
+	stopped chan struct{}      // closed when a follower stops
+}
+
+func (f *fakeProcesses) get(pid int64) (*process.Process, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	for _, p := range f.procs {
+		if p.PID == pid {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("process %d: %w", pid, process.ErrNotFound)
+}
+
+func (f *fakeProcesses) Create(_ context.Context, in process.CreateInput) (*process.Process, error) {
+	f.created = in
+	if f.err != nil {
+		return nil, f.err
+	}
+	p := &process.Process{ProcessSummary: process.ProcessSummary{PID: int64(len(f.procs) + 1), Ref: in.Ref, State: process.Idle, TimeoutMs: in.TimeoutMs}, Code: in.Code}
+	f.procs = append(f.procs, p)
+	return p, nil
+}
+
+func (f *fakeProcesses) List(_ context.Context, in process.ListInput) ([]process.ProcessSummary, bool, error) {
+	f.listed = in
+	if f.err != nil {
+		return nil, false, f.err
+	}
+	var out []process.ProcessSummary
+	for _, p := range slices.Backward(f.procs) {
+		if in.BeforePID == 0 || p.PID < in.BeforePID {
+			out = append(out, p.ProcessSummary)
+		}
+	}
+	if len(out) > in.Limit {
+		return out[:in.Limit], true, nil
+	}
+	return out, false, nil
+}
+
+func (f *fakeProcesses) Get(_ context.Context, pid int64) (*process.Process, error) { return f.get(pid) }
+
+func (f *fakeProcesses) Wait(_ context.Context, pid int64, timeout time.Duration) (*process.Process, error) {
+	f.waited = timeout
+	return f.get(pid)
+}
+
+func (f *fakeProcesses) Kill(_ context.Context, pid int64) (*process.Process, error) { return f.get(pid) }
+
+func (f *fakeProcesses) Run(_ context.Context, pid int64, force bool) (*process.Process, error) {
+	f.forced = force
+	return f.get(pid)
+}
+
+func (f *fakeProcesses) Delete(_ context.Context, pid int64) error {
+	_, err := f.get(pid)
+	return err
+}
+
+func (f *fakeProcesses) Follow(_ context.Context, pid int64) ([]process.Event, <-chan process.Event, func(), error) {
+	if _, err := f.get(pid); err != nil {
+		return nil, nil, nil, err
+	}
+	stop := func() {
+		if f.stopped != nil {
+			close(f.stopped)
+		}
+	}
+	if f.live == nil {
+		return f.replay, nil, stop, nil
+	}
+	return f.replay, f.live, stop, nil
+}
+
+// fakeEnv is an active environment that writes docs; the rest of
+// module.Environment is never called by the API.
+type fakeEnv struct {
+	module.Environment
+	docsErr error
+	docsFor module.ToolDocsInput
+}
+
+func (e *fakeEnv) Docs(context.Context) (string, error) { return "# Writing programs", e.docsErr }
+
+func (e *fakeEnv) ToolDocs(_ context.Context, in module.ToolDocsInput) (string, error) {
+	e.docsFor = in
+	return "## " + in.ServiceID + "." + in.ToolID, e.docsErr
+}
+
+type fakeEnvironment struct {
+	active    *modules.EnvStatus
+	draining  []modules.EnvStatus
+	setupErr  string
+	env       *fakeEnv
+	err       error
+	activated string
+}
+
+func (f *fakeEnvironment) Status() (*modules.EnvStatus, []modules.EnvStatus, string) {
+	return f.active, f.draining, f.setupErr
+}
+
+func (f *fakeEnvironment) Activate(_ context.Context, id string) error {
+	f.activated = id
+	if f.err != nil {
+		return f.err
+	}
+	f.active = &modules.EnvStatus{Module: id}
+	return nil
+}
+
+func (f *fakeEnvironment) Active() (module.Environment, error) {
+	if f.env == nil {
+		return nil, modules.ErrNoEnvironment
+	}
+	return f.env, nil
+}
+
+// fakeSettings keeps configs and secrets by id.
+type fakeSettings struct {
+	configs map[string]map[string]any
+	secrets map[string][]string
+	err     error
+}
+
+func (f *fakeSettings) Config(_ context.Context, id string) (map[string]any, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return f.configs[id], nil
+}
+
+func (f *fakeSettings) SetConfig(_ context.Context, id string, cfg map[string]any) (map[string]any, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	if f.configs == nil {
+		f.configs = map[string]map[string]any{}
+	}
+	f.configs[id] = cfg
+	return cfg, nil
+}
+
+func (f *fakeSettings) SecretsSet(_ context.Context, id string) ([]string, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return f.secrets[id], nil
+}
+
+func (f *fakeSettings) SetSecrets(_ context.Context, id string, sec map[string]any) ([]string, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	set := []string{}
+	for k := range sec {
+		set = append(set, "/"+k)
+	}
+	slices.Sort(set)
+	return set, nil
+}
+
+type fakeModules struct {
+	fakeSettings
+	views []modules.ModuleView
+}
+
+func (f *fakeModules) Modules(context.Context) ([]modules.ModuleView, error) { return f.views, f.err }
+
+func (f *fakeModules) Module(_ context.Context, id string) (modules.ModuleView, error) {
+	if f.err != nil {
+		return modules.ModuleView{}, f.err
+	}
+	for _, v := range f.views {
+		if v.Info.ID == id {
+			return v, nil
+		}
+	}
+	return modules.ModuleView{}, fmt.Errorf("%s: %w", id, modules.ErrUnknownModule)
+}
+
+func (f *fakeModules) SetEnabled(ctx context.Context, id string, enabled bool) (modules.ModuleView, error) {
+	v, err := f.Module(ctx, id)
+	v.Enabled = enabled
+	return v, err
+}
+
+type fakeServices struct {
+	fakeSettings
+	svcs    []*services.Service
+	created services.CreateInput
+}
+
+func (f *fakeServices) Create(_ context.Context, in services.CreateInput) (*services.Service, error) {
+	f.created = in
+	if f.err != nil {
+		return nil, f.err
+	}
+	s := &services.Service{ID: in.ID, Adapter: in.Adapter, Enabled: true, Config: in.Config}
+	f.svcs = append(f.svcs, s)
+	return s, nil
+}
+
+func (f *fakeServices) List(context.Context) ([]*services.Service, error) { return f.svcs, f.err }
+
+func (f *fakeServices) Get(_ context.Context, id string) (*services.Service, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	for _, s := range f.svcs {
+		if s.ID == id {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("service %s: %w", id, services.ErrNotFound)
+}
+
+func (f *fakeServices) SetEnabled(ctx context.Context, id string, enabled bool) (*services.Service, error) {
+	s, err := f.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	s.Enabled = enabled
+	return s, nil
+}
+
+func (f *fakeServices) Delete(ctx context.Context, id string) error {
+	_, err := f.Get(ctx, id)
+	return err
+}
+
+func (f *fakeServices) Refresh(ctx context.Context, id string) (*services.RefreshResult, error) {
+	s, err := f.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &services.RefreshResult{Service: s, Added: []string{"newOp"}, Removed: []string{}}, nil
+}
+
+type fakeTools struct {
+	tools   []services.Tool // sorted by service id, then tool id
+	err     error
+	listed  services.ToolListInput
+	invoked module.InvokeInput
+	result  any
+}
+
+func (f *fakeTools) Tools(_ context.Context, in services.ToolListInput) ([]services.ToolSummary, bool, error) {
+	f.listed = in
+	if f.err != nil {
+		return nil, false, f.err
+	}
+	var out []services.ToolSummary
+	for _, t := range f.tools {
+		if in.After == ([2]string{}) || t.ServiceID > in.After[0] || t.ServiceID == in.After[0] && t.ID > in.After[1] {
+			out = append(out, t.ToolSummary)
+		}
+	}
+	if len(out) > in.Limit {
+		return out[:in.Limit], true, nil
+	}
+	return out, false, nil
+}
+
+func (f *fakeTools) Tool(_ context.Context, serviceID, toolID string) (*services.Tool, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	for i, t := range f.tools {
+		if t.ServiceID == serviceID && t.ID == toolID {
+			return &f.tools[i], nil
+		}
+	}
+	return nil, fmt.Errorf("tool %s.%s: %w", serviceID, toolID, services.ErrNotFound)
+}
+
+func (f *fakeTools) SetToolEnabled(ctx context.Context, serviceID, toolID string, enabled bool) (*services.Tool, error) {
+	t, err := f.Tool(ctx, serviceID, toolID)
+	if err != nil {
+		return nil, err
+	}
+	t.Enabled = enabled
+	return t, nil
+}
+
+func (f *fakeTools) Invoke(_ context.Context, in module.InvokeInput) (any, error) {
+	f.invoked = in
+	return f.result, f.err
+}
+
+// fixture is the API over a fresh set of fakes.
+type fixture struct {
+	procs *fakeProcesses
+	env   *fakeEnvironment
+	mods  *fakeModules
+	svcs  *fakeServices
+	tools *fakeTools
+	logs  *strings.Builder
+	api   humatest.TestAPI
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{
+		procs: &fakeProcesses{}, env: &fakeEnvironment{}, mods: &fakeModules{},
+		svcs: &fakeServices{}, tools: &fakeTools{}, logs: &strings.Builder{},
+	}
+	_, a := New(Deps{
+		Log: slog.New(slog.NewTextHandler(f.logs, nil)), Version: "test",
+		Processes: f.procs, Environment: f.env, Modules: f.mods, Services: f.svcs, Tools: f.tools,
+	})
+	f.api = humatest.Wrap(t, a)
+	return f
+}
+
+// wantStatus fails unless rec has status, and decodes its JSON body into out
+// (when not nil).
+func wantStatus(t *testing.T, rec *httptest.ResponseRecorder, status int, out any) {
+	t.Helper()
+	if rec.Code != status {
+		t.Fatalf("status %d, want %d: %s", rec.Code, status, rec.Body.String())
+	}
+	if out != nil {
+		if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
+			t.Fatalf("body %q: %v", rec.Body.String(), err)
+		}
+	}
+}
+
+// wantProblem fails unless rec is an RFC 9457 problem with status whose
+// details sit at exactly locations, in order; it returns the problem.
+func wantProblem(t *testing.T, rec *httptest.ResponseRecorder, status int, locations ...string) huma.ErrorModel {
+	t.Helper()
+	var p huma.ErrorModel
+	wantStatus(t, rec, status, &p)
+	if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type %q, want application/problem+json", ct)
+	}
+	if p.Status != status {
+		t.Errorf("problem status %d, want %d", p.Status, status)
+	}
+	var got []string
+	for _, d := range p.Errors {
+		got = append(got, d.Location)
+	}
+	if !slices.Equal(got, locations) {
+		t.Errorf("problem locations %q, want %q (%s)", got, locations, rec.Body.String())
+	}
+	return p
+}
+
+// readAll is the text of a body.
+func readAll(t *testing.T, r io.Reader) string {
+	t.Helper()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
