@@ -63,7 +63,7 @@ func (s *server) registerSettings(api huma.API, base, noun, applied string, st s
 			return nil, s.problem(err)
 		}
 		out := &secretsSetBody{}
-		out.Body.Set = set
+		out.Body.Set = orEmpty(set)
 		return out, nil
 	})
 
@@ -77,7 +77,7 @@ func (s *server) registerSettings(api huma.API, base, noun, applied string, st s
 			return nil, s.problemAt(err, isBody)
 		}
 		out := &secretsSetBody{}
-		out.Body.Set = set
+		out.Body.Set = orEmpty(set)
 		return out, nil
 	})
 }
