@@ -77,14 +77,18 @@ func (f *fakeProcesses) List(_ context.Context, in process.ListInput) ([]process
 	return out, false, nil
 }
 
-func (f *fakeProcesses) Get(_ context.Context, pid int64) (*process.Process, error) { return f.get(pid) }
+func (f *fakeProcesses) Get(_ context.Context, pid int64) (*process.Process, error) {
+	return f.get(pid)
+}
 
 func (f *fakeProcesses) Wait(_ context.Context, pid int64, timeout time.Duration) (*process.Process, error) {
 	f.waited = timeout
 	return f.get(pid)
 }
 
-func (f *fakeProcesses) Kill(_ context.Context, pid int64) (*process.Process, error) { return f.get(pid) }
+func (f *fakeProcesses) Kill(_ context.Context, pid int64) (*process.Process, error) {
+	return f.get(pid)
+}
 
 func (f *fakeProcesses) Run(_ context.Context, pid int64, force bool) (*process.Process, error) {
 	f.forced = force
