@@ -1,0 +1,300 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/process"
+	"github.com/cyrnel/cyrnel/host/schema"
+)
+
+// fakeProcesses runs nothing: Create answers with pid 1, Wait with final.
+type fakeProcesses struct {
+	mu        sync.Mutex
+	createErr error
+	waitErr   error
+	final     process.Process
+	created   []process.CreateInput
+	waited    time.Duration
+	killed    []int64
+}
+
+func (f *fakeProcesses) Create(_ context.Context, in process.CreateInput) (*process.Process, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.created = append(f.created, in)
+	if f.createErr != nil {
+		return nil, f.createErr
+	}
+	timeout := in.TimeoutMs
+	if timeout == 0 {
+		timeout = 30000
+	}
+	return &process.Process{ProcessSummary: process.ProcessSummary{PID: 1, State: process.Running, TimeoutMs: timeout}}, nil
+}
+
+func (f *fakeProcesses) Wait(_ context.Context, _ int64, timeout time.Duration) (*process.Process, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.waited = timeout
+	p := f.final
+	return &p, f.waitErr
+}
+
+func (f *fakeProcesses) Kill(_ context.Context, pid int64) (*process.Process, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.killed = append(f.killed, pid)
+	return &process.Process{ProcessSummary: process.ProcessSummary{PID: pid}}, nil
+}
+
+type fakeEnv struct{ module.Environment }
+
+func (fakeEnv) Docs(context.Context) (string, error) { return "Write Python; call cyrnel.output().", nil }
+
+type fakeEnvironments struct{ err error }
+
+func (f fakeEnvironments) Active() (module.Environment, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return fakeEnv{}, nil
+}
+
+// fakeTools finds tools by substring, as the host does, and counts queries.
+type fakeTools struct {
+	mu      sync.Mutex
+	tools   []Tool
+	queries []string
+	docsErr error
+}
+
+func (f *fakeTools) SearchTools(_ context.Context, query string, limit int) ([]Tool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.queries = append(f.queries, query)
+	var out []Tool
+	for _, t := range f.tools {
+		if strings.Contains(strings.ToLower(t.ToolID+" "+t.Name+" "+t.Description), query) && len(out) < limit {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeTools) ToolDocs(_ context.Context, serviceID, toolID string) (string, error) {
+	if f.docsErr != nil {
+		return "", f.docsErr
+	}
+	return "docs of " + serviceID + "." + toolID, nil
+}
+
+// connect serves the endpoint on loopback and returns a client session.
+func connect(t *testing.T, d Deps) *mcp.ClientSession {
+	t.Helper()
+	if d.Log == nil {
+		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	srv := httptest.NewServer(New(d))
+	t.Cleanup(srv.Close)
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func call(t *testing.T, s *mcp.ClientSession, name string, args map[string]any) (*mcp.CallToolResult, string) {
+	t.Helper()
+	res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return res, b.String()
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestRunCodeReportsHowItEnded: the program runs under ref mcp with the
+// timeout asked, waited for past it by the grace; the result carries the
+// structured fields and a text summary; only success is not an error.
+func TestRunCodeReportsHowItEnded(t *testing.T) {
+	t.Parallel()
+	procs := &fakeProcesses{final: process.Process{
+		ProcessSummary: process.ProcessSummary{PID: 1, State: process.Idle, ExitState: ptr("success"), Reason: ptr("completed"), DurationMs: ptr(int64(12))},
+		Output:         map[string]any{"n": 2}, Stdout: "hello\n",
+	}}
+	s := connect(t, Deps{Processes: procs, Environments: fakeEnvironments{}, Tools: &fakeTools{}})
+	res, text := call(t, s, "run_code", map[string]any{"code": "print('hello')", "timeoutMs": 2000})
+	if res.IsError {
+		t.Fatalf("success reported as an error: %s", text)
+	}
+	if in := procs.created[0]; in.Code != "print('hello')" || in.Ref != "mcp" || in.TimeoutMs != 2000 || !in.Autorun {
+		t.Errorf("create %+v", in)
+	}
+	if procs.waited != 2*time.Second+waitGrace {
+		t.Errorf("waited %v, want the timeout and the grace", procs.waited)
+	}
+	if !strings.Contains(text, "exit: success (completed)") || !strings.Contains(text, `output: {"n":2}`) || !strings.Contains(text, "stdout:\nhello") {
+		t.Errorf("text %q", text)
+	}
+	got, _ := res.StructuredContent.(map[string]any)
+	if got["pid"] != 1.0 || got["exitState"] != "success" || got["durationMs"] != 12.0 || got["stdout"] != "hello\n" {
+		t.Errorf("structured %v", got)
+	}
+
+	procs.final = process.Process{ProcessSummary: process.ProcessSummary{PID: 1, State: process.Idle, ExitState: ptr("failed"), Reason: ptr("exception"), Error: "ValueError: boom"}}
+	res, text = call(t, s, "run_code", map[string]any{"code": "raise ValueError('boom')"})
+	if !res.IsError || !strings.HasPrefix(text, "exit: failed (exception): ValueError: boom") {
+		t.Errorf("failure: isError %v, text %q", res.IsError, text)
+	}
+	if got, _ := res.StructuredContent.(map[string]any); fmt.Sprint(got["output"]) != "map[]" {
+		t.Errorf("output of a run that wrote none: %v, want {}", got["output"])
+	}
+}
+
+// TestRunCodeNamesBadArguments: a field the process refuses is named as
+// run_code's argument, never as an HTTP location (the old code said
+// "run_code: body.timeoutMs: …").
+func TestRunCodeNamesBadArguments(t *testing.T) {
+	t.Parallel()
+	procs := &fakeProcesses{createErr: &schema.FieldError{Field: "timeoutMs", Message: "must be between 1 and 300000"}}
+	s := connect(t, Deps{Processes: procs, Environments: fakeEnvironments{}, Tools: &fakeTools{}})
+	res, text := call(t, s, "run_code", map[string]any{"code": "x", "timeoutMs": 999999999})
+	if !res.IsError || text != "run_code: invalid argument timeoutMs: must be between 1 and 300000" {
+		t.Errorf("isError %v, text %q", res.IsError, text)
+	}
+	res, text = call(t, s, "run_code", map[string]any{"code": "  \n"})
+	if !res.IsError || !strings.Contains(text, "code is empty") || len(procs.created) != 1 {
+		t.Errorf("empty code: isError %v, text %q, %d created", res.IsError, text, len(procs.created))
+	}
+}
+
+// TestRunCodeKillsWhatItGaveUpOn: a failed wait, or a wait that ends with
+// the process still running, kills it and is an error.
+func TestRunCodeKillsWhatItGaveUpOn(t *testing.T) {
+	t.Parallel()
+	for _, procs := range []*fakeProcesses{
+		{waitErr: errors.New("store gone"), final: process.Process{ProcessSummary: process.ProcessSummary{PID: 1}}},
+		{final: process.Process{ProcessSummary: process.ProcessSummary{PID: 1, State: process.Running}}},
+	} {
+		s := connect(t, Deps{Processes: procs, Environments: fakeEnvironments{}, Tools: &fakeTools{}})
+		res, text := call(t, s, "run_code", map[string]any{"code": "while True: pass"})
+		if !res.IsError || !strings.Contains(text, "process 1") {
+			t.Errorf("isError %v, text %q", res.IsError, text)
+		}
+		if !slices.Equal(procs.killed, []int64{1}) {
+			t.Errorf("killed %v, want [1]", procs.killed)
+		}
+	}
+}
+
+// TestRunCodeDescriptionCarriesTheGuide of the active environment, and
+// says so when there is none.
+func TestRunCodeDescriptionCarriesTheGuide(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		envs fakeEnvironments
+		want string
+	}{
+		{fakeEnvironments{}, "Write Python; call cyrnel.output()."},
+		{fakeEnvironments{err: errors.New("no active environment")}, "guide is unavailable: no active environment"},
+	} {
+		s := connect(t, Deps{Processes: &fakeProcesses{}, Environments: c.envs, Tools: &fakeTools{}})
+		list, err := s.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, tool := range list.Tools {
+			names = append(names, tool.Name)
+			if tool.Name == "run_code" && !strings.Contains(tool.Description, c.want) {
+				t.Errorf("run_code description lacks %q: %s", c.want, tool.Description)
+			}
+		}
+		slices.Sort(names)
+		if fmt.Sprint(names) != "[environment_docs run_code search_tools tool_docs]" {
+			t.Errorf("tools %v", names)
+		}
+		res, text := call(t, s, "environment_docs", nil)
+		if res.IsError != (c.envs.err != nil) || (c.envs.err == nil && text != "Write Python; call cyrnel.output().") {
+			t.Errorf("environment_docs: isError %v, text %q", res.IsError, text)
+		}
+	}
+}
+
+// TestSearchToolsRanksByWords: each distinct word is one host search; tools
+// matching more words come first (ties by id); limit bounds the results;
+// includeDocs adds each tool's docs.
+func TestSearchToolsRanksByWords(t *testing.T) {
+	t.Parallel()
+	tools := &fakeTools{tools: []Tool{
+		{ServiceID: "pets", ToolID: "addPet", Name: "Add a pet"},
+		{ServiceID: "pets", ToolID: "getPetById", Name: "Find pet by ID"},
+		{ServiceID: "store", ToolID: "getOrderById", Name: "Find order by ID"},
+		{ServiceID: "store", ToolID: "placeOrder", Name: "Place an order"},
+	}}
+	s := connect(t, Deps{Processes: &fakeProcesses{}, Environments: fakeEnvironments{}, Tools: tools})
+	res, _ := call(t, s, "search_tools", map[string]any{"query": "Pet ID pet", "limit": 2})
+	got := ids(t, res)
+	if fmt.Sprint(got) != "[pets.getPetById pets.addPet]" {
+		t.Errorf("ranked %v, want getPetById (2 words) then addPet (1, before store.getOrderById by id)", got)
+	}
+	if slices.Sort(tools.queries); fmt.Sprint(tools.queries) != "[id pet]" {
+		t.Errorf("host searches %v, want one per distinct word", tools.queries)
+	}
+	res, _ = call(t, s, "search_tools", map[string]any{"includeDocs": true})
+	if got := ids(t, res); len(got) != 4 {
+		t.Errorf("empty query listed %v, want every tool", got)
+	}
+	for _, r := range res.StructuredContent.(map[string]any)["tools"].([]any) {
+		m := r.(map[string]any)
+		if m["docs"] != "docs of "+m["serviceId"].(string)+"."+m["toolId"].(string) {
+			t.Errorf("docs %v", m)
+		}
+	}
+	tools.docsErr = errors.New("no active environment")
+	if res, text := call(t, s, "search_tools", map[string]any{"includeDocs": true}); !res.IsError || !strings.Contains(text, "search_tools: no active environment") {
+		t.Errorf("docs failure: isError %v, text %q", res.IsError, text)
+	}
+	if res, text := call(t, s, "tool_docs", map[string]any{"serviceId": "pets", "toolId": "addPet"}); !res.IsError || text != "tool_docs: no active environment" {
+		t.Errorf("tool_docs failure: isError %v, text %q", res.IsError, text)
+	}
+	tools.docsErr = nil
+	if res, text := call(t, s, "tool_docs", map[string]any{"serviceId": "pets", "toolId": "addPet"}); res.IsError || text != "docs of pets.addPet" {
+		t.Errorf("tool_docs: isError %v, text %q", res.IsError, text)
+	}
+}
+
+func ids(t *testing.T, res *mcp.CallToolResult) []string {
+	t.Helper()
+	if res.IsError {
+		t.Fatalf("search_tools failed: %+v", res.Content)
+	}
+	var out []string
+	for _, r := range res.StructuredContent.(map[string]any)["tools"].([]any) {
+		m := r.(map[string]any)
+		out = append(out, m["serviceId"].(string)+"."+m["toolId"].(string))
+	}
+	return out
+}
