@@ -62,7 +62,9 @@ func (f *fakeProcesses) Kill(_ context.Context, pid int64) (*process.Process, er
 
 type fakeEnv struct{ module.Environment }
 
-func (fakeEnv) Docs(context.Context) (string, error) { return "Write Python; call cyrnel.output().", nil }
+func (fakeEnv) Docs(context.Context) (string, error) {
+	return "Write Python; call cyrnel.output().", nil
+}
 
 type fakeEnvironments struct{ err error }
 
