@@ -62,7 +62,7 @@ func Services(args []string, version string) error {
 	case "add":
 		err = addService(ctx, h, in)
 	case "list":
-		err = listServices(ctx, h)
+		err = listServices(ctx, os.Stdout, h)
 	default:
 		if _, err = client.Check(h.api.DeleteServiceWithResponse(ctx, rest[1])); err == nil {
 			fmt.Printf("removed service %s\n", rest[1])
@@ -127,12 +127,12 @@ func addService(ctx context.Context, h *host, in client.CreateServiceJSONRequest
 	return nil
 }
 
-func listServices(ctx context.Context, h *host) error {
+func listServices(ctx context.Context, out io.Writer, h *host) error {
 	r, err := client.Check(h.api.ListServicesWithResponse(ctx))
 	if err != nil {
 		return fmt.Errorf("list services: %w", err)
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tTOOLS\tENABLED\tNAME")
 	for _, s := range r.JSON200.Items {
 		fmt.Fprintf(w, "%s\t%d\t%t\t%s\n", s.Id, s.ToolCount, s.Enabled, s.Name)
@@ -178,10 +178,11 @@ func Tools(args []string, version string) error {
 	if err != nil {
 		return err
 	}
-	return errors.Join(listTools(context.Background(), h, params, *docs), h.close())
+	return errors.Join(listTools(context.Background(), os.Stdout, h, params, *docs), h.close())
 }
 
-func listTools(ctx context.Context, h *host, params client.ListToolsParams, docs bool) error {
+// listTools writes every page of tools, or each one's docs, to out.
+func listTools(ctx context.Context, out io.Writer, h *host, params client.ListToolsParams, docs bool) error {
 	var tools []client.ToolSummary
 	for {
 		r, err := client.Check(h.api.ListToolsWithResponse(ctx, &params))
@@ -195,7 +196,7 @@ func listTools(ctx context.Context, h *host, params client.ListToolsParams, docs
 		params.Cursor = r.JSON200.NextCursor
 	}
 	if !docs {
-		return printTools(os.Stdout, tools)
+		return printTools(out, tools)
 	}
 	for i, t := range tools {
 		r, err := client.Check(h.api.GetToolDocsWithResponse(ctx, t.ServiceId, t.Id))
@@ -203,9 +204,11 @@ func listTools(ctx context.Context, h *host, params client.ListToolsParams, docs
 			return fmt.Errorf("docs of %s.%s: %w", t.ServiceId, t.Id, err)
 		}
 		if i > 0 {
-			fmt.Println()
+			fmt.Fprintln(out)
 		}
-		os.Stdout.Write(r.Body)
+		if _, err := out.Write(r.Body); err != nil {
+			return err
+		}
 	}
 	return nil
 }
