@@ -111,8 +111,8 @@ func BenchmarkWarmExecutionVsSpawn(b *testing.B) {
 	b.ReportMetric(p50(spawnReal), "python-real-c-p50-ms")
 	b.ReportMetric(p50(spawn)/p50(warm), "speedup-x")
 	b.ReportMetric(p50(spawnReal)/p50(warm), "speedup-vs-real-x")
-	b.Log(fmt.Sprintf("warm HTTP p50 %.2f ms; python3 -c pass p50 %.2f ms (real interpreter %.2f ms); %.1fx",
-		p50(warm), p50(spawn), p50(spawnReal), p50(spawn)/p50(warm)))
+	b.Logf("warm HTTP p50 %.2f ms; python3 -c pass p50 %.2f ms (real interpreter %.2f ms); %.1fx",
+		p50(warm), p50(spawn), p50(spawnReal), p50(spawn)/p50(warm))
 }
 
 // serverRSS reads the host process's resident memory in KiB.

@@ -12,9 +12,6 @@ import (
 	"github.com/cyrnel/cyrnel/host/process"
 )
 
-// maxWaitMs bounds every long poll.
-const maxWaitMs = 300000
-
 type processBody struct {
 	Body *process.Process
 }
