@@ -194,7 +194,8 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	s.log.Info("cyrnel listening", "addr", ln.Addr().String(), "version", s.cfg.Version, "auth", s.cfg.APIKey != "")
+	// How to use the key comes before "listening", which is what a
+	// supervisor (or a test) waits for.
 	if s.cfg.Announce {
 		if err := s.dir.Announce("http://" + ln.Addr().String()); err != nil {
 			s.log.Warn("the CLI will not find this server", "err", err)
@@ -204,6 +205,7 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 			s.log.Info(fmt.Sprintf(`every route but /health and the spec needs the API key: curl -H "Authorization: Bearer $(cat %s)" http://%s/processes`, s.keyFile, ln.Addr()), "keyFile", s.keyFile)
 		}
 	}
+	s.log.Info("cyrnel listening", "addr", ln.Addr().String(), "version", s.cfg.Version, "auth", s.cfg.APIKey != "")
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
