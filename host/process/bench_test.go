@@ -31,7 +31,8 @@ func BenchmarkHostOverhead(b *testing.B) {
 	}
 	defer st.Close()
 	x := &instant{}
-	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, x, DefaultLimits(), "test-host")
+	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, x, DefaultLimits(), "test-host", 0)
+	defer m.Shutdown(context.Background())
 	x.m = m
 	ctx := context.Background()
 	lat := make([]time.Duration, 0, b.N)
