@@ -1,14 +1,18 @@
 package tests
 
 import (
+	"database/sql"
 	"fmt"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/uptrace/bun/driver/sqliteshim"
 )
 
 func TestRunPrintAndOutput(t *testing.T) {
@@ -294,11 +298,31 @@ func TestRestartAfterSIGKILLFinishesOrphans(t *testing.T) {
 	var p proc
 	h.do("POST", "/processes", map[string]any{"code": "import time\nprint('up', flush=True)\ntime.sleep(60)"}, &p)
 	h.waitFor(p.PID, func(p proc) bool { return p.State == "running" && p.Stdout == "up\n" })
+	// What it printed reaches its row within the flush interval (a second),
+	// read from the database itself as a host that restarts would.
+	db, err := sql.Open(sqliteshim.ShimName, "file:"+filepath.Join(dir, "cyrnel.db")+"?mode=ro&_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var stdout string
+		if err := db.QueryRow("SELECT stdout FROM processes WHERE pid = ?", p.PID).Scan(&stdout); err != nil {
+			t.Fatal(err)
+		}
+		if stdout == "up\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stdout of a running process not stored within 10s: %q", stdout)
+		}
+		time.Sleep(10 * time.Millisecond) // polls the file: nothing to wait on
+	}
 	h.cmd.Process.Signal(syscall.SIGKILL)
 	<-h.exited
 	h2 := start(t, dir)
 	h2.do("GET", fmt.Sprintf("/processes/%d", p.PID), nil, &p)
-	if p.State != "idle" || p.exit() != "failed" || p.reason() != "host_restart" {
+	if p.State != "idle" || p.exit() != "failed" || p.reason() != "host_restart" || p.Stdout != "up\n" {
 		t.Fatalf("after restart: %+v", p)
 	}
 	if q := h2.run("print('again')", nil); q.exit() != "success" {

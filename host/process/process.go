@@ -36,6 +36,9 @@ var live = []string{string(Queued), string(Running), string(Terminating)}
 var (
 	ErrNotFound = errors.New("process not found")
 	ErrConflict = errors.New("conflict")
+	// ErrFull: the database had no room for a write (its disk is full);
+	// nothing of that write was stored.
+	ErrFull = store.ErrFull
 )
 
 // conflictError is an ErrConflict with its own message.
