@@ -330,6 +330,50 @@ func TestRestartAfterSIGKILLFinishesOrphans(t *testing.T) {
 	}
 }
 
+// TestAFullDiskAnswers507AndDeleteFreesRoom: with the database out of room
+// (SQLite's max_page_count fails writes as a full disk does), a create
+// answers 507 saying the disk is full and stores nothing; deleting
+// processes makes room again.
+func TestAFullDiskAnswers507AndDeleteFreesRoom(t *testing.T) {
+	dir := t.TempDir()
+	h := start(t, dir) // migrates the database at full size
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	<-h.exited
+	h = start(t, dir, "CYRNEL_DB_URL=sqlite://"+filepath.Join(dir, "cyrnel.db")+"?_pragma=max_page_count(120)")
+	code := "# " + strings.Repeat("x", 200<<10)
+	var pids []int64
+	var prob problem
+	for {
+		var p proc
+		st, _ := h.do("POST", "/processes", map[string]any{"code": code, "autorun": false}, &p)
+		if st == http.StatusInsufficientStorage {
+			h.do("POST", "/processes", map[string]any{"code": code, "autorun": false}, &prob)
+			break
+		}
+		if st != http.StatusCreated || len(pids) > 100 {
+			t.Fatalf("create %d: status %d", len(pids), st)
+		}
+		pids = append(pids, p.PID)
+	}
+	if prob.Status != http.StatusInsufficientStorage || !strings.Contains(prob.Detail, "disk is full") {
+		t.Fatalf("problem %+v", prob)
+	}
+	var list struct {
+		Items []proc `json:"items"`
+	}
+	if h.do("GET", "/processes?limit=100", nil, &list); len(list.Items) != len(pids) {
+		t.Fatalf("%d processes stored, %d created", len(list.Items), len(pids))
+	}
+	for _, pid := range pids[:2] {
+		if st, _ := h.do("DELETE", fmt.Sprintf("/processes/%d", pid), nil, nil); st != http.StatusNoContent {
+			t.Fatalf("delete on a full disk: %d", st)
+		}
+	}
+	if p := h.run("print('room again')", nil); p.exit() != "success" || p.Stdout != "room again\n" {
+		t.Fatalf("after deletes: %+v", p)
+	}
+}
+
 func TestSIGTERMCancelsRunning(t *testing.T) {
 	dir := t.TempDir()
 	h := start(t, dir)

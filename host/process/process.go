@@ -145,8 +145,9 @@ func (m *Manager) flushEvery(interval time.Duration, stop <-chan struct{}) {
 	}
 }
 
-// Recover finishes what a previous host left looking alive.
-func (m *Manager) Recover(ctx context.Context) error {
+// Recover finishes what a previous host left looking alive. Like every
+// process write it is bounded by the writer's own timeout, not a caller's.
+func (m *Manager) Recover(context.Context) error {
 	var n int64
 	err := m.w.do(func(ctx context.Context, tx *store.Tx) (err error) {
 		n, err = tx.FinishAll(ctx, m.host, live, string(module.ExitFailed), string(module.ReasonHostRestart),

@@ -90,10 +90,17 @@ func (w *writer) loop() {
 	}
 }
 
-// commit writes a batch in one transaction. If it fails, each write is
-// tried alone, so one write's failure is its own and not its neighbours'.
+// commit writes a batch in one transaction, a lone write without one. If a
+// batch fails, each write is tried alone, so one write's failure is its own
+// and not its neighbours'.
 func (w *writer) commit(batch []*write) {
-	err := w.tx(func(ctx context.Context, tx *store.Tx) error {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	if len(batch) == 1 { // alone: no transaction around it
+		batch[0].err <- w.st.WriteProcess(ctx, batch[0].apply)
+		return
+	}
+	err := w.st.WriteProcesses(ctx, func(ctx context.Context, tx *store.Tx) error {
 		for _, wr := range batch {
 			if err := wr.apply(ctx, tx); err != nil {
 				return err
@@ -101,19 +108,11 @@ func (w *writer) commit(batch []*write) {
 		}
 		return nil
 	})
-	if err != nil && len(batch) > 1 {
-		for _, wr := range batch {
-			wr.err <- w.tx(wr.apply)
-		}
-		return
-	}
 	for _, wr := range batch {
-		wr.err <- err
+		if err != nil {
+			wr.err <- w.st.WriteProcess(ctx, wr.apply)
+			continue
+		}
+		wr.err <- nil
 	}
-}
-
-func (w *writer) tx(apply func(context.Context, *store.Tx) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-	defer cancel()
-	return w.st.WriteProcesses(ctx, func(tx *store.Tx) error { return apply(ctx, tx) })
 }

@@ -20,14 +20,14 @@ func BenchmarkProcessWrites(b *testing.B) {
 	b.Run("insert", func(b *testing.B) {
 		for range b.N {
 			p := &Process{Code: "pass", State: "queued", TimeoutMs: 30000, CreatedAt: time.Now(), Runs: 1}
-			if err := st.WriteProcesses(ctx, func(tx *Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {
+			if err := st.WriteProcesses(ctx, func(ctx context.Context, tx *Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("finish", func(b *testing.B) {
 		p := &Process{Code: "pass", State: "queued", TimeoutMs: 30000, CreatedAt: time.Now(), Runs: 1}
-		if err := st.WriteProcesses(ctx, func(tx *Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {
+		if err := st.WriteProcesses(ctx, func(ctx context.Context, tx *Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {
 			b.Fatal(err)
 		}
 		for range b.N {

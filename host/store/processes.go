@@ -52,23 +52,24 @@ const processColumns = `ref, code, state, exit_state, reason, error, timeout_ms,
 
 var insertProcess = "INSERT INTO processes (" + processColumns + ") VALUES (?" + strings.Repeat(", ?", 22) + ") RETURNING pid"
 
-// Tx is one transaction of process-row writes: every write to the processes
-// table goes through one, so a host can group concurrent writes into one
-// commit (see WriteProcesses).
+// Tx is a unit of process-row writes: every write to the processes table
+// goes through one, so a host can group concurrent writes into one commit
+// (WriteProcesses) or make a lone write its own (WriteProcess).
 type Tx struct {
 	s  *Store
-	tx bun.Tx
+	db bun.IDB
+	tx *sql.Tx // nil: each statement commits alone
 }
 
 // WriteProcesses runs fn in one transaction and commits it if fn returns
 // nil. A full disk is reported as ErrFull.
-func (s *Store) WriteProcesses(ctx context.Context, fn func(*Tx) error) error {
+func (s *Store) WriteProcesses(ctx context.Context, fn func(context.Context, *Tx) error) error {
 	ctx = s.hot(ctx)
 	tx, err := s.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return classify(fmt.Errorf("begin: %w", err))
 	}
-	if err := fn(&Tx{s: s, tx: tx}); err != nil {
+	if err := fn(ctx, &Tx{s: s, db: tx, tx: tx.Tx}); err != nil {
 		return errors.Join(classify(err), tx.Rollback())
 	}
 	if err := tx.Commit(); err != nil {
@@ -77,11 +78,20 @@ func (s *Store) WriteProcesses(ctx context.Context, fn func(*Tx) error) error {
 	return nil
 }
 
-// stmt is the store's prepared statement for query, bound to the transaction.
+// WriteProcess runs fn, a single write, without a transaction around it:
+// each of its statements commits by itself, which on SQLite saves the BEGIN
+// and COMMIT round trips on the path of a lone execution. A full disk is
+// reported as ErrFull.
+func (s *Store) WriteProcess(ctx context.Context, fn func(context.Context, *Tx) error) error {
+	return classify(fn(s.hot(ctx), &Tx{s: s, db: s.DB}))
+}
+
+// stmt is the store's prepared statement for query, bound to the
+// transaction if there is one.
 func (t *Tx) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	stmt, err := t.s.prepared(ctx, query)
-	if err != nil {
-		return nil, err
+	if err != nil || t.tx == nil {
+		return stmt, err
 	}
 	return t.tx.StmtContext(ctx, stmt), nil
 }
@@ -260,14 +270,14 @@ func (s *Store) listQuery(ps *[]Process, f ProcessFilter) *bun.SelectQuery {
 // one of from: the compare-and-set that keeps a late event from overwriting a
 // final state. It reports whether the row changed.
 func (t *Tx) TransitionProcess(ctx context.Context, p *Process, from []string, columns ...string) (bool, error) {
-	res, err := t.tx.NewUpdate().Model(p).Column(columns...).
+	res, err := t.db.NewUpdate().Model(p).Column(columns...).
 		Where("pid = ?", p.PID).Where("state IN (?)", bun.In(from)).Exec(ctx)
 	return changedOne(res, err, "update process %d", p.PID)
 }
 
 // DeleteProcess removes a process if its state is one of from.
 func (t *Tx) DeleteProcess(ctx context.Context, pid int64, from []string) (bool, error) {
-	res, err := t.tx.NewDelete().Model((*Process)(nil)).
+	res, err := t.db.NewDelete().Model((*Process)(nil)).
 		Where("pid = ?", pid).Where("state IN (?)", bun.In(from)).Exec(ctx)
 	return changedOne(res, err, "delete process %d", pid)
 }
@@ -278,7 +288,7 @@ func (t *Tx) DeleteProcess(ctx context.Context, pid int64, from []string) (bool,
 // left behind before it stopped. Hosts sharing a database leave each
 // other's processes alone.
 func (t *Tx) FinishAll(ctx context.Context, hostID string, from []string, exitState, reason, msg string, at time.Time) (int64, error) {
-	res, err := t.tx.NewUpdate().Model((*Process)(nil)).
+	res, err := t.db.NewUpdate().Model((*Process)(nil)).
 		Set("state = ?", "idle").Set("exit_state = ?", exitState).
 		Set("reason = ?", reason).Set("error = ?", msg).Set("finished_at = ?", at).
 		Where("state IN (?)", bun.In(from)).Where("state <> 'idle'").

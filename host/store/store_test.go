@@ -335,7 +335,7 @@ func TestAFullDatabaseIsErrFull(t *testing.T) {
 	var pids []int64
 	for {
 		p := &Process{Code: strings.Repeat("x", 30<<10), State: "idle", CreatedAt: time.Now()}
-		err := st.WriteProcesses(ctx, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
+		err := st.WriteProcesses(ctx, func(ctx context.Context, tx *Tx) error { return tx.InsertProcess(ctx, p) })
 		if errors.Is(err, ErrFull) {
 			break
 		}
@@ -359,7 +359,7 @@ func TestAFullDatabaseIsErrFull(t *testing.T) {
 // inTx runs one write returning a value in its own transaction.
 func inTx[T any](st *Store, fn func(*Tx) (T, error)) (T, error) {
 	var v T
-	err := st.WriteProcesses(context.Background(), func(tx *Tx) (err error) {
+	err := st.WriteProcesses(context.Background(), func(_ context.Context, tx *Tx) (err error) {
 		v, err = fn(tx)
 		return err
 	})
@@ -369,7 +369,7 @@ func inTx[T any](st *Store, fn func(*Tx) (T, error)) (T, error) {
 // write runs fn in one of the store's write transactions.
 func write(t *testing.T, st *Store, fn func(*Tx) error) {
 	t.Helper()
-	if err := st.WriteProcesses(context.Background(), fn); err != nil {
+	if err := st.WriteProcesses(context.Background(), func(_ context.Context, tx *Tx) error { return fn(tx) }); err != nil {
 		t.Fatal(err)
 	}
 }
