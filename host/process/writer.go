@@ -2,7 +2,6 @@ package process
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -36,7 +35,9 @@ const maxBatch = 64
 // writeTimeout bounds one transaction, the wait for the database included.
 const writeTimeout = 30 * time.Second
 
-var errWriterStopped = errors.New("the host has stopped writing processes")
+// errWriterStopped answers writes after shutdown: a conflict, as every
+// request the stopping host refuses.
+var errWriterStopped error = &conflictError{"the host is shutting down"}
 
 func newWriter(st *store.Store) *writer {
 	w := &writer{st: st, queue: make(chan *write, maxBatch), done: make(chan struct{})}
