@@ -292,6 +292,18 @@ func TestSplitUTF8AndOutputCap(t *testing.T) {
 	}
 }
 
+// TestADroppedOutputKeyIsSaid: an output value past the structured
+// output's cap (1 MiB) is dropped, and the process says so where the client
+// looks: outputTruncated and a line on stderr, not only the server log.
+func TestADroppedOutputKeyIsSaid(t *testing.T) {
+	h := start(t, "")
+	p := h.run("cyrnel.output({'small': 1})\ncyrnel.output({'big': 'x' * 1200000})\nprint('done')", nil)
+	if p.exit() != "success" || p.Stdout != "done\n" || p.Output["small"] != 1.0 || p.Output["big"] != nil || !p.OutputTruncated ||
+		!strings.Contains(p.Stderr, `cyrnel: output key "big" (1200009 bytes) dropped: the structured output is capped at 1048576 bytes`) {
+		t.Fatalf("exit %s truncated %v output keys %d stderr %q", p.exit(), p.OutputTruncated, len(p.Output), p.Stderr)
+	}
+}
+
 func TestRestartAfterSIGKILLFinishesOrphans(t *testing.T) {
 	dir := t.TempDir()
 	h := start(t, dir)
