@@ -451,8 +451,9 @@ func TestAFullDiskIsAnsweredAsStored(t *testing.T) {
 	}
 }
 
-// TestOneFailingWriteLeavesItsBatch: writes queued together share a
-// transaction, and one that fails fails alone.
+// TestOneFailingWriteLeavesItsBatch: of writes queued together (one
+// transaction on PostgreSQL, one after another on SQLite), one that fails
+// fails alone.
 func TestOneFailingWriteLeavesItsBatch(t *testing.T) {
 	t.Parallel()
 	m, _, st := newManager(t)

@@ -9,10 +9,10 @@ import (
 )
 
 // writer owns every write to the process rows: one goroutine takes the
-// writes callers queue and commits those queued together in one
-// transaction (group commit), so concurrent executions share commits and a
-// pid is handed out only once its row is committed. Callers wait for their
-// own write's outcome.
+// writes callers queue and, where the database gains from it, commits those
+// queued together in one transaction (group commit), so concurrent
+// executions share commits; a pid is handed out only once its row is
+// committed. Callers wait for their own write's outcome.
 type writer struct {
 	st    *store.Store
 	queue chan *write
@@ -91,29 +91,31 @@ func (w *writer) loop() {
 	}
 }
 
-// commit writes a batch in one transaction, a lone write without one. If a
-// batch fails, each write is tried alone, so one write's failure is its own
-// and not its neighbours'.
+// commit writes a batch in one transaction where the database gains from
+// it (store.GroupsCommits), each write alone otherwise. If a batch fails,
+// each write is tried alone, so one write's failure is its own and not its
+// neighbours'.
 func (w *writer) commit(batch []*write) {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	if len(batch) == 1 { // alone: no transaction around it
-		batch[0].err <- w.st.WriteProcess(ctx, batch[0].apply)
-		return
-	}
-	err := w.st.WriteProcesses(ctx, func(ctx context.Context, tx *store.Tx) error {
-		for _, wr := range batch {
-			if err := wr.apply(ctx, tx); err != nil {
-				return err
+	var err error
+	if len(batch) > 1 && w.st.GroupsCommits() {
+		err = w.st.WriteProcesses(ctx, func(ctx context.Context, tx *store.Tx) error {
+			for _, wr := range batch {
+				if err := wr.apply(ctx, tx); err != nil {
+					return err
+				}
 			}
+			return nil
+		})
+		if err == nil {
+			for _, wr := range batch {
+				wr.err <- nil
+			}
+			return
 		}
-		return nil
-	})
+	}
 	for _, wr := range batch {
-		if err != nil {
-			wr.err <- w.st.WriteProcess(ctx, wr.apply)
-			continue
-		}
-		wr.err <- nil
+		wr.err <- w.st.WriteProcess(ctx, wr.apply)
 	}
 }
