@@ -11,12 +11,15 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/cyrnel/cyrnel/envs/sandbox"
 	"github.com/cyrnel/cyrnel/envs/typescript"
 	"github.com/cyrnel/cyrnel/host/api"
+	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/server"
 )
@@ -119,7 +122,12 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	gov, err := governanceFromEnv()
+	if err != nil {
+		return err
+	}
 	cfg := server.Config{
+		Governance: gov,
 		Addr:       setting(fs, "addr", "CYRNEL_ADDR", "127.0.0.1:9371"),
 		DataDir:    setting(fs, "data-dir", "CYRNEL_DATA_DIR", "./cyrnel-data"),
 		DBURL:      setting(fs, "db-url", "CYRNEL_DB_URL", ""),
@@ -159,4 +167,33 @@ func printSpec(w io.Writer, args []string) error {
 	}
 	_, err = w.Write(b)
 	return err
+}
+
+// governanceFromEnv reads the tool governance settings.
+func governanceFromEnv() (server.Governance, error) {
+	var g server.Governance
+	g.DefaultPolicy = policy.Decision(os.Getenv("CYRNEL_TOOL_POLICY_DEFAULT"))
+	if g.DefaultPolicy != "" && !g.DefaultPolicy.Valid() {
+		return g, fmt.Errorf("CYRNEL_TOOL_POLICY_DEFAULT=%q: want allow, ask or block", g.DefaultPolicy)
+	}
+	for _, d := range []struct {
+		env string
+		to  *time.Duration
+	}{{"CYRNEL_APPROVAL_TTL", &g.ApprovalTTL}, {"CYRNEL_AUDIT_MAX_AGE", &g.Audit.MaxAge}} {
+		if v := os.Getenv(d.env); v != "" {
+			x, err := time.ParseDuration(v)
+			if err != nil {
+				return g, fmt.Errorf("%s: %w", d.env, err)
+			}
+			*d.to = x
+		}
+	}
+	if v := os.Getenv("CYRNEL_AUDIT_MAX_RECORDS"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return g, fmt.Errorf("CYRNEL_AUDIT_MAX_RECORDS: %w", err)
+		}
+		g.Audit.MaxRecords = n
+	}
+	return g, nil
 }

@@ -121,10 +121,8 @@ func addService(ctx context.Context, h *host, in client.CreateServiceJSONRequest
 	if !s.Enabled {
 		fmt.Printf("not enabled yet: its config or secrets do not validate; set them with PUT /services/%s/config and /secrets, then PATCH {\"enabled\": true}\n", s.Id)
 	}
-	if s.Tools != nil {
-		return printTools(os.Stdout, *s.Tools)
-	}
-	return nil
+	// Listed anew: listings carry each tool's effective policy.
+	return listTools(ctx, h, client.ListToolsParams{ServiceId: &s.Id}, false)
 }
 
 func listServices(ctx context.Context, h *host) error {
@@ -182,7 +180,7 @@ func toolsCommand(args []string) error {
 }
 
 func listTools(ctx context.Context, h *host, params client.ListToolsParams, docs bool) error {
-	var tools []client.ToolSummary
+	var tools []client.ToolItem
 	for {
 		r, err := client.Check(h.api.ListToolsWithResponse(ctx, &params))
 		if err != nil {
@@ -210,15 +208,15 @@ func listTools(ctx context.Context, h *host, params client.ListToolsParams, docs
 	return nil
 }
 
-func printTools(out io.Writer, tools []client.ToolSummary) error {
+func printTools(out io.Writer, tools []client.ToolItem) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "TOOL\tENABLED\tDESCRIPTION")
+	fmt.Fprintln(w, "TOOL\tENABLED\tPOLICY\tDESCRIPTION")
 	for _, t := range tools {
 		desc, _, _ := strings.Cut(strings.TrimSpace(t.Description), "\n")
 		if desc == "" {
 			desc = t.Name
 		}
-		fmt.Fprintf(w, "%s.%s\t%t\t%s\n", t.ServiceId, t.Id, t.Enabled, desc)
+		fmt.Fprintf(w, "%s.%s\t%t\t%s\t%s\n", t.ServiceId, t.Id, t.Enabled, t.Policy, desc)
 	}
 	return w.Flush()
 }

@@ -48,16 +48,15 @@ const maxErrorText = 64 << 10
 // ctx kills the execution (canceled); the timeout is enforced here.
 func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (res module.Result, clean bool) {
 	in := req.Input
-	e := &execution{eid: in.EID, b: b, ctx: ctx, limit: req.OutputLimit}
-	w.cur.Store(e)
-	defer w.cur.Store(nil)
-
 	timeout := time.Duration(in.Options.TimeoutMs) * time.Millisecond
 	if timeout <= 0 {
 		timeout = module.DefaultTimeoutMs * time.Millisecond
 	}
-	timer := time.NewTimer(timeout + req.Grace)
-	defer timer.Stop()
+	timer := newDeadline(timeout + req.Grace)
+	defer timer.stop()
+	e := &execution{eid: in.EID, b: b, ctx: module.WithPause(ctx, timer.pause), limit: req.OutputLimit}
+	w.cur.Store(e)
+	defer w.cur.Store(nil)
 
 	b.SetState(in.EID, module.StateRunning)
 	// The call outlives ctx: after a kill a graceful runtime still answers.
@@ -99,7 +98,7 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (res m
 		answered(err)
 	case <-w.h.Done():
 		res, msg = w.died()
-	case <-timer.C:
+	case <-timer.C():
 		res = module.Result{Exit: module.ExitTimeout, Reason: module.ReasonTimeout}
 	case <-ctx.Done():
 		res = killed

@@ -319,6 +319,7 @@ func (w *Worker) call(e *execution, req *jsonrpc2.Request) (any, error) {
 		if in.Parameters == nil {
 			in.Parameters = map[string]any{}
 		}
+		in.EID = e.eid
 		return e.b.InvokeTool(e.ctx, in)
 	case "listTools":
 		var in struct {

@@ -9,6 +9,8 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/gate"
+	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/services"
 )
 
@@ -20,11 +22,17 @@ type listToolsInput struct {
 	Cursor    string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
 }
 
+// toolItem is a tool in a listing with its effective policy.
+type toolItem struct {
+	services.ToolSummary
+	Policy policy.Decision `json:"policy" enum:"allow,ask,block" doc:"What the tool policies decide for calls of this tool."`
+}
+
 type toolList struct {
 	Body struct {
-		Items      []services.ToolSummary `json:"items" nullable:"false"`
-		NextCursor *string                `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
-		HasMore    bool                   `json:"hasMore"`
+		Items      []toolItem `json:"items" nullable:"false"`
+		NextCursor *string    `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
+		HasMore    bool       `json:"hasMore"`
 	}
 }
 
@@ -33,8 +41,18 @@ type toolPath struct {
 	ToolID    string `path:"toolId" doc:"Tool id."`
 }
 
+// toolDetail is a tool with its schemas and effective policy.
+type toolDetail struct {
+	*services.Tool
+	Policy policy.Decision `json:"policy" enum:"allow,ask,block" doc:"What the tool policies decide for calls of this tool."`
+}
+
 type toolBody struct {
-	Body *services.Tool
+	Body toolDetail
+}
+
+func (s *server) toolBody(t *services.Tool) *toolBody {
+	return &toolBody{toolDetail{t, s.Policies.Decide(t.ServiceID, t.ID)}}
 }
 
 type patchToolInput struct {
@@ -76,7 +94,11 @@ func (s *server) registerTools(api huma.API) {
 			return nil, s.problem(err)
 		}
 		out := &toolList{}
-		out.Body.Items, out.Body.HasMore = items, more
+		out.Body.HasMore = more
+		out.Body.Items = make([]toolItem, 0, len(items))
+		for _, it := range items {
+			out.Body.Items = append(out.Body.Items, toolItem{it, s.Policies.Decide(it.ServiceID, it.ID)})
+		}
 		if more {
 			last := items[len(items)-1]
 			c := base64.RawURLEncoding.EncodeToString([]byte(last.ServiceID + "\x00" + last.ID))
@@ -93,7 +115,7 @@ func (s *server) registerTools(api huma.API) {
 		if err != nil {
 			return nil, s.problem(err)
 		}
-		return &toolBody{t}, nil
+		return s.toolBody(t), nil
 	})
 
 	huma.Register(api, huma.Operation{
@@ -104,7 +126,7 @@ func (s *server) registerTools(api huma.API) {
 		if err != nil {
 			return nil, s.problem(err)
 		}
-		return &toolBody{t}, nil
+		return s.toolBody(t), nil
 	})
 
 	huma.Register(api, huma.Operation{
@@ -130,11 +152,12 @@ func (s *server) registerTools(api huma.API) {
 
 	huma.Register(api, huma.Operation{
 		OperationID: "invokeTool", Method: http.MethodPost, Path: "/tools/{serviceId}/{toolId}/invoke", Tags: tags,
-		Summary: "Call a tool", Errors: []int{http.StatusConflict, http.StatusBadGateway},
-		Description: "The same validation and adapter path as calls from code. A disabled tool or service is a 409; a failed call (transport, timeout) a 502. " +
+		Summary: "Call a tool", Errors: []int{http.StatusForbidden, http.StatusConflict, http.StatusBadGateway},
+		Description: "The same policy, validation, audit and adapter path as calls from code. A tool the policies block is a 403, and so is one " +
+			"they ask an approval for (only calls from code wait for one). A disabled tool or service is a 409; a failed call (transport, timeout) a 502. " +
 			"For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.",
 	}, func(ctx context.Context, in *invokeInput) (*invokeBody, error) {
-		res, err := s.Services.Invoke(ctx, module.InvokeInput{ServiceID: in.ServiceID, ToolID: in.ToolID, Parameters: in.Body.Parameters})
+		res, err := s.Gate.Invoke(ctx, gate.FromAPI, module.InvokeInput{ServiceID: in.ServiceID, ToolID: in.ToolID, Parameters: in.Body.Parameters})
 		if err != nil {
 			return nil, s.problem(err)
 		}

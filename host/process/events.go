@@ -14,6 +14,8 @@ const (
 	EventStderr EventType = "stderr"
 	EventOutput EventType = "output"
 	EventExit   EventType = "exit"
+	// EventApproval: a tool call of the process waits on an approval.
+	EventApproval EventType = "approval"
 )
 
 // Event is one thing that happened to a process.
@@ -23,6 +25,8 @@ type Event struct {
 	Text    string         // stdout, stderr
 	Output  map[string]any // output: a patch
 	Process *Process       // exit: the final process
+	// Approval is the approval (the approval package's view), for approval events.
+	Approval any
 }
 
 // followBuffer bounds how far a follower may lag before it is cut off.

@@ -27,9 +27,11 @@ const (
 	Queued      State = "queued"
 	Running     State = "running"
 	Terminating State = "terminating"
+	// Suspended: running, but a tool call waits on a human approval.
+	Suspended State = "suspended"
 )
 
-var live = []string{string(Queued), string(Running), string(Terminating)}
+var live = []string{string(Queued), string(Running), string(Suspended), string(Terminating)}
 
 // Errors the API maps to statuses.
 var (
@@ -433,16 +435,16 @@ func (m *Manager) Kill(ctx context.Context, pid int64) (*Process, error) {
 	r.mu.Lock()
 	was := r.state
 	r.killed = true
-	if was == Queued || was == Running {
+	if was == Queued || was == Running || was == Suspended {
 		r.state = Terminating
 		r.publishLocked(Event{Type: EventState, State: Terminating})
 	}
 	r.mu.Unlock()
 	r.cancel()
-	if was == Queued || was == Running {
+	if was == Queued || was == Running || was == Suspended {
 		// From queued too: a short-lived running state may not be written yet.
 		p := &store.Process{PID: pid, State: string(Terminating)}
-		if _, err := m.st.TransitionProcess(ctx, p, []string{string(Queued), string(Running)}, "state"); err != nil {
+		if _, err := m.st.TransitionProcess(ctx, p, []string{string(Queued), string(Running), string(Suspended)}, "state"); err != nil {
 			return nil, err
 		}
 	}

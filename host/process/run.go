@@ -38,6 +38,9 @@ type run struct {
 	runningWrite *time.Timer
 	// ended: Execute has returned; the environment's reports are late.
 	ended bool
+	// suspends counts the tool calls waiting on approvals (suspend.go).
+	suspends int
+	stateMu  sync.Mutex // orders the suspended/running writes
 
 	// saveMu orders the writes of a run whose row is not stored yet
 	// (unsaved): whichever comes first inserts it.

@@ -17,9 +17,13 @@ import (
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/api"
+	"github.com/cyrnel/cyrnel/host/approval"
+	"github.com/cyrnel/cyrnel/host/audit"
 	"github.com/cyrnel/cyrnel/host/datadir"
+	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/mcp"
 	"github.com/cyrnel/cyrnel/host/modules"
+	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/secrets"
 	"github.com/cyrnel/cyrnel/host/services"
@@ -41,6 +45,17 @@ type Config struct {
 	// Environment, when set, is activated instead of the stored choice, and
 	// not stored (cyrnel run FILE.ts on an embedded host).
 	Environment string
+	Governance  Governance
+}
+
+// Governance configures tool policies, approvals and the audit (zero values
+// take the defaults).
+type Governance struct {
+	// DefaultPolicy applies until the operator stores policies (allow).
+	DefaultPolicy policy.Decision
+	// ApprovalTTL is how long an approval waits for a decision (10 min).
+	ApprovalTTL time.Duration
+	Audit       audit.Options
 }
 
 // Server is an assembled host.
@@ -50,6 +65,7 @@ type Server struct {
 	dir      *datadir.Dir
 	store    *store.Store
 	procs    *process.Manager
+	audit    *audit.Writer
 	modules  *modules.Registry
 	services *services.Manager
 	handler  http.Handler
@@ -124,10 +140,21 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err = procs.Recover(ctx); err != nil {
 		return nil, err
 	}
-	reg.Start(ctx, &bindings{Manager: procs, tools: svcs}, cfg.Environment)
+	policies, err := policy.Load(ctx, st, cfg.Governance.DefaultPolicy)
+	if err != nil {
+		return nil, err
+	}
+	approvals := approval.New(log.With("component", "approvals"), st, cfg.Governance.ApprovalTTL)
+	if err = approvals.Recover(ctx); err != nil {
+		return nil, err
+	}
+	auditor := audit.New(log.With("component", "audit"), st, cfg.Governance.Audit)
+	g := &gate.Gate{Policies: policies, Approvals: approvals, Audit: auditor, Processes: procs, Tools: svcs}
+	reg.Start(ctx, &bindings{Manager: procs, tools: svcs, gate: g}, cfg.Environment)
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}})
-	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, MCP: mcpHandler})
-	return &Server{log: log, cfg: cfg, dir: dir, store: st, procs: procs, modules: reg, services: svcs, handler: handler}, nil
+	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, MCP: mcpHandler,
+		Policies: policies, Approvals: approvals, Audit: auditor, AuditStore: st, Gate: g})
+	return &Server{log: log, cfg: cfg, dir: dir, store: st, procs: procs, audit: auditor, modules: reg, services: svcs, handler: handler}, nil
 }
 
 // Handler is the HTTP API.
@@ -174,6 +201,7 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	if err := <-httpDone; err != nil {
 		srv.Close()
 	}
+	s.audit.Close()
 	err = s.store.Close()
 	s.dir.Close()
 	return err
@@ -187,6 +215,7 @@ func (s *Server) Close() {
 	_ = s.procs.Shutdown(ctx)
 	s.modules.Shutdown(ctx)
 	s.services.Stop(ctx)
+	s.audit.Close()
 	s.store.Close()
 	s.dir.Close()
 }
@@ -196,10 +225,11 @@ func (s *Server) Close() {
 type bindings struct {
 	*process.Manager
 	tools *services.Manager
+	gate  *gate.Gate
 }
 
 func (b *bindings) InvokeTool(ctx context.Context, in module.InvokeInput) (any, error) {
-	return b.tools.Invoke(ctx, in)
+	return b.gate.Invoke(ctx, gate.FromCode, in)
 }
 
 func (b *bindings) ListTools(ctx context.Context) ([]module.Tool, error) {

@@ -578,6 +578,12 @@ func (d *definer) configSchema(doc *openapi3.T) map[string]any {
 				"type": "integer", "minimum": 1, "default": defaultTimeoutMs,
 				"description": "Timeout of one tool call, in milliseconds.",
 			},
+			// Declared so configs can carry it now; the guard that honours it
+			// (private and loopback addresses refused without it) is separate.
+			"allowPrivateNetwork": map[string]any{
+				"type": "boolean", "default": false,
+				"description": "Let tool calls reach private and loopback addresses.",
+			},
 		},
 	}
 }

@@ -1,0 +1,81 @@
+package process
+
+import (
+	"context"
+	"sync"
+
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// Suspend marks a running process suspended while one of its tool calls
+// waits on a human; calls nest, and the process runs again when the last
+// returned resume is called. A process that is not running (terminating,
+// ended) is left alone.
+func (m *Manager) Suspend(pid int64) (resume func()) {
+	r := m.lookup(pid)
+	if r == nil {
+		return func() {}
+	}
+	r.mu.Lock()
+	r.suspends++
+	changed := r.suspends == 1 && r.state == Running && !r.ended
+	if changed {
+		r.state = Suspended
+		r.publishLocked(Event{Type: EventState, State: Suspended})
+	}
+	r.mu.Unlock()
+	if changed {
+		m.writeLiveState(r)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			r.suspends--
+			changed := r.suspends == 0 && r.state == Suspended && !r.ended
+			if changed {
+				r.state = Running
+				r.publishLocked(Event{Type: EventState, State: Running})
+			}
+			r.mu.Unlock()
+			if changed {
+				m.writeLiveState(r)
+			}
+		})
+	}
+}
+
+// PublishApproval tells the process's followers about an approval.
+func (m *Manager) PublishApproval(pid int64, approval any) {
+	if r := m.lookup(pid); r != nil {
+		r.mu.Lock()
+		if !r.ended {
+			r.publishLocked(Event{Type: EventApproval, Approval: approval})
+		}
+		r.mu.Unlock()
+	}
+}
+
+// writeLiveState stores the run's current running or suspended state, so
+// listings and a restarted host see it. Writes are ordered per run and
+// each writes the state as it is then, so the last one is right; the
+// compare-and-set never touches a final or terminating row.
+func (m *Manager) writeLiveState(r *run) {
+	r.stateMu.Lock()
+	defer r.stateMu.Unlock()
+	ctx := context.Background()
+	if _, err := m.save(ctx, r, false); err != nil {
+		m.log.Error("record process", "pid", r.pid, "err", err)
+		return
+	}
+	r.mu.Lock()
+	state := r.state
+	r.mu.Unlock()
+	if state != Running && state != Suspended {
+		return
+	}
+	p := &store.Process{PID: r.pid, State: string(state)}
+	if _, err := m.st.TransitionProcess(ctx, p, []string{string(Queued), string(Running), string(Suspended)}, "state"); err != nil {
+		m.log.Error("record process state", "pid", r.pid, "state", state, "err", err)
+	}
+}
