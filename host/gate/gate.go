@@ -43,10 +43,9 @@ type Invoker interface {
 	Invoke(ctx context.Context, in module.InvokeInput) (any, error)
 }
 
-// Processes are told about suspensions and approvals: the process manager.
+// Processes are told about suspensions: the process manager.
 type Processes interface {
-	Suspend(pid int64) (resume func())
-	PublishApproval(pid int64, approval any)
+	Suspend(pid int64, approval any) (resume func())
 }
 
 // Recorder takes audit records: the audit writer.
@@ -119,8 +118,7 @@ func (g *Gate) approve(ctx context.Context, in module.InvokeInput, params map[st
 	a, err := g.Approvals.Wait(ctx, approval.Request{PID: &pid, ServiceID: in.ServiceID, ToolID: in.ToolID, Parameters: params},
 		func(a *approval.Approval) {
 			resumeClock = module.Pause(ctx)
-			resume = g.Processes.Suspend(pid)
-			g.Processes.PublishApproval(pid, a)
+			resume = g.Processes.Suspend(pid, a)
 		})
 	if resume != nil {
 		resume()

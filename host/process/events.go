@@ -63,6 +63,9 @@ func (m *Manager) Follow(ctx context.Context, pid int64) (replay []Event, next <
 			if len(r.output) > 0 {
 				replay = append(replay, Event{Type: EventOutput, Output: maps.Clone(r.output)})
 			}
+			for _, ev := range r.waiting {
+				replay = append(replay, *ev)
+			}
 			ch := make(chan Event, followBuffer)
 			r.subs[ch] = struct{}{}
 			r.mu.Unlock()

@@ -2,16 +2,18 @@ package process
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
 // Suspend marks a running process suspended while one of its tool calls
-// waits on a human; calls nest, and the process runs again when the last
-// returned resume is called. A process that is not running (terminating,
-// ended) is left alone.
-func (m *Manager) Suspend(pid int64) (resume func()) {
+// waits on the given approval, and tells its followers about the approval
+// (followers that join later get it in their replay until it is decided).
+// Calls nest: the process runs again when the last returned resume is
+// called. A process that is not running (terminating, ended) stays so.
+func (m *Manager) Suspend(pid int64, approval any) (resume func()) {
 	r := m.lookup(pid)
 	if r == nil {
 		return func() {}
@@ -23,6 +25,11 @@ func (m *Manager) Suspend(pid int64) (resume func()) {
 		r.state = Suspended
 		r.publishLocked(Event{Type: EventState, State: Suspended})
 	}
+	waiting := &Event{Type: EventApproval, Approval: approval}
+	if !r.ended {
+		r.publishLocked(*waiting)
+		r.waiting = append(r.waiting, waiting)
+	}
 	r.mu.Unlock()
 	if changed {
 		m.writeLiveState(r)
@@ -31,6 +38,7 @@ func (m *Manager) Suspend(pid int64) (resume func()) {
 	return func() {
 		once.Do(func() {
 			r.mu.Lock()
+			r.waiting = slices.DeleteFunc(r.waiting, func(e *Event) bool { return e == waiting })
 			r.suspends--
 			changed := r.suspends == 0 && r.state == Suspended && !r.ended
 			if changed {
@@ -42,17 +50,6 @@ func (m *Manager) Suspend(pid int64) (resume func()) {
 				m.writeLiveState(r)
 			}
 		})
-	}
-}
-
-// PublishApproval tells the process's followers about an approval.
-func (m *Manager) PublishApproval(pid int64, approval any) {
-	if r := m.lookup(pid); r != nil {
-		r.mu.Lock()
-		if !r.ended {
-			r.publishLocked(Event{Type: EventApproval, Approval: approval})
-		}
-		r.mu.Unlock()
 	}
 }
 
