@@ -40,7 +40,7 @@ type run struct {
 	ended bool
 	// suspends counts the tool calls waiting on approvals (suspend.go).
 	suspends int
-	waiting  []*Event // approval events of the calls waiting, for replays
+	waiting  []*Event   // approval events of the calls waiting, for replays
 	stateMu  sync.Mutex // orders the suspended/running writes
 
 	// saveMu orders the writes of a run whose row is not stored yet
