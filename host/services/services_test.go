@@ -18,7 +18,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
-func newManager(t *testing.T) *Manager {
+func newManager(t testing.TB) *Manager {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(context.Background(), "", dir)

@@ -67,7 +67,7 @@ func (s *Store) PutService(ctx context.Context, svc *Service, tools []Tool) erro
 				return err
 			}
 		}
-		return nil
+		return s.indexTools(ctx, tx, svc.ID, tools)
 	})
 	if err != nil {
 		return fmt.Errorf("write service %s: %w", svc.ID, err)
@@ -126,6 +126,9 @@ func (s *Store) UpdateService(ctx context.Context, svc *Service, columns ...stri
 func (s *Store) DeleteService(ctx context.Context, id string) error {
 	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		// Explicit, so it holds without foreign-key enforcement too.
+		if _, err := tx.NewRaw("DELETE FROM tool_search WHERE service_id = ?", id).Exec(ctx); err != nil {
+			return err
+		}
 		if _, err := tx.NewDelete().Model((*Tool)(nil)).Where("service_id = ?", id).Exec(ctx); err != nil {
 			return err
 		}
