@@ -518,3 +518,33 @@ func TestRestartWhileSuspended(t *testing.T) {
 		t.Fatalf("the call reached the upstream: %v", up.paths())
 	}
 }
+
+func TestRankedToolSearch(t *testing.T) {
+	t.Parallel()
+	h, _ := governed(t, "")
+	var list struct {
+		Items []struct {
+			ID     string   `json:"id"`
+			Policy string   `json:"policy"`
+			Score  *float64 `json:"score"`
+		} `json:"items"`
+		HasMore    bool    `json:"hasMore"`
+		NextCursor *string `json:"nextCursor"`
+	}
+	if st, _ := h.do("GET", "/tools?q=find+pets+by+their+status&limit=2", nil, &list); st != 200 || len(list.Items) != 2 || list.Items[0].ID != "findPetsByStatus" {
+		t.Fatalf("ranked search: %d %+v", st, list)
+	}
+	if s0, s1 := list.Items[0].Score, list.Items[1].Score; s0 == nil || s1 == nil || *s0 < *s1 || list.Items[0].Policy != "allow" || !list.HasMore {
+		t.Fatalf("scores and pages: %+v", list)
+	}
+	first := list.Items[0].ID
+	cursor := *list.NextCursor
+	list.Items = nil
+	if h.do("GET", "/tools?q=find+pets+by+their+status&limit=2&cursor="+cursor, nil, &list); len(list.Items) == 0 || list.Items[0].ID == first {
+		t.Fatalf("second page: %+v", list)
+	}
+	p := h.run("m = cyrnel.search_tools('remove a pet from the store', limit=3)\ncyrnel.output({'first': m[0]['toolId'], 'n': len(m), 'score': m[0]['score']})", nil)
+	if p.exit() != "success" || p.Output["first"] != "deletePet" || p.Output["n"] != 3.0 || p.Output["score"].(float64) <= 0 {
+		t.Fatalf("search from Python: %+v", p)
+	}
+}

@@ -140,9 +140,9 @@ func listServices(ctx context.Context, h *host) error {
 
 const toolsUsage = `Usage: cyrnel tools [flags] [QUERY]
 
-Lists the tools programs can call, or those whose id, name or description
-contains QUERY (case-insensitive). With --docs, prints each one's docs: how
-the active environment calls it.
+Lists the tools programs can call, or the ten most relevant to QUERY (words
+saying what to do), best first. With --docs, prints each one's docs: how the
+active environment calls it.
 
 Flags:
 `
@@ -171,6 +171,7 @@ func toolsCommand(args []string) error {
 	}
 	if len(rest) == 1 {
 		params.Q = &rest[0]
+		params.Limit = new(int64(10))
 	}
 	h, err := hf.connect("")
 	if err != nil {
@@ -187,7 +188,8 @@ func listTools(ctx context.Context, h *host, params client.ListToolsParams, docs
 			return fmt.Errorf("list tools: %w", err)
 		}
 		tools = append(tools, r.JSON200.Items...)
-		if !r.JSON200.HasMore || r.JSON200.NextCursor == nil {
+		// A search is ranked: its first page holds the best matches.
+		if params.Q != nil || !r.JSON200.HasMore || r.JSON200.NextCursor == nil {
 			break
 		}
 		params.Cursor = r.JSON200.NextCursor

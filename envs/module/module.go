@@ -176,6 +176,22 @@ type ServiceTools interface {
 	ListServiceTools(ctx context.Context, serviceID string) ([]Tool, error)
 }
 
+// ToolMatch is a tool a search found, with its relevance (higher is
+// better, comparable within one search).
+type ToolMatch struct {
+	ServiceID   string  `json:"serviceId"`
+	ToolID      string  `json:"toolId"`
+	Name        string  `json:"name"`
+	Description string  `json:"description"`
+	Score       float64 `json:"score"`
+}
+
+// ToolSearch is optional for Bindings: tools ranked by relevance to a
+// natural-language query, for programs that look for a tool.
+type ToolSearch interface {
+	SearchTools(ctx context.Context, query string, limit int) ([]ToolMatch, error)
+}
+
 // Bindings are the host callbacks; calls may come from any goroutine.
 type Bindings interface {
 	InvokeTool(ctx context.Context, in InvokeInput) (any, error)

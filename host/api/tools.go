@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -12,12 +13,13 @@ import (
 	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/services"
+	"github.com/cyrnel/cyrnel/host/store"
 )
 
 type listToolsInput struct {
 	ServiceID string `query:"serviceId" doc:"Only this service's tools."`
 	Enabled   string `query:"enabled" enum:"true,false" doc:"Only enabled (true) or disabled (false) tools."`
-	Q         string `query:"q" maxLength:"200" doc:"Case-insensitive text to find in the id, name or description."`
+	Q         string `query:"q" maxLength:"200" doc:"What to find, in words: tools are ranked by relevance over their ids, names, summaries, descriptions and parameter names, best first, each with its score."`
 	Limit     int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
 	Cursor    string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
 }
@@ -26,6 +28,7 @@ type listToolsInput struct {
 type toolItem struct {
 	services.ToolSummary
 	Policy policy.Decision `json:"policy" enum:"allow,ask,block" doc:"What the tool policies decide for calls of this tool."`
+	Score  *float64        `json:"score,omitempty" doc:"With q: the relevance to the query (higher is better, comparable within one query)."`
 }
 
 type toolList struct {
@@ -80,16 +83,19 @@ func (s *server) registerTools(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "listTools", Method: http.MethodGet, Path: "/tools", Tags: tags, Summary: "List and search tools",
 	}, func(ctx context.Context, in *listToolsInput) (*toolList, error) {
-		after, ok := decodeToolCursor(in.Cursor)
-		if !ok {
-			return nil, huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{Location: "query.cursor", Message: "not a cursor from this API", Value: in.Cursor})
-		}
 		var enabled *bool
 		if in.Enabled != "" {
 			v := in.Enabled == "true"
 			enabled = &v
 		}
-		items, more, err := s.Services.Tools(ctx, services.ToolListInput{ServiceID: in.ServiceID, Enabled: enabled, Query: in.Q, After: after, Limit: in.Limit})
+		if store.HasTerms(in.Q) {
+			return s.searchTools(ctx, in, enabled)
+		}
+		after, ok := decodeToolCursor(in.Cursor)
+		if !ok {
+			return nil, badCursor(in.Cursor)
+		}
+		items, more, err := s.Services.Tools(ctx, services.ToolListInput{ServiceID: in.ServiceID, Enabled: enabled, After: after, Limit: in.Limit})
 		if err != nil {
 			return nil, s.problem(err)
 		}
@@ -97,7 +103,7 @@ func (s *server) registerTools(api huma.API) {
 		out.Body.HasMore = more
 		out.Body.Items = make([]toolItem, 0, len(items))
 		for _, it := range items {
-			out.Body.Items = append(out.Body.Items, toolItem{it, s.Policies.Decide(it.ServiceID, it.ID)})
+			out.Body.Items = append(out.Body.Items, toolItem{ToolSummary: it, Policy: s.Policies.Decide(it.ServiceID, it.ID)})
 		}
 		if more {
 			last := items[len(items)-1]
@@ -180,4 +186,35 @@ func decodeToolCursor(c string) ([2]string, bool) {
 		return [2]string{}, false
 	}
 	return [2]string{svc, tool}, true
+}
+
+// searchTools answers a listing with a query: ranked, paged by position.
+func (s *server) searchTools(ctx context.Context, in *listToolsInput, enabled *bool) (*toolList, error) {
+	offset := 0
+	if in.Cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(in.Cursor)
+		n, ok := strings.CutPrefix(string(b), "#")
+		if err != nil || !ok {
+			return nil, badCursor(in.Cursor)
+		}
+		if offset, err = strconv.Atoi(n); err != nil || offset < 0 || offset > 100000 {
+			return nil, badCursor(in.Cursor)
+		}
+	}
+	items, more, err := s.Services.Search(ctx, services.SearchInput{Query: in.Q, ServiceID: in.ServiceID, Enabled: enabled, Offset: offset, Limit: in.Limit})
+	if err != nil {
+		return nil, s.problem(err)
+	}
+	out := &toolList{}
+	out.Body.HasMore = more
+	out.Body.Items = make([]toolItem, 0, len(items))
+	for _, it := range items {
+		score := it.Score
+		out.Body.Items = append(out.Body.Items, toolItem{ToolSummary: it.ToolSummary, Policy: s.Policies.Decide(it.ServiceID, it.ID), Score: &score})
+	}
+	if more {
+		c := base64.RawURLEncoding.EncodeToString([]byte("#" + strconv.Itoa(offset+len(items))))
+		out.Body.NextCursor = &c
+	}
+	return out, nil
 }

@@ -4,14 +4,12 @@
 package mcp
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -39,12 +37,15 @@ type Tool struct {
 	ToolID      string `json:"toolId"`
 	Name        string `json:"name"`
 	Description string `json:"description"`
+	// Score is the relevance to the query (higher is better); absent
+	// without a query.
+	Score float64 `json:"score,omitempty"`
 }
 
 // Tools finds enabled tools and documents them for the active environment.
 type Tools interface {
-	// SearchTools returns up to limit enabled tools whose id, name or
-	// description contains query (case-insensitive); all for "".
+	// SearchTools returns up to limit enabled tools ranked by relevance to
+	// a natural-language query; the first ones for a query without words.
 	SearchTools(ctx context.Context, query string, limit int) ([]Tool, error)
 	// ToolDocs is the Markdown the active environment writes for a tool.
 	ToolDocs(ctx context.Context, serviceID, toolID string) (string, error)
@@ -235,53 +236,22 @@ type searchOutput struct {
 	Tools []searchResult `json:"tools"`
 }
 
-// perWord bounds the candidates one word of a query contributes.
-const perWord = 100
-
 func (d Deps) searchTools(ctx context.Context, _ *mcp.CallToolRequest, in searchInput) (*mcp.CallToolResult, searchOutput, error) {
 	limit := in.Limit
 	if limit <= 0 {
 		limit = 10
 	}
 	limit = min(limit, 50)
-	words := strings.Fields(strings.ToLower(in.Query))
-	slices.Sort(words)
-	words = slices.Compact(words)
-	if len(words) == 0 {
-		words = []string{""}
+	// The host ranks by relevance (its full-text index).
+	ranked, err := d.Tools.SearchTools(ctx, in.Query, limit)
+	if err != nil {
+		return nil, searchOutput{}, fmt.Errorf("search_tools: %w", err)
 	}
-	// The host searches for one substring; agents ask in words. Rank the
-	// tools by how many of the words they match.
-	type hit struct {
-		tool  Tool
-		score int
-	}
-	hits := map[[2]string]*hit{}
-	for _, w := range words {
-		tools, err := d.Tools.SearchTools(ctx, w, perWord)
-		if err != nil {
-			return nil, searchOutput{}, fmt.Errorf("search_tools: %w", err)
-		}
-		for _, t := range tools {
-			k := [2]string{t.ServiceID, t.ToolID}
-			if hits[k] == nil {
-				hits[k] = &hit{tool: t}
-			}
-			hits[k].score++
-		}
-	}
-	ranked := make([]*hit, 0, len(hits))
-	for _, h := range hits {
-		ranked = append(ranked, h)
-	}
-	slices.SortFunc(ranked, func(a, b *hit) int {
-		return cmp.Or(b.score-a.score, cmp.Compare(a.tool.ServiceID, b.tool.ServiceID), cmp.Compare(a.tool.ToolID, b.tool.ToolID))
-	})
 	out := searchOutput{Tools: []searchResult{}}
-	for _, h := range ranked[:min(limit, len(ranked))] {
-		r := searchResult{Tool: h.tool}
+	for _, t := range ranked {
+		r := searchResult{Tool: t}
 		if in.IncludeDocs {
-			docs, err := d.Tools.ToolDocs(ctx, h.tool.ServiceID, h.tool.ToolID)
+			docs, err := d.Tools.ToolDocs(ctx, t.ServiceID, t.ToolID)
 			if err != nil {
 				return nil, searchOutput{}, fmt.Errorf("search_tools: %w", err)
 			}

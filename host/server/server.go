@@ -232,6 +232,19 @@ func (b *bindings) InvokeTool(ctx context.Context, in module.InvokeInput) (any, 
 	return b.gate.Invoke(ctx, gate.FromCode, in)
 }
 
+func (b *bindings) SearchTools(ctx context.Context, query string, limit int) ([]module.ToolMatch, error) {
+	enabled := true
+	items, err := b.tools.Find(ctx, query, &enabled, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]module.ToolMatch, 0, len(items))
+	for _, it := range items {
+		out = append(out, module.ToolMatch{ServiceID: it.ServiceID, ToolID: it.ID, Name: it.Name, Description: it.Description, Score: it.Score})
+	}
+	return out, nil
+}
+
 func (b *bindings) ListTools(ctx context.Context) ([]module.Tool, error) {
 	return b.tools.ListTools(ctx)
 }

@@ -38,3 +38,21 @@ func (m *Manager) Search(ctx context.Context, in SearchInput) (items []ScoredToo
 	}
 	return items, more, nil
 }
+
+// Find is Search for callers without pages (MCP, programs): a query
+// without words lists the first tools instead, unscored.
+func (m *Manager) Find(ctx context.Context, query string, enabled *bool, limit int) ([]ScoredTool, error) {
+	if !store.HasTerms(query) {
+		items, _, err := m.Tools(ctx, ToolListInput{Enabled: enabled, Limit: limit})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]ScoredTool, 0, len(items))
+		for _, it := range items {
+			out = append(out, ScoredTool{ToolSummary: it})
+		}
+		return out, nil
+	}
+	items, _, err := m.Search(ctx, SearchInput{Query: query, Enabled: enabled, Limit: limit})
+	return items, err
+}

@@ -10,7 +10,7 @@ import (
 	"github.com/uptrace/bun"
 )
 
-// The tool search index: per tool its id split into words, its name, its
+// The tool search index: per tool its id and name split into words, its summary, its
 // description and its parameter names, ranked by bm25 (SQLite FTS5) or
 // ts_rank (PostgreSQL). It is written with the tools, in the same
 // transaction.
@@ -193,7 +193,7 @@ func (s *Store) SearchTools(ctx context.Context, f SearchFilter) ([]ScoredTool, 
 		}
 		match = "tool_search MATCH ?"
 		// bm25 is lower for better matches; weights per column: service
-		// id, tool id (unindexed), ident, name, description, params.
+		// id, tool id (unindexed), ident, summary, description, params.
 		score = "-bm25(tool_search, 0, 0, 4.0, 3.0, 0.5, 1.0)"
 		join = strings.Join(quoted, " OR ")
 	} else {
@@ -222,3 +222,6 @@ func (s *Store) SearchTools(ctx context.Context, f SearchFilter) ([]ScoredTool, 
 	}
 	return out, nil
 }
+
+// HasTerms reports whether a query has words a search can use.
+func HasTerms(q string) bool { return len(terms(q)) > 0 }

@@ -151,7 +151,6 @@ func (s *Store) DeleteService(ctx context.Context, id string) error {
 type ToolFilter struct {
 	ServiceID string
 	Enabled   *bool
-	Query     string // case-insensitive substring of id, name or description
 	AfterKey  [2]string
 	Limit     int
 	// Schemas includes the input and output schemas (large) in the rows.
@@ -171,14 +170,6 @@ func (s *Store) ListTools(ctx context.Context, f ToolFilter) ([]Tool, error) {
 	if f.Enabled != nil {
 		q = q.Where("enabled = ?", *f.Enabled)
 	}
-	if f.Query != "" {
-		like := "%" + escapeLike(f.Query) + "%"
-		q = q.WhereGroup(" AND ", func(q *bun.SelectQuery) *bun.SelectQuery {
-			return q.Where("LOWER(id) LIKE LOWER(?) ESCAPE '\\'", like).
-				WhereOr("LOWER(name) LIKE LOWER(?) ESCAPE '\\'", like).
-				WhereOr("LOWER(description) LIKE LOWER(?) ESCAPE '\\'", like)
-		})
-	}
 	if f.AfterKey[0] != "" {
 		q = q.Where("(service_id > ? OR (service_id = ? AND id > ?))", f.AfterKey[0], f.AfterKey[0], f.AfterKey[1])
 	}
@@ -189,17 +180,6 @@ func (s *Store) ListTools(ctx context.Context, f ToolFilter) ([]Tool, error) {
 		return nil, fmt.Errorf("list tools: %w", err)
 	}
 	return out, nil
-}
-
-func escapeLike(s string) string {
-	out := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' || s[i] == '_' || s[i] == '\\' {
-			out = append(out, '\\')
-		}
-		out = append(out, s[i])
-	}
-	return string(out)
 }
 
 // GetTool reads one tool with its schemas.

@@ -1210,8 +1210,11 @@ type ToolItem struct {
 	Name        string `json:"name"`
 
 	// Policy What the tool policies decide for calls of this tool.
-	Policy    ToolItemPolicy `json:"policy"`
-	ServiceId string         `json:"serviceId"`
+	Policy ToolItemPolicy `json:"policy"`
+
+	// Score With q: the relevance to the query (higher is better, comparable within one query).
+	Score     *float64 `json:"score,omitempty"`
+	ServiceId string   `json:"serviceId"`
 }
 
 // ToolItemPolicy What the tool policies decide for calls of this tool.
@@ -1342,7 +1345,7 @@ type ListToolsParams struct {
 	// Enabled Only enabled (true) or disabled (false) tools.
 	Enabled *ListToolsParamsEnabled `form:"enabled,omitempty" json:"enabled,omitempty"`
 
-	// Q Case-insensitive text to find in the id, name or description.
+	// Q What to find, in words: tools are ranked by relevance over their ids, names, summaries, descriptions and parameter names, best first, each with its score.
 	Q *string `form:"q,omitempty" json:"q,omitempty"`
 
 	// Limit Page size.
