@@ -241,7 +241,7 @@ func BenchmarkToolCall(b *testing.B) {
 	defer up.Close()
 	if st, _ := h.do("POST", "/services", map[string]any{
 		"id": "pets", "adapter": "openapi", "source": map[string]any{"content": fixture(b, "swagger-petstore-3.0.yaml")},
-		"config": map[string]any{"serverUrl": up.URL},
+		"config": map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true},
 	}, nil); st != 201 {
 		b.Fatalf("import: %d", st)
 	}

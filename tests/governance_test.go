@@ -389,8 +389,17 @@ func TestApprovals(t *testing.T) {
 		var raw string
 		h.do("GET", "/approvals/"+a.ID, nil, &raw)
 		noSecrets(t, "an approval", raw)
-		if st, _ := h.do("POST", "/approvals/"+a.ID+"/deny", nil, nil); st != 200 {
-			t.Fatalf("deny: %d", st)
+		// Listed and denied with the CLI.
+		srv := []string{"--server", h.base}
+		r := cli(t, t.TempDir(), "", nil, append([]string{"approvals"}, srv...)...)
+		if r.code != 0 || !strings.Contains(r.stdout, a.ID) || !strings.Contains(r.stdout, "petstore.deletePet") || strings.Contains(r.stdout, headerSecret) {
+			t.Fatalf("cyrnel approvals: %+v", r)
+		}
+		if r = cli(t, t.TempDir(), "", nil, append([]string{"approvals", "deny", a.ID}, srv...)...); r.code != 0 || !strings.Contains(r.stdout, "denied") {
+			t.Fatalf("cyrnel approvals deny: %+v", r)
+		}
+		if r = cli(t, t.TempDir(), "", nil, append([]string{"approvals", "approve", a.ID}, srv...)...); r.code != 1 || !strings.Contains(r.stderr, "409") {
+			t.Fatalf("cyrnel approvals approve after deny: %+v", r)
 		}
 		p := h.wait(pid)
 		if p.exit() != "success" || !strings.Contains(p.Stdout, "ToolError:") || !strings.Contains(p.Stdout, "denied") {

@@ -34,6 +34,7 @@ Usage:
   cyrnel run [flags] FILE   run a program (FILE.py, FILE.ts, or - for stdin), streaming its output
   cyrnel services ...       add, list or remove services (cyrnel services --help)
   cyrnel tools [QUERY]      list or search the tools programs can call
+  cyrnel approvals ...      list, approve or deny the approvals tool calls wait on
   cyrnel openapi [flags]    print the OpenAPI spec
   cyrnel version            print the version
 
@@ -59,6 +60,8 @@ func main() {
 		err = servicesCommand(os.Args[2:])
 	case "tools":
 		err = toolsCommand(os.Args[2:])
+	case "approvals":
+		err = approvalsCommand(os.Args[2:])
 	case "version", "--version":
 		fmt.Println(version)
 	case "help", "-h", "--help":

@@ -41,6 +41,11 @@ type Options struct {
 	MaxAge time.Duration
 	// PruneEvery is how often the bounds are applied (default 1 minute).
 	PruneEvery time.Duration
+	// Linger is how long the writer waits for more records before it
+	// stores a batch (default 20 ms): one insert for many calls keeps the
+	// database's CPU off the calls' path. Readers flush first, so they
+	// never wait on it.
+	Linger time.Duration
 }
 
 const maxBatch = 256
@@ -55,6 +60,7 @@ type Writer struct {
 	done    chan struct{}
 	once    sync.Once
 	dropped atomic.Int64
+	flush   chan struct{} // asks the writer to store its batch now
 	// flushes signal waiters of Flush after each stored batch.
 	mu      sync.Mutex
 	pending int64 // records queued and not yet stored
@@ -75,7 +81,11 @@ func New(log *slog.Logger, st Store, opts Options) *Writer {
 	if opts.PruneEvery <= 0 {
 		opts.PruneEvery = time.Minute
 	}
-	w := &Writer{log: log, st: st, opts: opts, queue: make(chan store.ToolCall, opts.Queue), stop: make(chan struct{}), done: make(chan struct{})}
+	if opts.Linger <= 0 {
+		opts.Linger = 20 * time.Millisecond
+	}
+	w := &Writer{log: log, st: st, opts: opts, queue: make(chan store.ToolCall, opts.Queue), stop: make(chan struct{}), done: make(chan struct{}),
+		flush: make(chan struct{}, 1)}
 	w.settled = sync.NewCond(&w.mu)
 	go w.loop()
 	return w
@@ -111,6 +121,10 @@ func (w *Writer) Flush(ctx context.Context) {
 		w.mu.Unlock()
 	})
 	defer stop()
+	select {
+	case w.flush <- struct{}{}:
+	default: // a flush is asked for already
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for w.pending > 0 && ctx.Err() == nil {
@@ -137,29 +151,54 @@ func (w *Writer) loop() {
 	defer prune.Stop()
 	w.prune()
 	batch := make([]store.ToolCall, 0, maxBatch)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	storeBatch := func() {
+		if len(batch) > 0 {
+			w.write(batch)
+			batch = batch[:0]
+		}
+		linger.Stop()
+	}
 	for {
 		select {
 		case c := <-w.queue:
-			batch = append(batch[:0], c)
-			// Take what else is waiting: one statement for a burst.
-			for len(batch) < maxBatch {
+			if len(batch) == 0 {
+				linger.Reset(w.opts.Linger)
+			}
+			if batch = append(batch, c); len(batch) == maxBatch {
+				storeBatch()
+			}
+		case <-linger.C:
+			storeBatch()
+		case <-w.flush:
+			// Take what is queued too: the flush waits for it.
+			for drained := false; !drained && len(batch) < maxBatch; {
 				select {
 				case c := <-w.queue:
 					batch = append(batch, c)
-					continue
+				default:
+					drained = true
+				}
+			}
+			storeBatch()
+			if len(w.queue) > 0 {
+				select {
+				case w.flush <- struct{}{}: // more than one batch was waiting
 				default:
 				}
-				break
 			}
-			w.write(batch)
 		case <-prune.C:
 			w.prune()
 		case <-w.stop:
 			for {
 				select {
 				case c := <-w.queue:
-					w.write([]store.ToolCall{c})
+					if batch = append(batch, c); len(batch) == maxBatch {
+						storeBatch()
+					}
 				default:
+					storeBatch()
 					return
 				}
 			}
