@@ -483,6 +483,32 @@ func TestApprovals(t *testing.T) {
 	})
 }
 
+func TestApprovalFromMCP(t *testing.T) {
+	t.Parallel()
+	h, up := governed(t, "")
+	setPolicies(t, h, "allow", [2]string{"petstore.getPetById", "ask"})
+	s := mcpSession(t, h)
+	// The endpoint is stateless (no elicitation): run_code answers that the
+	// program waits on an approval, and how to decide it.
+	r := call(t, s, "run_code", map[string]any{"code": "r = cyrnel.services.petstore.getPetById(petId=21)\ncyrnel.output({'s': r['status']})"})
+	out := structured[struct {
+		PID     int64          `json:"pid"`
+		Pending []approvalView `json:"pendingApprovals"`
+	}](t, r)
+	if len(out.Pending) != 1 || out.Pending[0].ToolID != "getPetById" || !strings.Contains(textOf(r), "/approvals/{id}/approve") {
+		t.Fatalf("run_code with a pending approval: %s %+v", textOf(r), out)
+	}
+	if up.count() != 0 {
+		t.Fatal("the call went out before its approval")
+	}
+	if st, _ := h.do("POST", "/approvals/"+out.Pending[0].ID+"/approve", nil, nil); st != 200 {
+		t.Fatalf("approve: %d", st)
+	}
+	if p := h.wait(out.PID); p.exit() != "success" || p.Output["s"] != 200.0 || up.count() != 1 {
+		t.Fatalf("after the approval: %+v, upstream %v", p, up.paths())
+	}
+}
+
 func TestApprovalExpires(t *testing.T) {
 	t.Parallel()
 	h, up := governed(t, "", "CYRNEL_APPROVAL_TTL=1s")
