@@ -42,7 +42,12 @@ help(cyrnel.services.petstore.getPetById)            # description and parameter
 - The keyword arguments are the top-level properties of the tool's input
   schema; the host validates them before the call and raises
   ` + "`cyrnel.ToolError`" + ` (naming each failing field) when they do not fit.
-- A tool returns its decoded result; any failure raises ` + "`cyrnel.ToolError`" + `.
+- A tool returns its decoded result; any failure raises ` + "`cyrnel.ToolError`" + `,
+  including a call the operator's tool policy blocks, or one that needed a
+  human approval which was denied or expired (the call waits for the
+  decision; waiting does not count against the timeout).
+- ` + "`cyrnel.search_tools(\"what you want to do\", limit=10)`" + ` lists tools ranked by
+  relevance: ` + "`[{serviceId, toolId, name, description, score}]`" + `.
 - Each tool has an awaitable form, so calls can run concurrently:
 
 ` + "```python" + `

@@ -241,7 +241,7 @@ type Call struct {
 	Outcome    string         `json:"outcome" enum:"success,invalid,blocked,denied,upstream_error,transport_error"`
 	Status     *int           `json:"status,omitempty" doc:"The upstream's HTTP status, when it answered."`
 	DurationMs float64        `json:"durationMs" doc:"From the call reaching the host to its answer, approval wait included."`
-	Source     string         `json:"source" enum:"code,api,mcp" doc:"Where the call came from."`
+	Source     string         `json:"source" enum:"code,api" doc:"Where the call came from: a program (run over HTTP or MCP) or POST /tools/{serviceId}/{toolId}/invoke."`
 	Parameters map[string]any `json:"parameters" doc:"The parameters, secret-bearing fields redacted."`
 }
 

@@ -29,13 +29,13 @@ var (
 	ErrNeedsApproval = errors.New("needs approval")
 )
 
-// Source says where a call comes from.
+// Source says where a call comes from. Calls of programs MCP runs are
+// calls from code.
 type Source string
 
 const (
 	FromCode Source = "code"
 	FromAPI  Source = "api"
-	FromMCP  Source = "mcp"
 )
 
 // Invoker makes the call: the services manager.

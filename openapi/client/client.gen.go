@@ -120,7 +120,6 @@ func (e CallPolicy) Valid() bool {
 const (
 	Api  CallSource = "api"
 	Code CallSource = "code"
-	Mcp  CallSource = "mcp"
 )
 
 // Valid indicates whether the value is a known member of the CallSource enum.
@@ -129,8 +128,6 @@ func (e CallSource) Valid() bool {
 	case Api:
 		return true
 	case Code:
-		return true
-	case Mcp:
 		return true
 	default:
 		return false
@@ -663,7 +660,7 @@ type Call struct {
 	Policy    CallPolicy `json:"policy"`
 	ServiceId string     `json:"serviceId"`
 
-	// Source Where the call came from.
+	// Source Where the call came from: a program (run over HTTP or MCP) or POST /tools/{serviceId}/{toolId}/invoke.
 	Source CallSource `json:"source"`
 
 	// Status The upstream's HTTP status, when it answered.
@@ -677,7 +674,7 @@ type CallOutcome string
 // CallPolicy The policy decision the call met.
 type CallPolicy string
 
-// CallSource Where the call came from.
+// CallSource Where the call came from: a program (run over HTTP or MCP) or POST /tools/{serviceId}/{toolId}/invoke.
 type CallSource string
 
 // CreateProcessInputBody defines model for CreateProcessInputBody.
