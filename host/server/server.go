@@ -66,6 +66,7 @@ type Server struct {
 	store    *store.Store
 	procs    *process.Manager
 	audit    *audit.Writer
+	gate     *gate.Gate
 	modules  *modules.Registry
 	services *services.Manager
 	handler  http.Handler
@@ -154,7 +155,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}})
 	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, MCP: mcpHandler,
 		Policies: policies, Approvals: approvals, Audit: auditor, AuditStore: st, Gate: g})
-	return &Server{log: log, cfg: cfg, dir: dir, store: st, procs: procs, audit: auditor, modules: reg, services: svcs, handler: handler}, nil
+	return &Server{log: log, cfg: cfg, dir: dir, store: st, procs: procs, audit: auditor, gate: g, modules: reg, services: svcs, handler: handler}, nil
 }
 
 // Handler is the HTTP API.
