@@ -59,6 +59,8 @@ type Writer struct {
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
+	closing sync.RWMutex
+	closed  bool // under closing
 	dropped atomic.Int64
 	flush   chan struct{} // asks the writer to store its batch now
 	// flushes signal waiters of Flush after each stored batch.
@@ -98,11 +100,16 @@ func (w *Writer) Record(ctx context.Context, c store.ToolCall) {
 	w.mu.Lock()
 	w.pending++
 	w.mu.Unlock()
-	select {
-	case w.queue <- c:
-		return
-	case <-w.stop:
-	case <-ctx.Done():
+	// Held while queueing, so Close waits for records on their way in and
+	// none is queued after the writer stopped reading.
+	w.closing.RLock()
+	defer w.closing.RUnlock()
+	if !w.closed {
+		select {
+		case w.queue <- c:
+			return
+		case <-ctx.Done():
+		}
 	}
 	w.dropped.Add(1)
 	w.log.Warn("tool call not audited", "service", c.ServiceID, "tool", c.ToolID, "outcome", c.Outcome)
@@ -141,7 +148,12 @@ func (w *Writer) settle(n int64) {
 
 // Close stores what is queued and stops the writer.
 func (w *Writer) Close() {
-	w.once.Do(func() { close(w.stop) })
+	w.once.Do(func() {
+		w.closing.Lock()
+		w.closed = true
+		w.closing.Unlock()
+		close(w.stop)
+	})
 	<-w.done
 }
 
