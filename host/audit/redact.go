@@ -12,9 +12,11 @@ const Redacted = "[redacted]"
 // what remains is parameters and body fields named like credentials.
 var secretWords = []string{"authorization", "apikey", "token", "secret", "password", "passwd", "cookie", "credential", "privatekey", "session"}
 
+var separators = strings.NewReplacer("-", "", "_", "")
+
 // Secret reports whether a field name is secret-bearing.
 func Secret(name string) bool {
-	n := strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(name))
+	n := strings.ToLower(separators.Replace(name))
 	for _, w := range secretWords {
 		if strings.Contains(n, w) {
 			return true

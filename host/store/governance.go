@@ -126,7 +126,9 @@ func (s *Store) InsertToolCalls(ctx context.Context, calls []ToolCall) error {
 	if len(calls) == 0 {
 		return nil
 	}
-	if _, err := s.DB.NewInsert().Model(&calls).Exec(ctx); err != nil {
+	// No RETURNING of the ids: nobody reads them back, and without it the
+	// insert is a plain statement rather than a query with rows to scan.
+	if _, err := s.DB.NewInsert().Model(&calls).Returning("NULL").Exec(ctx); err != nil {
 		return fmt.Errorf("insert tool calls: %w", err)
 	}
 	return nil
