@@ -221,3 +221,11 @@ class Services:
 
 
 services = Services()
+
+
+def search_tools(query, limit=10):
+    """Enabled tools ranked by relevance to ``query`` (words: what you want
+    to do), best first: a list of ``{"serviceId", "toolId", "name",
+    "description", "score"}``. Call one with
+    ``cyrnel.services[m["serviceId"]].tools[m["toolId"]].invoke({...})``."""
+    return _rpc.conn.call("searchTools", {"query": str(query), "limit": int(limit)}) or []
