@@ -62,8 +62,8 @@ type Config struct {
 	// Announce records the listen URL in the data directory, so the CLI's
 	// commands on it send their work here (cyrnel serve; not the CLI's own
 	// embedded hosts).
-	Announce bool
-	Governance  Governance
+	Announce   bool
+	Governance Governance
 }
 
 // Governance configures tool policies, approvals and the audit (zero values
