@@ -16,7 +16,9 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humachi"
 	"github.com/go-chi/chi/v5"
 
+	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/control"
+	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/schema"
@@ -43,6 +45,12 @@ type Deps struct {
 	Services    Services
 	Tools       Tools
 	MCP         http.Handler // the MCP endpoint, mounted at /mcp when set
+	// Tool governance: policies, approvals, the audit and the gate every
+	// tool call passes.
+	Policies  Policies
+	Approvals Approvals
+	ToolCalls ToolCalls
+	Gate      Gate
 }
 
 type server struct {
@@ -75,6 +83,7 @@ func New(d Deps) (http.Handler, huma.API) {
 	s.registerServices(api)
 	s.registerSettings(api, "/services", "Service", " (the adapter is given the new state).", d.Services)
 	s.registerTools(api)
+	s.registerGovernance(api)
 	if d.MCP != nil {
 		r.Handle("/mcp", d.MCP)
 	}
@@ -173,6 +182,12 @@ func (s *server) problemAt(err error, at where) error {
 		return invalid(inv, at)
 	case errors.As(err, &unsandboxed):
 		return forbiddenSandbox(unsandboxed, at)
+	case errors.Is(err, gate.ErrBlocked), errors.Is(err, gate.ErrDenied), errors.Is(err, gate.ErrNeedsApproval):
+		return huma.Error403Forbidden(err.Error())
+	case errors.Is(err, approval.ErrNotFound):
+		return huma.Error404NotFound(err.Error())
+	case errors.Is(err, approval.ErrDecided):
+		return huma.Error409Conflict(err.Error())
 	case errors.Is(err, services.ErrNotFound):
 		return huma.Error404NotFound(err.Error())
 	case errors.Is(err, services.ErrExists), errors.Is(err, services.ErrUnavailable):
@@ -190,6 +205,9 @@ func (s *server) problemAt(err error, at where) error {
 		return huma.Error422UnprocessableEntity(err.Error(), &huma.ErrorDetail{Location: "body", Message: err.Error()})
 	case errors.Is(err, modules.ErrNoEnvironment), errors.Is(err, control.ErrStopped):
 		return huma.Error503ServiceUnavailable(err.Error())
+	case errors.Is(err, process.ErrFull):
+		// The detail says the disk is full, not the database's wording.
+		return huma.NewError(http.StatusInsufficientStorage, process.ErrFull.Error()+": delete processes or free space in the data directory")
 	}
 	s.Log.Error("request failed", "err", err)
 	return huma.Error500InternalServerError("internal error")

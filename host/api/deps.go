@@ -5,9 +5,14 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/approval"
+	"github.com/cyrnel/cyrnel/host/audit"
+	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/modules"
+	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/services"
+	"github.com/cyrnel/cyrnel/host/store"
 )
 
 // What the API serves, one interface per resource, so each resource's
@@ -51,12 +56,38 @@ type Services interface {
 	Refresh(ctx context.Context, id string) (*services.RefreshResult, error)
 }
 
-// Tools finds, switches and calls the services' tools (host/services).
+// Tools lists, searches and switches the services' tools (host/services).
 type Tools interface {
 	Tools(ctx context.Context, in services.ToolListInput) ([]services.ToolSummary, bool, error)
+	Search(ctx context.Context, in services.SearchInput) ([]services.ScoredTool, bool, error)
 	Tool(ctx context.Context, serviceID, toolID string) (*services.Tool, error)
 	SetToolEnabled(ctx context.Context, serviceID, toolID string, enabled bool) (*services.Tool, error)
-	Invoke(ctx context.Context, in module.InvokeInput) (any, error)
+}
+
+// Gate calls a tool the way code does: policy, validation, audit, adapter
+// (host/gate).
+type Gate interface {
+	Invoke(ctx context.Context, src gate.Source, in module.InvokeInput) (any, error)
+}
+
+// Policies are the tool policies (host/policy).
+type Policies interface {
+	Get() *policy.Set
+	Put(ctx context.Context, s policy.Set) (*policy.Set, error)
+	Decide(serviceID, toolID string) policy.Decision
+}
+
+// Approvals are the decisions calls under an ask policy wait on
+// (host/approval).
+type Approvals interface {
+	List(ctx context.Context, in approval.ListInput) ([]approval.Approval, bool, error)
+	Get(ctx context.Context, id string) (*approval.Approval, error)
+	Decide(ctx context.Context, id string, approve bool) (*approval.Approval, error)
+}
+
+// ToolCalls is the audit of tool calls, newest first (host/audit).
+type ToolCalls interface {
+	List(ctx context.Context, f store.ToolCallFilter) ([]audit.Call, bool, error)
 }
 
 // settings are the config and write-only secrets of a module or a service:
