@@ -16,9 +16,14 @@ import (
 	"github.com/danielgtaylor/huma/v2/humatest"
 
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/approval"
+	"github.com/cyrnel/cyrnel/host/audit"
+	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/modules"
+	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/services"
+	"github.com/cyrnel/cyrnel/host/store"
 )
 
 // The fakes below stand in for the domain packages: each keeps what it was
@@ -281,11 +286,10 @@ func (f *fakeServices) Refresh(ctx context.Context, id string) (*services.Refres
 }
 
 type fakeTools struct {
-	tools   []services.Tool // sorted by service id, then tool id
-	err     error
-	listed  services.ToolListInput
-	invoked module.InvokeInput
-	result  any
+	tools    []services.Tool // sorted by service id, then tool id
+	err      error
+	listed   services.ToolListInput
+	searched services.SearchInput
 }
 
 func (f *fakeTools) Tools(_ context.Context, in services.ToolListInput) ([]services.ToolSummary, bool, error) {
@@ -326,31 +330,153 @@ func (f *fakeTools) SetToolEnabled(ctx context.Context, serviceID, toolID string
 	return t, nil
 }
 
-func (f *fakeTools) Invoke(_ context.Context, in module.InvokeInput) (any, error) {
-	f.invoked = in
+// Search scores every tool whose id contains the query by its position,
+// best first, and pages by offset.
+func (f *fakeTools) Search(_ context.Context, in services.SearchInput) ([]services.ScoredTool, bool, error) {
+	f.searched = in
+	if f.err != nil {
+		return nil, false, f.err
+	}
+	var out []services.ScoredTool
+	for i, t := range f.tools {
+		if strings.Contains(t.ID, in.Query) {
+			out = append(out, services.ScoredTool{ToolSummary: t.ToolSummary, Score: float64(len(f.tools) - i)})
+		}
+	}
+	out = out[min(in.Offset, len(out)):]
+	if len(out) > in.Limit {
+		return out[:in.Limit], true, nil
+	}
+	return out, false, nil
+}
+
+type fakeGate struct {
+	invoked module.InvokeInput
+	src     gate.Source
+	result  any
+	err     error
+}
+
+func (f *fakeGate) Invoke(_ context.Context, src gate.Source, in module.InvokeInput) (any, error) {
+	f.src, f.invoked = src, in
 	return f.result, f.err
+}
+
+// fakePolicies decides block for tools named z, allow for the others.
+type fakePolicies struct {
+	set policy.Set
+	err error
+}
+
+func (f *fakePolicies) Get() *policy.Set { return &f.set }
+
+func (f *fakePolicies) Put(_ context.Context, s policy.Set) (*policy.Set, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	f.set = s
+	return &f.set, nil
+}
+
+func (f *fakePolicies) Decide(_, toolID string) policy.Decision {
+	if toolID == "z" {
+		return policy.Block
+	}
+	return policy.Allow
+}
+
+type fakeApprovals struct {
+	items  []approval.Approval // newest first
+	err    error
+	listed approval.ListInput
+}
+
+func (f *fakeApprovals) List(_ context.Context, in approval.ListInput) ([]approval.Approval, bool, error) {
+	f.listed = in
+	if f.err != nil {
+		return nil, false, f.err
+	}
+	var out []approval.Approval
+	for _, a := range f.items {
+		if in.Before == "" || a.ID < in.Before {
+			out = append(out, a)
+		}
+	}
+	if len(out) > in.Limit {
+		return out[:in.Limit], true, nil
+	}
+	return out, false, nil
+}
+
+func (f *fakeApprovals) Get(_ context.Context, id string) (*approval.Approval, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	for i, a := range f.items {
+		if a.ID == id {
+			return &f.items[i], nil
+		}
+	}
+	return nil, fmt.Errorf("%s: %w", id, approval.ErrNotFound)
+}
+
+func (f *fakeApprovals) Decide(ctx context.Context, id string, approve bool) (*approval.Approval, error) {
+	a, err := f.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if a.State != "pending" {
+		return nil, fmt.Errorf("%s: %w", id, approval.ErrDecided)
+	}
+	a.State = map[bool]string{true: "approved", false: "denied"}[approve]
+	return a, nil
+}
+
+type fakeToolCalls struct {
+	calls  []audit.Call // newest first
+	listed store.ToolCallFilter
+}
+
+func (f *fakeToolCalls) List(_ context.Context, in store.ToolCallFilter) ([]audit.Call, bool, error) {
+	f.listed = in
+	var out []audit.Call
+	for _, c := range f.calls {
+		if (in.BeforeID == 0 || c.ID < in.BeforeID) && (in.PID == 0 || c.PID != nil && *c.PID == in.PID) {
+			out = append(out, c)
+		}
+	}
+	if len(out) > in.Limit {
+		return out[:in.Limit], true, nil
+	}
+	return out, false, nil
 }
 
 // fixture is the API over a fresh set of fakes.
 type fixture struct {
-	procs *fakeProcesses
-	env   *fakeEnvironment
-	mods  *fakeModules
-	svcs  *fakeServices
-	tools *fakeTools
-	logs  *strings.Builder
-	api   humatest.TestAPI
+	procs     *fakeProcesses
+	env       *fakeEnvironment
+	mods      *fakeModules
+	svcs      *fakeServices
+	tools     *fakeTools
+	gate      *fakeGate
+	policies  *fakePolicies
+	approvals *fakeApprovals
+	calls     *fakeToolCalls
+	logs      *strings.Builder
+	api       humatest.TestAPI
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{
 		procs: &fakeProcesses{}, env: &fakeEnvironment{}, mods: &fakeModules{},
-		svcs: &fakeServices{}, tools: &fakeTools{}, logs: &strings.Builder{},
+		svcs: &fakeServices{}, tools: &fakeTools{}, gate: &fakeGate{}, policies: &fakePolicies{},
+		approvals: &fakeApprovals{}, calls: &fakeToolCalls{}, logs: &strings.Builder{},
 	}
 	_, a := New(Deps{
 		Log: slog.New(slog.NewTextHandler(f.logs, nil)), Version: "test",
 		Processes: f.procs, Environment: f.env, Modules: f.mods, Services: f.svcs, Tools: f.tools,
+		Gate: f.gate, Policies: f.policies, Approvals: f.approvals, ToolCalls: f.calls,
 	})
 	f.api = humatest.Wrap(t, a)
 	return f

@@ -20,14 +20,17 @@ import (
 	"github.com/cyrnel/cyrnel/host/schema"
 )
 
-// fakeProcesses runs nothing: Create answers with pid 1, Wait with final.
+// fakeProcesses runs nothing: Create answers with pid 1, Follow with
+// replay and then live (closed after), Wait with final.
 type fakeProcesses struct {
 	mu        sync.Mutex
 	createErr error
 	waitErr   error
 	final     process.Process
+	replay    []process.Event
+	live      []process.Event
 	created   []process.CreateInput
-	waited    time.Duration
+	waited    []time.Duration
 	killed    []int64
 }
 
@@ -48,7 +51,7 @@ func (f *fakeProcesses) Create(_ context.Context, in process.CreateInput) (*proc
 func (f *fakeProcesses) Wait(_ context.Context, _ int64, timeout time.Duration) (*process.Process, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.waited = timeout
+	f.waited = append(f.waited, timeout)
 	p := f.final
 	return &p, f.waitErr
 }
@@ -58,6 +61,15 @@ func (f *fakeProcesses) Kill(_ context.Context, pid int64) (*process.Process, er
 	defer f.mu.Unlock()
 	f.killed = append(f.killed, pid)
 	return &process.Process{ProcessSummary: process.ProcessSummary{PID: pid}}, nil
+}
+
+func (f *fakeProcesses) Follow(context.Context, int64) ([]process.Event, <-chan process.Event, func(), error) {
+	next := make(chan process.Event, len(f.live))
+	for _, ev := range f.live {
+		next <- ev
+	}
+	close(next)
+	return f.replay, next, func() {}, nil
 }
 
 type fakeEnv struct{ module.Environment }
@@ -75,25 +87,21 @@ func (f fakeEnvironments) Active() (module.Environment, error) {
 	return fakeEnv{}, nil
 }
 
-// fakeTools finds tools by substring, as the host does, and counts queries.
+// fakeTools answers every search with its tools, ranked as they stand,
+// and records the query and limit it was asked.
 type fakeTools struct {
 	mu      sync.Mutex
 	tools   []Tool
-	queries []string
+	query   string
+	limit   int
 	docsErr error
 }
 
 func (f *fakeTools) SearchTools(_ context.Context, query string, limit int) ([]Tool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.queries = append(f.queries, query)
-	var out []Tool
-	for _, t := range f.tools {
-		if strings.Contains(strings.ToLower(t.ToolID+" "+t.Name+" "+t.Description), query) && len(out) < limit {
-			out = append(out, t)
-		}
-	}
-	return out, nil
+	f.query, f.limit = query, limit
+	return f.tools[:min(limit, len(f.tools))], nil
 }
 
 func (f *fakeTools) ToolDocs(_ context.Context, serviceID, toolID string) (string, error) {
@@ -154,8 +162,8 @@ func TestRunCodeReportsHowItEnded(t *testing.T) {
 	if in := procs.created[0]; in.Code != "print('hello')" || in.Ref != "mcp" || in.TimeoutMs != 2000 || !in.Autorun {
 		t.Errorf("create %+v", in)
 	}
-	if procs.waited != 2*time.Second+waitGrace {
-		t.Errorf("waited %v, want the timeout and the grace", procs.waited)
+	if len(procs.waited) == 0 || procs.waited[0] != 2*time.Second+waitGrace {
+		t.Errorf("waited %v, want the timeout and the grace first", procs.waited)
 	}
 	if !strings.Contains(text, "exit: success (completed)") || !strings.Contains(text, `output: {"n":2}`) || !strings.Contains(text, "stdout:\nhello") {
 		t.Errorf("text %q", text)
@@ -172,6 +180,24 @@ func TestRunCodeReportsHowItEnded(t *testing.T) {
 	}
 	if got, _ := res.StructuredContent.(map[string]any); fmt.Sprint(got["output"]) != "map[]" {
 		t.Errorf("output of a run that wrote none: %v, want {}", got["output"])
+	}
+}
+
+// TestRunCodeReportsPendingApprovals: a program suspended on an approval
+// is not an error and not killed; the result names the approval and who
+// decides it.
+func TestRunCodeReportsPendingApprovals(t *testing.T) {
+	t.Parallel()
+	apr := map[string]any{"id": "apr_1", "serviceId": "pets", "toolId": "addPet"}
+	procs := &fakeProcesses{live: []process.Event{{Type: process.EventStdout, Text: "asking"}, {Type: process.EventApproval, Approval: apr}}}
+	s := connect(t, Deps{Processes: procs, Environments: fakeEnvironments{}, Tools: &fakeTools{}})
+	res, text := call(t, s, "run_code", map[string]any{"code": "cyrnel.services.pets.addPet()"})
+	if res.IsError || !strings.Contains(text, "process 1 is suspended") || !strings.Contains(text, `"id":"apr_1"`) || len(procs.killed) != 0 {
+		t.Errorf("isError %v, killed %v, text %q", res.IsError, procs.killed, text)
+	}
+	got, _ := res.StructuredContent.(map[string]any)
+	if fmt.Sprint(got["pendingApprovals"]) != "[map[id:apr_1 serviceId:pets toolId:addPet]]" {
+		t.Errorf("structured %v", got)
 	}
 }
 
@@ -245,30 +271,31 @@ func TestRunCodeDescriptionCarriesTheGuide(t *testing.T) {
 	}
 }
 
-// TestSearchToolsRanksByWords: each distinct word is one host search; tools
-// matching more words come first (ties by id); limit bounds the results;
-// includeDocs adds each tool's docs.
-func TestSearchToolsRanksByWords(t *testing.T) {
+// TestSearchTools passes the query to the host, which ranks; limit is 10
+// by default and at most 50; includeDocs adds each tool's docs, and a docs
+// failure fails the search.
+func TestSearchTools(t *testing.T) {
 	t.Parallel()
 	tools := &fakeTools{tools: []Tool{
-		{ServiceID: "pets", ToolID: "addPet", Name: "Add a pet"},
-		{ServiceID: "pets", ToolID: "getPetById", Name: "Find pet by ID"},
-		{ServiceID: "store", ToolID: "getOrderById", Name: "Find order by ID"},
-		{ServiceID: "store", ToolID: "placeOrder", Name: "Place an order"},
+		{ServiceID: "pets", ToolID: "getPetById", Name: "Find pet by ID", Score: 2.5},
+		{ServiceID: "pets", ToolID: "addPet", Name: "Add a pet", Score: 1},
+		{ServiceID: "store", ToolID: "getOrderById", Name: "Find order by ID", Score: 0.5},
 	}}
 	s := connect(t, Deps{Processes: &fakeProcesses{}, Environments: fakeEnvironments{}, Tools: tools})
-	res, _ := call(t, s, "search_tools", map[string]any{"query": "Pet ID pet", "limit": 2})
-	got := ids(t, res)
-	if fmt.Sprint(got) != "[pets.getPetById pets.addPet]" {
-		t.Errorf("ranked %v, want getPetById (2 words) then addPet (1, before store.getOrderById by id)", got)
+	res, _ := call(t, s, "search_tools", map[string]any{"query": "pet by id", "limit": 2})
+	if got := ids(t, res); fmt.Sprint(got) != "[pets.getPetById pets.addPet]" || tools.query != "pet by id" || tools.limit != 2 {
+		t.Errorf("results %v for %q limit %d", got, tools.query, tools.limit)
 	}
-	if slices.Sort(tools.queries); fmt.Sprint(tools.queries) != "[id pet]" {
-		t.Errorf("host searches %v, want one per distinct word", tools.queries)
+	if first := res.StructuredContent.(map[string]any)["tools"].([]any)[0].(map[string]any); first["score"] != 2.5 {
+		t.Errorf("first result %v lacks its score", first)
+	}
+	for limit, want := range map[int]int{0: 10, 500: 50} {
+		call(t, s, "search_tools", map[string]any{"limit": limit})
+		if tools.limit != want {
+			t.Errorf("limit %d reached the host as %d, want %d", limit, tools.limit, want)
+		}
 	}
 	res, _ = call(t, s, "search_tools", map[string]any{"includeDocs": true})
-	if got := ids(t, res); len(got) != 4 {
-		t.Errorf("empty query listed %v, want every tool", got)
-	}
 	for _, r := range res.StructuredContent.(map[string]any)["tools"].([]any) {
 		m := r.(map[string]any)
 		if m["docs"] != "docs of "+m["serviceId"].(string)+"."+m["toolId"].(string) {

@@ -172,10 +172,10 @@ func (f *fakeServer) start(t *testing.T) string {
 	})
 	mux.HandleFunc("GET /tools", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("cursor") == "" {
-			js(w, 200, `{"items":[{"serviceId":"a","id":"x","name":"X","description":"First line\nsecond","enabled":true},{"serviceId":"a","id":"y","name":"Why","description":"","enabled":false}],"nextCursor":"c2","hasMore":true}`)
+			js(w, 200, `{"items":[{"serviceId":"a","id":"x","name":"X","description":"First line\nsecond","enabled":true,"policy":"allow"},{"serviceId":"a","id":"y","name":"Why","description":"","enabled":false,"policy":"ask"}],"nextCursor":"c2","hasMore":true}`)
 			return
 		}
-		js(w, 200, `{"items":[{"serviceId":"b","id":"z","name":"Z","description":"zed","enabled":true}],"nextCursor":null,"hasMore":false}`)
+		js(w, 200, `{"items":[{"serviceId":"b","id":"z","name":"Z","description":"zed","enabled":true,"policy":"block"}],"nextCursor":null,"hasMore":false}`)
 	})
 	mux.HandleFunc("GET /tools/{s}/{t}/docs", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/markdown; charset=utf-8")
@@ -258,7 +258,7 @@ func TestListToolsFollowsEveryPage(t *testing.T) {
 	if err := listTools(context.Background(), &out, h, client.ListToolsParams{}, false); err != nil {
 		t.Fatal(err)
 	}
-	want := "TOOL  ENABLED  DESCRIPTION\na.x   true     First line\na.y   false    Why\nb.z   true     zed\n"
+	want := "TOOL  ENABLED  POLICY  DESCRIPTION\na.x   true     allow   First line\na.y   false    ask     Why\nb.z   true     block   zed\n"
 	if out.String() != want {
 		t.Errorf("listing:\n%s\nwant:\n%s", out.String(), want)
 	}
