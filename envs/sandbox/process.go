@@ -79,6 +79,10 @@ type Process struct {
 	proc   *os.Process // the init; nil until started
 	reaped bool
 	killed bool
+	// forked: a child of a Template; pidfd reaches its program (PID 1 of
+	// its namespaces), -1 until the child reported it.
+	forked bool
+	pidfd  int
 
 	done chan struct{}
 	exit ExitInfo
@@ -186,6 +190,13 @@ func (p *Process) Kill() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.killed = true
+	if p.forked {
+		if p.pidfd >= 0 && !p.reaped {
+			// The kernel kills the rest of its PID namespace with it.
+			_ = unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0) // gone already is fine
+		}
+		return nil
+	}
 	if p.proc == nil || p.reaped {
 		return nil // not started yet (the owner kills it once it is) or gone
 	}
@@ -213,6 +224,12 @@ func (p *Process) Kill() error {
 func (p *Process) Signal(sig os.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.forked {
+		if s, ok := sig.(syscall.Signal); ok && p.pidfd >= 0 && !p.reaped {
+			_ = unix.PidfdSendSignal(p.pidfd, s, nil, 0) // gone already is fine
+		}
+		return nil
+	}
 	if p.proc == nil || p.reaped {
 		return nil
 	}

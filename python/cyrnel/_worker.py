@@ -93,12 +93,22 @@ def _release_output():
 
 def main(preload=()):
     """Run the worker. ``preload`` names modules to import while warm."""
+    warm(preload)
+    serve()
+
+
+def warm(preload=()):
+    """Everything an execution should not pay: the preload imports."""
     sys.argv = [""]
     for name in preload:
         importlib.import_module(name)
     # Line buffering: output reaches the host as it is printed, not at exit.
     sys.stdout.reconfigure(line_buffering=True)
     builtins.help = _help
+
+
+def serve():
+    """Announce readiness on the protocol pipes and run one program."""
     conn = _rpc.Connection()
     _rpc.conn = conn
     conn.start()

@@ -1,0 +1,327 @@
+"""The forking template: a warm interpreter that forks one sandboxed child
+per execution (envs/sandbox/template.go has the protocol, docs/sandbox.md
+the design).
+
+The template runs as root in its own mount (the sandbox root), PID, network,
+IPC and UTS namespaces with only CAP_SETUID and CAP_SETGID, and never runs
+untrusted code. It stays single-threaded: a forked child inherits no other
+thread, so a lock another thread held would stay locked in the child.
+
+Each child (the "intermediate") joins its fresh cgroups, becomes the
+unprivileged host uid, unshares new user, PID, mount, network, IPC, UTS and
+cgroup namespaces and forks the program, PID 1 of them, which mounts its own
+/proc, /tmp and /dev/shm, drops every capability and applies rlimits,
+no_new_privs, Landlock and seccomp before it reads its first request. The
+intermediate stays outside the program's namespaces, reports the program's
+pidfd and, once it has reaped it, how it ended.
+
+Python 3.11 has no os.unshare or mount: those go through libc with ctypes.
+"""
+
+import base64
+import ctypes
+import fcntl
+import importlib
+import json
+import os
+import resource
+import signal
+import socket
+import sys
+
+from cyrnel import _worker
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+# x86_64 and aarch64 system call numbers (the generic table for the new ones).
+_MACHINE = os.uname().machine
+_NR = {
+    "x86_64": {"capset": 126, "seccomp": 317},
+    "aarch64": {"capset": 91, "seccomp": 277},
+}[_MACHINE]
+_NR_LANDLOCK_CREATE_RULESET = 444
+_NR_LANDLOCK_ADD_RULE = 445
+_NR_LANDLOCK_RESTRICT_SELF = 446
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_SET_MODE_FILTER = 1
+
+# The first fd of the files a fork request carries, once moved clear of 0-4.
+_HIGH_FD = 64
+
+
+def _check(ret, what):
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return ret
+
+
+def _prctl(option, arg):
+    _check(_libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)), f"prctl {option}")
+
+
+def _mount(source, target, fstype, flags, data):
+    _check(
+        _libc.mount(source.encode(), target.encode(), fstype.encode(), ctypes.c_ulong(flags), data.encode() if data else None),
+        f"mount {fstype} on {target}",
+    )
+
+
+def _write(path, data):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, data.encode())
+    finally:
+        os.close(fd)
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _landlock(ll, read_paths, write_paths):
+    abi = ll["abi"]
+    # The attribute grew with the ABI: net rights in 4, scopes in 6.
+    size = 8 if abi < 4 else 16 if abi < 6 else 24
+    attr = _RulesetAttr(ll["fs"], ll["net"], ll["scoped"])
+    ruleset = _check(_libc.syscall(_NR_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0), "landlock ruleset")
+    try:
+        rules = [(p, ll["readDir"], ll["readFile"]) for p in read_paths]
+        rules += [(p, ll["rwDir"], ll["rwFile"]) for p in write_paths]
+        rules += [("/dev/null", 0, ll["rwFile"]), ("/dev/zero", 0, ll["rwFile"]), ("/dev/full", 0, ll["rwFile"])]
+        rules += [("/dev/random", 0, ll["readFile"]), ("/dev/urandom", 0, ll["readFile"])]
+        for path, dir_access, file_access in rules:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:
+                access = dir_access if os.path.isdir(path) else file_access
+                rule = _PathBeneath(access, fd)
+                _check(_libc.syscall(_NR_LANDLOCK_ADD_RULE, ruleset, 1, ctypes.byref(rule), 0), f"landlock rule {path}")
+            finally:
+                os.close(fd)
+        _check(_libc.syscall(_NR_LANDLOCK_RESTRICT_SELF, ruleset, 0), "landlock restrict")
+    finally:
+        os.close(ruleset)
+
+
+def _seccomp(programs):
+    for raw in programs:
+        buf = ctypes.create_string_buffer(raw, len(raw))
+        fprog = _SockFprog(len(raw) // 8, ctypes.cast(buf, ctypes.c_void_p))
+        _check(_libc.syscall(_NR["seccomp"], SECCOMP_SET_MODE_FILTER, 0, ctypes.byref(fprog)), "seccomp")
+
+
+def _drop_capabilities():
+    cap = 0
+    while _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) == 0:
+        cap += 1
+    hdr = _CapHeader(0x20080522, 0)
+    data = (_CapData * 2)()
+    _check(_libc.syscall(_NR["capset"], ctypes.byref(hdr), ctypes.byref(data)), "capset")
+
+
+def _lower_rlimit(res, soft, hard):
+    cur_soft, cur_hard = resource.getrlimit(res)
+    if cur_hard != resource.RLIM_INFINITY:
+        hard = min(hard, cur_hard)
+    resource.setrlimit(res, (min(soft, hard), hard))
+
+
+def _program(cfg, status, fds):
+    """PID 1 of the child's namespaces: lock down, then serve the worker."""
+    limits = cfg["limits"]
+    try:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, None)
+        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,size={limits['tmpBytes']}")
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"mode=0700,size={limits['tmpBytes']}")
+        _check(_libc.sethostname(b"sandbox", 7), "sethostname")
+        os.chdir("/tmp")
+        # fds 1-4 as the worker expects them; the status socket at 5 until
+        # the child is locked down; nothing else of the template's.
+        for target, fd in enumerate(fds, start=1):
+            os.dup2(fd, target)
+        os.dup2(status, 5)
+        os.closerange(6, 1 << 20)  # one close_range(2) call
+        _lower_rlimit(resource.RLIMIT_CPU, limits["cpuSeconds"], limits["cpuSeconds"] + 1)
+        _lower_rlimit(resource.RLIMIT_FSIZE, limits["fileSizeBytes"], limits["fileSizeBytes"])
+        _lower_rlimit(resource.RLIMIT_NOFILE, limits["openFiles"], limits["openFiles"])
+        _lower_rlimit(resource.RLIMIT_CORE, 0, 0)
+        _drop_capabilities()
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        if cfg["landlock"]["abi"]:
+            _landlock(cfg["landlock"], cfg["readPaths"] + ["/proc"], ["/tmp", "/dev/shm"])
+        _seccomp(cfg["seccomp"])
+    except Exception as e:  # noqa: BLE001 - whatever failed, the child must not run
+        os.write(5, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
+        os._exit(125)
+    _reseed()
+    os.write(5, b'{"started":true}')
+    os.close(5)
+    _worker.serve()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _reseed():
+    """What a fork copies but must differ per child: `random` reseeds itself
+    (os.register_at_fork); numpy's global generator does not."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+
+
+def _intermediate(cfg, status, fds, cgroup_fds):
+    """The template's child: own cgroups, uid and namespaces, then fork the
+    program and report on it."""
+    try:
+        for fd in cgroup_fds:
+            os.write(fd, b"0")  # 0: the writer itself
+            os.close(fd)
+        uid, gid, inner = cfg["uid"], cfg["gid"], cfg["sandboxId"]
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+        # A uid change makes the process non-dumpable, which would make its
+        # /proc files root's: the maps below could not be written.
+        _prctl(PR_SET_DUMPABLE, 1)
+        flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP
+        if not cfg["network"]:
+            flags |= CLONE_NEWNET
+        _check(_libc.unshare(flags), "unshare")
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{inner} {uid} 1")
+        _write("/proc/self/gid_map", f"{inner} {gid} 1")
+        pid = os.fork()
+    except Exception as e:  # noqa: BLE001 - whatever failed, the child must not run
+        os.write(status, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
+        os._exit(125)
+    if pid == 0:
+        _program(cfg, status, fds)
+    for fd in fds:
+        os.close(fd)
+    sock = socket.socket(fileno=status)
+    pidfd = os.pidfd_open(pid)
+    socket.send_fds(sock, [json.dumps({"pid": pid}).encode()], [pidfd])
+    os.close(pidfd)
+    while True:
+        try:
+            _, st, ru = os.wait4(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    exit = {"code": -1, "signal": 0, "cpuNanos": int((ru.ru_utime + ru.ru_stime) * 1e9), "maxRssKiB": ru.ru_maxrss}
+    if os.WIFEXITED(st):
+        exit["code"] = os.WEXITSTATUS(st)
+    elif os.WIFSIGNALED(st):
+        exit["signal"] = os.WTERMSIG(st)
+    sock.send(json.dumps({"exit": exit}).encode())
+    os._exit(0)
+
+
+def _reap(*_):
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def main(preload):
+    ctl = socket.socket(fileno=3)
+    cfg = json.loads(ctl.recv(1 << 20))
+    cfg["seccomp"] = [base64.b64decode(p) for p in cfg["seccomp"]]
+    try:
+        _worker.warm(preload)
+    except BaseException as e:  # noqa: BLE001 - any failure of a preload is reported
+        ctl.send(json.dumps({"error": f"preload failed: {type(e).__name__}: {e}"}).encode())
+        return 1
+    threads = os.listdir("/proc/self/task")
+    if len(threads) > 1:
+        names = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in threads if int(t) != os.getpid())
+        ctl.send(
+            json.dumps(
+                {
+                    "error": f"the preload list {list(preload)} left {len(threads) - 1} thread(s) running ({', '.join(names)}): "
+                    "a forked child would inherit their locks without them; preload only modules that start no threads at import"
+                }
+            ).encode()
+        )
+        return 1
+    signal.signal(signal.SIGCHLD, _reap)
+    ctl.send(b'{"ready":true}')
+    sys.stdout.flush()
+    sys.stderr.flush()
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(ctl, 4096, 64)
+        except InterruptedError:
+            continue
+        if not msg:
+            break  # the host drains this template
+        req = json.loads(msg)
+        # Clear of fds 0-4, which the program's own files take.
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD) for fd in fds]
+        for fd in fds:
+            os.close(fd)
+        n = 3 + req["extra"]
+        try:
+            pid = os.fork()
+        except OSError as e:
+            os.write(high[0], json.dumps({"error": f"sandbox: template fork: {e}"}).encode())
+            pid = -1
+        if pid == 0:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            ctl.detach()
+            os.close(3)
+            _intermediate(cfg, high[0], high[1:n], high[n:])
+        for fd in high:
+            os.close(fd)
+    # Drained: wait for the last child, whose namespaces end with this one.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
