@@ -540,6 +540,11 @@ func runTemplate() int {
 	if err := buildRoot(s.ReadPaths, 1<<20); err != nil {
 		return fail(err)
 	}
+	// Children (nobody) reach the read paths mirrored below the
+	// template's /tmp through it; they list nothing there.
+	if err := os.Chmod(sandboxTmp, 0o711); err != nil {
+		return fail(fmt.Errorf("chmod %s: %w", sandboxTmp, err))
+	}
 	// Writable, for each child to write its own uid and gid maps.
 	if err := unix.Mount("proc", "/proc", "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fail(fmt.Errorf("make /proc writable: %w", err))

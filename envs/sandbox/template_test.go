@@ -27,6 +27,10 @@ func needTemplate(t testing.TB) {
 // startTemplate starts a template of the real interpreter with the runtime
 // from this repository and the given preload list.
 func startTemplate(t testing.TB, limits Limits, preload ...string) *Template {
+	return startTemplateWith(t, limits, nil, preload...)
+}
+
+func startTemplateWith(t testing.TB, limits Limits, readPaths []string, preload ...string) *Template {
 	t.Helper()
 	needTemplate(t)
 	py := needPython(t)
@@ -38,7 +42,7 @@ func startTemplate(t testing.TB, limits Limits, preload ...string) *Template {
 	defer cancel()
 	tpl, err := StartTemplate(ctx, TemplateSpec{
 		Argv:      append([]string{py.exe, "-I", "-S", "-c", templateBoot, runtimeDir}, preload...),
-		ReadPaths: []string{py.prefix, runtimeDir, "/usr/lib/python3/dist-packages"},
+		ReadPaths: append([]string{py.prefix, runtimeDir, "/usr/lib/python3/dist-packages"}, readPaths...),
 		Limits:    limits,
 		Stderr:    os.Stderr,
 	})
@@ -150,4 +154,26 @@ import os
 print(os.getpid(), os.getuid(), sorted(p for p in os.listdir("/proc") if p.isdigit()), os.uname().nodename)
 `)
 	fmt.Println(out)
+}
+
+// A read path below /tmp stays readable in a child, whose own /tmp covers
+// the template's (the Python environment extracts its runtime there).
+func TestTemplateReadPathBelowTmp(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if !strings.HasPrefix(dir, "/tmp/") {
+		t.Skipf("the temporary directory %s is not below /tmp", dir)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "data.txt"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tpl := startTemplateWith(t, Limits{}, []string{dir})
+	f := fork(t, tpl)
+	out := f.output(t, fmt.Sprintf("print(open(%q).read())", filepath.Join(dir, "data.txt")))
+	if strings.TrimSpace(out) != "kept" {
+		t.Fatalf("read %q, want kept", out)
+	}
 }

@@ -40,6 +40,8 @@ _NR = {
     "x86_64": {"capset": 126, "seccomp": 317},
     "aarch64": {"capset": 91, "seccomp": 277},
 }[_MACHINE]
+_NR_OPEN_TREE = 428
+_NR_MOVE_MOUNT = 429
 _NR_LANDLOCK_CREATE_RULESET = 444
 _NR_LANDLOCK_ADD_RULE = 445
 _NR_LANDLOCK_RESTRICT_SELF = 446
@@ -63,6 +65,9 @@ PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_SET_MODE_FILTER = 1
+OPEN_TREE_CLONE = 1
+AT_RECURSIVE = 0x8000
+MOVE_MOUNT_F_EMPTY_PATH = 4
 
 # The first fd of the files a fork request carries, once moved clear of 0-4.
 _HIGH_FD = 64
@@ -165,19 +170,19 @@ def _lower_rlimit(res, soft, hard):
 def _program(cfg, status, fds):
     """PID 1 of the child's namespaces: lock down, then serve the worker."""
     limits = cfg["limits"]
+    # fds 1-4 as the worker expects them; the status socket at 5 until the
+    # child is locked down; nothing else of the template's.
+    for target, fd in enumerate(fds, start=1):
+        os.dup2(fd, target)
+    os.dup2(status, 5)
+    os.closerange(6, 1 << 20)  # one close_range(2) call
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, None)
-        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,size={limits['tmpBytes']}")
+        _own_tmp(cfg["readPaths"], limits["tmpBytes"])
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"mode=0700,size={limits['tmpBytes']}")
         _check(_libc.sethostname(b"sandbox", 7), "sethostname")
         os.chdir("/tmp")
-        # fds 1-4 as the worker expects them; the status socket at 5 until
-        # the child is locked down; nothing else of the template's.
-        for target, fd in enumerate(fds, start=1):
-            os.dup2(fd, target)
-        os.dup2(status, 5)
-        os.closerange(6, 1 << 20)  # one close_range(2) call
         _lower_rlimit(resource.RLIMIT_CPU, limits["cpuSeconds"], limits["cpuSeconds"] + 1)
         _lower_rlimit(resource.RLIMIT_FSIZE, limits["fileSizeBytes"], limits["fileSizeBytes"])
         _lower_rlimit(resource.RLIMIT_NOFILE, limits["openFiles"], limits["openFiles"])
@@ -196,6 +201,28 @@ def _program(cfg, status, fds):
     _worker.serve()
     sys.stdout.flush()
     os._exit(0)
+
+
+def _own_tmp(read_paths, size):
+    """Mount the child's own /tmp over the template's, keeping the read
+    paths the template mirrored below /tmp (a runtime extracted there)."""
+    kept = []
+    for path in read_paths:
+        if path.startswith("/tmp/"):
+            fd = _check(
+                _libc.syscall(_NR_OPEN_TREE, -100, path.encode(), OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC),
+                f"open_tree {path}",
+            )
+            kept.append((path, fd))
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,size={size}")
+    for path, fd in kept:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+        _check(_libc.syscall(_NR_MOVE_MOUNT, fd, b"", -100, path.encode(), MOVE_MOUNT_F_EMPTY_PATH), f"move_mount {path}")
+        os.close(fd)
 
 
 def _reseed():
