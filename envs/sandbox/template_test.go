@@ -6,16 +6,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
 
 // templateBoot starts the runtime's template from the repository's copy.
-const templateBoot = "import sys; sys.path[:0] = [sys.argv[1]]; from cyrnel._template import main; sys.exit(main(sys.argv[2:]))"
+const templateBoot = "import sys; sys.path[:0] = sys.argv[1].split(':'); from cyrnel._template import main; sys.exit(main(sys.argv[2:]))"
 
 func needTemplate(t testing.TB) {
 	t.Helper()
@@ -27,13 +30,12 @@ func needTemplate(t testing.TB) {
 // startTemplate starts a template of the real interpreter with the runtime
 // from this repository and the given preload list.
 func startTemplate(t testing.TB, limits Limits, preload ...string) *Template {
-	return startTemplateWith(t, limits, nil, preload...)
+	return startTemplateWith(t, needPython(t), limits, nil, preload...)
 }
 
-func startTemplateWith(t testing.TB, limits Limits, readPaths []string, preload ...string) *Template {
+func startTemplateWith(t testing.TB, py python, limits Limits, readPaths []string, preload ...string) *Template {
 	t.Helper()
 	needTemplate(t)
-	py := needPython(t)
 	runtimeDir, err := filepath.Abs("../../python")
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +43,7 @@ func startTemplateWith(t testing.TB, limits Limits, readPaths []string, preload 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tpl, err := StartTemplate(ctx, TemplateSpec{
-		Argv:      append([]string{py.exe, "-I", "-S", "-c", templateBoot, runtimeDir}, preload...),
+		Argv:      append([]string{py.exe, "-I", "-S", "-c", templateBoot, runtimeDir + ":/usr/lib/python3/dist-packages"}, preload...),
 		ReadPaths: append([]string{py.prefix, runtimeDir, "/usr/lib/python3/dist-packages"}, readPaths...),
 		Limits:    limits,
 		Stderr:    os.Stderr,
@@ -170,10 +172,213 @@ func TestTemplateReadPathBelowTmp(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tpl := startTemplateWith(t, Limits{}, []string{dir})
+	tpl := startTemplateWith(t, needPython(t), Limits{}, []string{dir})
 	f := fork(t, tpl)
 	out := f.output(t, fmt.Sprintf("print(open(%q).read())", filepath.Join(dir, "data.txt")))
 	if strings.TrimSpace(out) != "kept" {
 		t.Fatalf("read %q, want kept", out)
+	}
+}
+
+// probeSiblingCode reports what a program can see and reach of another:
+// the abstract Unix socket and the /tmp file the other made, and the
+// processes it can see or signal.
+const probeSiblingCode = `
+import json, os, socket, sys
+name, marker = %q, %q
+res = {"file": os.path.exists("/tmp/" + marker)}
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("\0" + name); res["connect"] = "connected"
+except OSError as e:
+    res["connect"] = type(e).__name__
+res["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid())
+signalled = []
+for pid in res["pids"]:
+    try:
+        os.kill(pid, 0); signalled.append(pid)
+    except OSError:
+        pass
+res["signalled"] = signalled
+print(json.dumps(res))
+`
+
+type siblingView struct {
+	File      bool   `json:"file"`
+	Connect   string `json:"connect"`
+	Pids      []int  `json:"pids"`
+	Signalled []int  `json:"signalled"`
+}
+
+// Two children of one template, alive at once, share nothing: the second
+// cannot see the first's /tmp file, reach its abstract socket, or see or
+// signal any process but its own. The control runs the same probe as a
+// plain host process against the same socket name, held by this test:
+// it connects and sees and signals other processes, so the probe notices
+// a leak.
+func TestTemplateSiblingsIsolated(t *testing.T) {
+	t.Parallel()
+	tpl := startTemplate(t, Limits{})
+	marker := newMarker()
+	name := "cyrnel-sibling-" + marker
+	a := fork(t, tpl)
+	res := a.run(t, fmt.Sprintf(`
+import builtins, socket
+s = socket.socket(socket.AF_UNIX)
+s.bind("\0" + %q)
+s.listen()
+open("/tmp/" + %q, "w").write("mine")
+builtins.kept = s
+`, name, marker))
+	if res["status"] != "success" {
+		t.Fatalf("first child: %v", res)
+	}
+	b := fork(t, tpl)
+	var view siblingView
+	if err := json.Unmarshal([]byte(b.output(t, fmt.Sprintf(probeSiblingCode, name, marker))), &view); err != nil {
+		t.Fatal(err)
+	}
+	if view.File || view.Connect == "connected" || len(view.Pids) > 0 || len(view.Signalled) > 0 {
+		t.Errorf("the second child saw or reached the first: %+v", view)
+	}
+
+	// Control: the host holds the same name; a plain process reaches it.
+	ln, err := net.Listen("unix", "@"+name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	out, err := exec.Command(needPython(t).exe, "-I", "-S", "-c", fmt.Sprintf(probeSiblingCode, name, marker)).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var control siblingView
+	if err := json.Unmarshal(out, &control); err != nil {
+		t.Fatal(err)
+	}
+	if control.Connect != "connected" || len(control.Pids) == 0 || len(control.Signalled) == 0 {
+		t.Fatalf("control: a plain process neither reached the socket nor saw processes (%+v): the probe cannot notice a leak", control)
+	}
+}
+
+// A setsid'd grandchild dies with its execution, whether the execution is
+// killed or its program ends; the marker process is seen while it runs,
+// so the check can notice one that survives.
+func TestTemplateSetsidGrandchildDies(t *testing.T) {
+	t.Parallel()
+	tpl := startTemplate(t, Limits{})
+	for _, kill := range []bool{true, false} {
+		marker := newMarker()
+		f := fork(t, tpl)
+		res := f.run(t, fmt.Sprintf(`
+import os
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv("/bin/sleep", [%q, "1000"])
+    os._exit(0)
+os.waitpid(pid, 0)
+`, marker))
+		if res["status"] != "success" {
+			t.Fatalf("program: %v", res)
+		}
+		waitAppear(t, func() []int { return hostProcsNamed(marker) })
+		if kill {
+			_ = f.p.Kill()
+		} else {
+			_ = f.in.Close() // the runtime ends after its one execution
+		}
+		exit := f.p.Wait()
+		if left := hostProcsNamed(marker); len(left) > 0 {
+			for _, pid := range left {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			t.Fatalf("kill %v: setsid grandchild %v survived (exit %+v)", kill, left, exit)
+		}
+		if kill && !exit.Killed {
+			t.Errorf("exit %+v, want Killed", exit)
+		}
+	}
+}
+
+// A fork bomb ends at the pids limit and a memory bomb at the memory limit,
+// each reported; the next child of the same template starts with fresh
+// counters.
+func TestTemplateLimits(t *testing.T) {
+	t.Parallel()
+	tpl := startTemplate(t, Limits{Procs: 16, MemoryBytes: 96 << 20})
+	bomb := fork(t, tpl)
+	res := bomb.run(t, `
+import os, time
+n = 0
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(1000)
+        n += 1
+except OSError as e:
+    print("refused after", n)
+`)
+	if res["status"] != "success" {
+		t.Fatalf("fork bomb: %v", res)
+	}
+	_ = bomb.p.Kill()
+	if exit := bomb.p.Wait(); !exit.ProcLimit {
+		t.Errorf("fork bomb: exit %+v, want ProcLimit", exit)
+	}
+	mem := fork(t, tpl)
+	req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "execute", "params": map[string]any{"code": "b = [bytes(1 << 20) + b'x' for _ in range(1000)]"}})
+	if _, err := mem.in.Write(append(req, '\n')); err != nil {
+		t.Fatal(err)
+	}
+	if exit := mem.p.Wait(); !exit.MemoryLimit {
+		t.Errorf("memory bomb: exit %+v, want MemoryLimit", exit)
+	}
+	fresh := fork(t, tpl)
+	if out := fresh.output(t, "print('ok')"); strings.TrimSpace(out) != "ok" {
+		t.Errorf("after the bombs: %q", out)
+	}
+	_ = fresh.p.Kill()
+	if exit := fresh.p.Wait(); exit.MemoryLimit || exit.ProcLimit {
+		t.Errorf("a fresh child inherited counters: %+v", exit)
+	}
+}
+
+// Every child draws its own random numbers: random reseeds at fork, and
+// numpy's global generator is reseeded by the template. numpy (with its
+// BLAS) is preloaded, so this also shows a threaded library works in
+// children of a single-threaded template.
+func TestTemplateRandomDiffersAndNumpyWorks(t *testing.T) {
+	t.Parallel()
+	const system = "/usr/bin/python3"
+	if err := exec.Command(system, "-c", "import numpy").Run(); err != nil {
+		t.Skipf("%s has no numpy (make deps installs python3-numpy on Debian): %v", system, err)
+	}
+	tpl := startTemplateWith(t, python{exe: system, prefix: "/usr"}, Limits{}, nil, "numpy")
+	code := `
+import random, numpy
+a = numpy.ones((300, 300))
+print(random.random(), numpy.random.rand(), (a @ a).sum())
+`
+	first := strings.Fields(fork(t, tpl).output(t, code))
+	second := strings.Fields(fork(t, tpl).output(t, code))
+	if len(first) != 3 || len(second) != 3 {
+		t.Fatalf("output %q, %q", first, second)
+	}
+	if first[0] == second[0] || first[1] == second[1] {
+		t.Errorf("two children drew the same numbers: %v, %v", first, second)
+	}
+	if first[2] != "27000000.0" {
+		t.Errorf("matrix product sum %s, want 27000000.0", first[2])
 	}
 }
