@@ -24,6 +24,11 @@ type PoolConfig struct {
 	// it is out it still fills its slot and is not replaced. Without it a
 	// worker taken is gone and its slot is refilled.
 	Lend bool
+	// ImmediateRefill refills a taken worker's slot at once instead of
+	// after refillDelay: for workers that cost little CPU to start (forked
+	// from a template), whose delayed refill would only make the next
+	// execution wait.
+	ImmediateRefill bool
 }
 
 // Pool keeps Size warm workers ready and refills in the background. It never
@@ -34,6 +39,7 @@ type Pool struct {
 	size         int
 	startTimeout time.Duration
 	lend         bool
+	refillDelay  time.Duration
 
 	ready chan *Worker
 	wake  chan struct{}
@@ -70,12 +76,15 @@ type Stats struct {
 func NewPool(log *slog.Logger, cfg PoolConfig, spawn SpawnFunc) *Pool {
 	size := max(cfg.Size, 1)
 	p := &Pool{
-		log: log, spawn: spawn, size: size, startTimeout: cfg.StartTimeout, lend: cfg.Lend,
+		log: log, spawn: spawn, size: size, startTimeout: cfg.StartTimeout, lend: cfg.Lend, refillDelay: refillDelay,
 		maxSpawning: max(size, 2*runtime.NumCPU()),
 		ready:       make(chan *Worker, size+max(size, 2*runtime.NumCPU())), // warm workers and every spawn in flight
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		failed:      make(chan struct{}),
+	}
+	if cfg.ImmediateRefill {
+		p.refillDelay = 0
 	}
 	p.wg.Add(1)
 	go p.refill()
@@ -141,8 +150,10 @@ func (p *Pool) take(w *Worker) (*Worker, bool) {
 	// back to back regardless: each one that lands pokes the pool again. A
 	// lent worker keeps its slot: only Return can free it.
 	dead := w.Dead()
-	if !p.lend || dead {
-		time.AfterFunc(refillDelay, p.poke)
+	if (!p.lend || dead) && p.refillDelay == 0 {
+		p.poke()
+	} else if !p.lend || dead {
+		time.AfterFunc(p.refillDelay, p.poke)
 	}
 	if dead {
 		p.log.Warn("discarding a warm worker that died", "exit", w.h.Exit().String())
@@ -181,7 +192,7 @@ func (p *Pool) Return(w *Worker, reusable bool) bool {
 		}
 	}
 	if !kept {
-		time.AfterFunc(refillDelay, p.poke)
+		time.AfterFunc(p.refillDelay, p.poke)
 	}
 	return kept
 }

@@ -31,6 +31,8 @@ type RunnerConfig struct {
 	// in a long-lived process). Without it each execution gets a fresh
 	// worker (Python: a fresh interpreter).
 	Reuse bool
+	// ImmediateRefill: see PoolConfig.
+	ImmediateRefill bool
 	// Grace is how long a reusable worker gets to stop an execution by
 	// itself after a kill or its timeout before its process is killed.
 	Grace time.Duration
@@ -58,7 +60,7 @@ type Runner struct {
 func NewRunner(log *slog.Logger, cfg RunnerConfig, spawn SpawnFunc) *Runner {
 	return &Runner{
 		log: log, cfg: cfg,
-		pool:    NewPool(log, PoolConfig{Size: cfg.PoolSize, StartTimeout: cfg.StartTimeout, Lend: cfg.Reuse}, spawn),
+		pool:    NewPool(log, PoolConfig{Size: cfg.PoolSize, StartTimeout: cfg.StartTimeout, Lend: cfg.Reuse, ImmediateRefill: cfg.ImmediateRefill}, spawn),
 		slots:   make(chan struct{}, max(cfg.Concurrency, 1)),
 		flights: map[int64]context.CancelFunc{},
 	}
