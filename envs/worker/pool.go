@@ -24,6 +24,11 @@ type PoolConfig struct {
 	// it is out it still fills its slot and is not replaced. Without it a
 	// worker taken is gone and its slot is refilled.
 	Lend bool
+	// Keep is how many returned workers a lending pool keeps ready (at
+	// least Size): a pool that grew under load to serve its concurrency
+	// keeps its workers instead of discarding each returning one and
+	// spawning anew for the next waiter.
+	Keep int
 	// ImmediateRefill refills a taken worker's slot at once instead of
 	// after refillDelay: for workers that cost little CPU to start (forked
 	// from a template), whose delayed refill would only make the next
@@ -37,6 +42,7 @@ type Pool struct {
 	log          *slog.Logger
 	spawn        SpawnFunc
 	size         int
+	keep         int
 	startTimeout time.Duration
 	lend         bool
 	refillDelay  time.Duration
@@ -75,10 +81,11 @@ type Stats struct {
 // NewPool starts a pool of warm workers.
 func NewPool(log *slog.Logger, cfg PoolConfig, spawn SpawnFunc) *Pool {
 	size := max(cfg.Size, 1)
+	keep := max(cfg.Keep, size)
 	p := &Pool{
-		log: log, spawn: spawn, size: size, startTimeout: cfg.StartTimeout, lend: cfg.Lend, refillDelay: refillDelay,
+		log: log, spawn: spawn, size: size, keep: keep, startTimeout: cfg.StartTimeout, lend: cfg.Lend, refillDelay: refillDelay,
 		maxSpawning: max(size, 2*runtime.NumCPU()),
-		ready:       make(chan *Worker, size+max(size, 2*runtime.NumCPU())), // warm workers and every spawn in flight
+		ready:       make(chan *Worker, keep+max(size, 2*runtime.NumCPU())), // kept workers and every spawn in flight
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		failed:      make(chan struct{}),
@@ -170,8 +177,8 @@ func (p *Pool) take(w *Worker) (*Worker, bool) {
 }
 
 // Return gives back a worker lent by Get (a pool that does not lend takes
-// nothing back). A reusable one is kept if it is alive and a warm slot is
-// free; otherwise (false) the caller must close it and its slot is refilled.
+// nothing back). A reusable one is kept if it is alive and fewer than Keep
+// are ready; otherwise (false) the caller must close it and its slot is refilled.
 func (p *Pool) Return(w *Worker, reusable bool) bool {
 	if !p.lend {
 		return false
@@ -186,7 +193,7 @@ func (p *Pool) Return(w *Worker, reusable bool) bool {
 		// Room among the warm slots; the queue itself also has room for
 		// every spawn in flight, so a landing spawn is never left with
 		// nowhere to go.
-		if reusable && !w.Dead() && len(p.ready) < p.size {
+		if reusable && !w.Dead() && len(p.ready) < p.keep {
 			p.ready <- w
 			kept = true
 		}

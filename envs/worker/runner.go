@@ -60,7 +60,10 @@ type Runner struct {
 func NewRunner(log *slog.Logger, cfg RunnerConfig, spawn SpawnFunc) *Runner {
 	return &Runner{
 		log: log, cfg: cfg,
-		pool:    NewPool(log, PoolConfig{Size: cfg.PoolSize, StartTimeout: cfg.StartTimeout, Lend: cfg.Reuse, ImmediateRefill: cfg.ImmediateRefill}, spawn),
+		pool: NewPool(log, PoolConfig{Size: cfg.PoolSize, StartTimeout: cfg.StartTimeout, Lend: cfg.Reuse, ImmediateRefill: cfg.ImmediateRefill,
+			// Reused workers serve up to Concurrency executions at once:
+			// keep that many rather than respawn above PoolSize.
+			Keep: cfg.Concurrency}, spawn),
 		slots:   make(chan struct{}, max(cfg.Concurrency, 1)),
 		flights: map[int64]context.CancelFunc{},
 	}
