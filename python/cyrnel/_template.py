@@ -21,6 +21,7 @@ Python 3.11 has no os.unshare or mount: those go through libc with ctypes.
 import base64
 import ctypes
 import fcntl
+import gc
 import importlib
 import json
 import os
@@ -313,6 +314,10 @@ def main(preload):
         )
         return 1
     signal.signal(signal.SIGCHLD, _reap)
+    # What the template built is never collected again: a collection in a
+    # child would touch every object and copy the page it lives on.
+    gc.collect()
+    gc.freeze()
     ctl.send(b'{"ready":true}')
     sys.stdout.flush()
     sys.stderr.flush()
