@@ -277,7 +277,7 @@ func (p *Process) start(ctx context.Context, l launch) error {
 		return p.abort(fmt.Errorf("sandbox: status pipe: %w", err))
 	}
 	cmd := &exec.Cmd{
-		Path: selfExe,
+		Path: helperExe(),
 		Args: []string{"cyrnel-sandbox-init", argInit},
 		// Empty, not nil: the init's /proc/<pid>/environ must not hold
 		// the host's environment, which may carry secrets.

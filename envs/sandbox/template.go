@@ -184,7 +184,7 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 		return nil, fmt.Errorf("sandbox: template spec pipe: %w", err)
 	}
 	cmd := &exec.Cmd{
-		Path:       selfExe,
+		Path:       helperExe(),
 		Args:       []string{"cyrnel-sandbox-template", argTemplate},
 		Env:        []string{},
 		Dir:        "/",

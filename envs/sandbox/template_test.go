@@ -382,3 +382,23 @@ print(random.random(), numpy.random.rand(), (a @ a).sum())
 		t.Errorf("matrix product sum %s, want 27000000.0", first[2])
 	}
 }
+
+// The helper binary is used only when built from the same source: the
+// running test binary is the same build as itself, a foreign binary is not,
+// and with no helper next to it the binary re-executes itself.
+func TestHelperBinaryChoice(t *testing.T) {
+	t.Parallel()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameBuild(self) {
+		t.Error("the running binary is not the same build as itself")
+	}
+	if sameBuild("/bin/sh") {
+		t.Error("/bin/sh passed for the same build")
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(self), HelperName)); err != nil && helperExe() != selfExe {
+		t.Errorf("no helper next to the binary, yet it re-executes %s", helperExe())
+	}
+}
