@@ -325,6 +325,19 @@ func (t *Template) Layers() Layers { return t.layers }
 // Done is closed once the template has ended.
 func (t *Template) Done() <-chan struct{} { return t.done }
 
+// Alive reports whether the template still forks: not killed, drained or
+// ended.
+func (t *Template) Alive() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	select {
+	case <-t.done:
+		return false
+	default:
+		return !t.closed
+	}
+}
+
 // Kill ends the template and, with its PID namespace, every child.
 func (t *Template) Kill() {
 	t.mu.Lock()
@@ -388,6 +401,11 @@ func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 		return nil, p.abort(errors.New("sandbox: template is closed"))
 	}
 	_, _, err = t.ctl.WriteMsgUnix(msg, unix.UnixRights(fds...), nil)
+	if err != nil && t.proc != nil {
+		// A template that cannot take requests is gone or broken.
+		t.closed = true
+		_ = t.proc.Kill()
+	}
 	t.mu.Unlock()
 	_ = childEnd.Close() // in flight: the template holds it now
 	if err != nil {

@@ -402,3 +402,56 @@ func TestHelperBinaryChoice(t *testing.T) {
 		t.Errorf("no helper next to the binary, yet it re-executes %s", helperExe())
 	}
 }
+
+// A preload that leaves a thread running is refused with a message naming
+// it: a forked child would inherit the thread's locks without the thread.
+// The same template without that preload starts (the tests above).
+func TestTemplateRefusesThreadedPreload(t *testing.T) {
+	t.Parallel()
+	needTemplate(t)
+	py := needPython(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "starts_thread.py"), []byte(
+		"import threading, time\nthreading.Thread(target=time.sleep, args=(1000,), name='leftover', daemon=True).start()\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runtimeDir, err := filepath.Abs("../../python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tpl, err := StartTemplate(ctx, TemplateSpec{
+		Argv:      []string{py.exe, "-I", "-S", "-c", templateBoot, runtimeDir + ":" + dir, "starts_thread"},
+		ReadPaths: []string{py.prefix, runtimeDir, dir},
+	})
+	if err == nil {
+		tpl.Kill()
+		t.Fatal("a template whose preload left a thread running started")
+	}
+	if !strings.Contains(err.Error(), "thread") || !strings.Contains(err.Error(), "leftover") {
+		t.Errorf("error %q does not name the thread", err)
+	}
+}
+
+// A template that dies takes its children with it (they live in its PID
+// namespace), and says so through Done.
+func TestTemplateDeathEndsChildren(t *testing.T) {
+	t.Parallel()
+	tpl := startTemplate(t, Limits{})
+	f := fork(t, tpl)
+	tpl.Kill()
+	<-tpl.Done()
+	exit := f.p.Wait()
+	if exit.Code == 0 && exit.Signal == 0 {
+		t.Errorf("the child of a killed template ended cleanly: %+v", exit)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := tpl.Fork(ctx, os.Stdout, os.Stderr, nil); err == nil {
+		t.Error("a dead template forked")
+	}
+}

@@ -73,12 +73,10 @@ func (f *Forking) template(ctx context.Context) (*sandbox.Template, error) {
 		return nil, ErrClosed
 	}
 	if f.tpl != nil {
-		select {
-		case <-f.tpl.Done():
-			f.log.Warn("the python template ended: starting a new one")
-		default:
+		if f.tpl.Alive() {
 			return f.tpl, nil
 		}
+		f.log.Warn("the python template ended: starting a new one")
 	}
 	tpl, err := sandbox.StartTemplate(ctx, f.spec)
 	if err != nil {

@@ -303,7 +303,11 @@ def main(preload):
         return 1
     threads = os.listdir("/proc/self/task")
     if len(threads) > 1:
-        names = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in threads if int(t) != os.getpid())
+        threading = sys.modules.get("threading")
+        if threading is not None and len(threading.enumerate()) > 1:
+            names = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
+        else:  # started from C: only the kernel knows them
+            names = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in threads if int(t) != os.getpid())
         ctl.send(
             json.dumps(
                 {
