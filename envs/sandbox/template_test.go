@@ -381,6 +381,25 @@ print(random.random(), numpy.random.rand(), (a @ a).sum())
 	if first[2] != "27000000.0" {
 		t.Errorf("matrix product sum %s, want 27000000.0", first[2])
 	}
+	// Control: children of a plain fork, nothing reseeded, draw the same
+	// numpy numbers, so the comparison above would notice a template that
+	// forgot to reseed.
+	out, err := exec.Command(system, "-c", `
+import os, numpy
+r, w = os.pipe()
+for _ in range(2):
+    if os.fork() == 0:
+        os.write(w, repr(numpy.random.rand()).encode() + b" ")
+        os._exit(0)
+    os.wait()
+print(os.read(r, 100).decode())
+`).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if draws := strings.Fields(string(out)); len(draws) != 2 || draws[0] != draws[1] {
+		t.Fatalf("control: plainly forked children drew %v, not the same number twice", draws)
+	}
 }
 
 // The helper binary is used only when built from the same source: the
