@@ -325,6 +325,16 @@ func (t *Template) Layers() Layers { return t.layers }
 // Done is closed once the template has ended.
 func (t *Template) Done() <-chan struct{} { return t.done }
 
+// Pid is the host pid of the template process; 0 before it started.
+func (t *Template) Pid() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.proc == nil {
+		return 0
+	}
+	return t.proc.Pid
+}
+
 // Alive reports whether the template still forks: not killed, drained or
 // ended.
 func (t *Template) Alive() bool {
@@ -427,6 +437,10 @@ func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 		return p, nil
 	case <-ctx.Done():
 		_ = p.Kill()
+		// A hung template never closes its end: closing ours ends the
+		// owner's wait, and a child that reports later finds nobody and
+		// dies (its program with it: parent-death signal).
+		_ = conn.Close()
 		<-p.done
 		return nil, fmt.Errorf("sandbox: fork: %w", ctx.Err())
 	}

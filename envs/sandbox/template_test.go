@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -472,5 +473,33 @@ func TestTemplateDeathEndsChildren(t *testing.T) {
 	defer cancel()
 	if _, err := tpl.Fork(ctx, os.Stdout, os.Stderr, nil); err == nil {
 		t.Error("a dead template forked")
+	}
+}
+
+// Fork gives up when its context ends, even if the template never answers
+// (stopped here with SIGSTOP), and leaves nothing waiting behind.
+func TestTemplateForkGivesUpOnAHungTemplate(t *testing.T) {
+	t.Parallel()
+	tpl := startTemplate(t, Limits{})
+	if err := syscall.Kill(tpl.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(tpl.Pid(), syscall.SIGCONT)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	r, w, _ := os.Pipe()
+	defer closeAll(r, w)
+	returned := make(chan error, 1)
+	go func() {
+		_, err := tpl.Fork(ctx, w, w, nil)
+		returned <- err
+	}()
+	select {
+	case err := <-returned:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Fork from a stopped template: %v, want the deadline", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Fork from a stopped template never returned")
 	}
 }
