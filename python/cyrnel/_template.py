@@ -22,7 +22,6 @@ import base64
 import ctypes
 import fcntl
 import gc
-import importlib
 import json
 import os
 import resource
@@ -64,7 +63,6 @@ PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
-PR_SET_SECCOMP = 22
 SECCOMP_SET_MODE_FILTER = 1
 OPEN_TREE_CLONE = 1
 AT_RECURSIVE = 0x8000
