@@ -63,9 +63,14 @@ func loadSeccomp(network bool) error {
 
 // seccompGroups are the deny groups of the filter, one filter each.
 func seccompGroups(network bool) []seccomp.SyscallGroup {
+	return seccompGroupsDenying(deniedSyscalls, network)
+}
+
+// seccompGroupsDenying are the deny groups with the given EPERM list.
+func seccompGroupsDenying(denied []string, network bool) []seccomp.SyscallGroup {
 	eperm := seccomp.SyscallGroup{
 		Action: seccomp.ActionErrno | seccomp.Action(unix.EPERM),
-		Names:  deniedSyscalls,
+		Names:  denied,
 		NamesWithCondtions: []seccomp.NameWithConditions{{
 			Name: "clone",
 			Conditions: []seccomp.Condition{{
@@ -99,12 +104,17 @@ func seccompGroups(network bool) []seccomp.SyscallGroup {
 // in the order to install them: for a process that cannot run Go (a child
 // forked from a Python template) to load itself.
 func seccompPrograms(network bool) ([][]byte, error) {
+	return seccompProgramsDenying(deniedSyscalls, network)
+}
+
+// seccompProgramsDenying is seccompPrograms with the given EPERM list.
+func seccompProgramsDenying(denied []string, network bool) ([][]byte, error) {
 	arch, err := nativeArchOnly()
 	if err != nil {
 		return nil, err
 	}
 	progs := [][]bpf.Instruction{arch}
-	for _, g := range seccompGroups(network) {
+	for _, g := range seccompGroupsDenying(denied, network) {
 		p := seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: []seccomp.SyscallGroup{g}}
 		ins, err := p.Assemble()
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -91,7 +92,16 @@ type templateConfig struct {
 	Landlock landlockMasks `json:"landlock"`
 	// Seccomp are raw struct sock_filter arrays, installed in order.
 	Seccomp [][]byte `json:"seccomp"`
+	// TemplateSeccomp is the looser filter the template holds itself once
+	// warm: the children's, minus what each child needs before its own
+	// (templateAllowed).
+	TemplateSeccomp [][]byte `json:"templateSeccomp"`
 }
+
+// templateAllowed are the denied system calls a child makes while it locks
+// itself down, which the template's own filter (inherited by every child,
+// filters stack) must therefore allow.
+var templateAllowed = []string{"unshare", "mount", "open_tree", "move_mount", "sethostname"}
 
 type landlockMasks struct {
 	ABI      int    `json:"abi"`
@@ -159,10 +169,15 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
+	looser := slices.DeleteFunc(slices.Clone(deniedSyscalls), func(n string) bool { return slices.Contains(templateAllowed, n) })
+	tplProgs, err := seccompProgramsDenying(looser, spec.Network)
+	if err != nil {
+		return nil, err
+	}
 	cfg := templateConfig{
 		UID: templateChildID, GID: templateChildID, SandboxID: sandboxID,
 		Network: spec.Network, Limits: t.limits, ReadPaths: readPaths,
-		Landlock: landlockFor(sup.LandlockABI, spec.Network), Seccomp: progs,
+		Landlock: landlockFor(sup.LandlockABI, spec.Network), Seccomp: progs, TemplateSeccomp: tplProgs,
 	}
 	env := environ(sandboxTmp, append([]string{
 		// Preloaded libraries must not start threads in the template: a

@@ -503,3 +503,50 @@ func TestTemplateForkGivesUpOnAHungTemplate(t *testing.T) {
 		t.Fatal("Fork from a stopped template never returned")
 	}
 }
+
+// The template holds no_new_privs, a seccomp filter and only CAP_SETUID and
+// CAP_SETGID, and runs single-threaded; a child holds no capability and
+// stacks the full filter on the template's.
+func TestTemplateIsConfined(t *testing.T) {
+	t.Parallel()
+	tpl := startTemplate(t, Limits{})
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", tpl.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := map[string]string{}
+	for line := range strings.Lines(string(status)) {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			fields[k] = strings.TrimSpace(v)
+		}
+	}
+	want := map[string]string{
+		"NoNewPrivs": "1", "Seccomp": "2", "Threads": "1",
+		"CapEff": "00000000000000c0", "CapPrm": "00000000000000c0", "CapBnd": "00000000000000c0",
+	}
+	for k, v := range want {
+		if fields[k] != v {
+			t.Errorf("template %s: %q, want %q", k, fields[k], v)
+		}
+	}
+	f := fork(t, tpl)
+	out := f.output(t, `
+import os
+s = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
+print(s["CapEff"].strip(), s["CapBnd"].strip())
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print(libc.unshare(0x10000000), ctypes.get_errno())
+`)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("output %q", out)
+	}
+	caps := strings.Fields(lines[0])
+	if caps[0] != "0000000000000000" || caps[1] != "0000000000000000" {
+		t.Errorf("child capabilities effective %s bounding %s, want none", caps[0], caps[1])
+	}
+	if lines[1] != "-1 1" {
+		t.Errorf("unshare(CLONE_NEWUSER) in a child: %q, want -1 EPERM", lines[1])
+	}
+}

@@ -294,6 +294,7 @@ def main(preload):
     ctl = socket.socket(fileno=3)
     cfg = json.loads(ctl.recv(1 << 20))
     cfg["seccomp"] = [base64.b64decode(p) for p in cfg["seccomp"]]
+    own_filter = [base64.b64decode(p) for p in cfg.pop("templateSeccomp")]
     try:
         _worker.warm(preload)
     except BaseException as e:  # noqa: BLE001 - any failure of a preload is reported
@@ -320,6 +321,11 @@ def main(preload):
     # child would touch every object and copy the page it lives on.
     gc.collect()
     gc.freeze()
+    try:
+        _seccomp(own_filter)  # no_new_privs is set: the helper did before exec
+    except OSError as e:
+        ctl.send(json.dumps({"error": f"template seccomp: {e}"}).encode())
+        return 1
     ctl.send(b'{"ready":true}')
     sys.stdout.flush()
     sys.stderr.flush()
