@@ -153,10 +153,72 @@ func TestTemplateForksIsolatedChildren(t *testing.T) {
 	tpl := startTemplate(t, Limits{})
 	f := fork(t, tpl)
 	out := f.output(t, `
-import os
-print(os.getpid(), os.getuid(), sorted(p for p in os.listdir("/proc") if p.isdigit()), os.uname().nodename)
+import json, os
+print(json.dumps({
+    "pid": os.getpid(), "uid": os.getuid(), "gid": os.getgid(),
+    "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+    "host": os.uname().nodename,
+    "proc_sys": os.path.exists("/proc/sys"), "kallsyms": os.path.exists("/proc/kallsyms"),
+    "tmp": os.listdir("/tmp"), "cwd": os.getcwd(),
+    "visible": [p for p in ("/etc/passwd", "/home", "/var", "/root/.bash_history", "/work/wt-fork/envs") if os.path.exists(p)],
+}))
 `)
-	fmt.Println(out)
+	var got struct {
+		Pid, UID, GID int
+		Procs         []int
+		Host, Cwd     string
+		ProcSys       bool `json:"proc_sys"`
+		Kallsyms      bool
+		Tmp           []string
+		Visible       []string
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("output %q: %v", out, err)
+	}
+	if got.Pid != 1 || len(got.Procs) != 1 || got.Procs[0] != 1 {
+		t.Errorf("pid %d, processes %v: want PID 1 seeing only itself", got.Pid, got.Procs)
+	}
+	if got.UID != sandboxID || got.GID != sandboxID {
+		t.Errorf("uid %d gid %d inside, want %d", got.UID, got.GID, sandboxID)
+	}
+	if got.Host != "sandbox" || got.Cwd != "/tmp" || len(got.Tmp) != 0 {
+		t.Errorf("hostname %q, cwd %q, /tmp %v: want sandbox, /tmp, empty", got.Host, got.Cwd, got.Tmp)
+	}
+	if got.ProcSys || got.Kallsyms {
+		t.Errorf("/proc shows system files (sys %v, kallsyms %v)", got.ProcSys, got.Kallsyms)
+	}
+	// (The network is cut off: the sibling test and the hostile suite.)
+	if len(got.Visible) > 0 {
+		t.Errorf("host paths visible: %v", got.Visible)
+	}
+	// The host uid of the program is nobody, not the host's root.
+	f.p.mu.Lock()
+	pidfd := f.p.pidfd
+	f.p.mu.Unlock()
+	if pidfd < 0 {
+		t.Fatal("no pidfd")
+	}
+	fdinfo, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", pidfd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hostPid int
+	for line := range strings.Lines(string(fdinfo)) {
+		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+			fmt.Sscan(strings.TrimSpace(v), &hostPid)
+		}
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", hostPid))
+	if err != nil {
+		t.Fatalf("host pid %d of the program: %v", hostPid, err)
+	}
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if f := strings.Fields(v); f[0] != "65534" || f[1] != "65534" {
+				t.Errorf("program's host uids %v, want nobody (65534)", f)
+			}
+		}
+	}
 }
 
 // A read path below /tmp stays readable in a child, whose own /tmp covers

@@ -177,7 +177,12 @@ def _program(cfg, status, fds):
     os.closerange(6, 1 << 20)  # one close_range(2) call
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, None)
+        # Only the processes: no /proc/sys, kallsyms or other system files
+        # (kernels before 5.8 know no subset=pid: the whole /proc then).
+        try:
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "subset=pid,hidepid=invisible")
+        except OSError:
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, None)
         _own_tmp(cfg["readPaths"], limits["tmpBytes"])
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"mode=0700,size={limits['tmpBytes']}")
         _check(_libc.sethostname(b"sandbox", 7), "sethostname")
