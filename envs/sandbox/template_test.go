@@ -612,3 +612,33 @@ print(libc.unshare(0x10000000), ctypes.get_errno())
 		t.Errorf("unshare(CLONE_NEWUSER) in a child: %q, want -1 EPERM", lines[1])
 	}
 }
+
+// Drain stops forking but lets running children finish; the template ends
+// after its last child.
+func TestTemplateDrain(t *testing.T) {
+	t.Parallel()
+	tpl := startTemplate(t, Limits{})
+	f := fork(t, tpl)
+	tpl.Drain()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, w, _ := os.Pipe()
+	defer closeAll(r, w)
+	if _, err := tpl.Fork(ctx, w, w, nil); err == nil {
+		t.Error("a drained template forked")
+	}
+	if res := f.run(t, "print('still here')"); res["status"] != "success" {
+		t.Fatalf("a child of a drained template: %v", res)
+	}
+	select {
+	case <-tpl.Done():
+		t.Fatal("the template ended while its child ran")
+	default:
+	}
+	_ = f.in.Close() // the runtime ends after its execution
+	select {
+	case <-tpl.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the drained template outlived its last child")
+	}
+}
