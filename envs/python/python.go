@@ -111,8 +111,8 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	e.forking, e.tplWhy = forking, tplWhy
 	e.runner = worker.NewRunner(e.log, worker.RunnerConfig{
 		PoolSize: cfg.PoolSize, Concurrency: cfg.Concurrency, QueueLimit: cfg.QueueLimit,
-		StartTimeout:    time.Duration(cfg.StartTimeoutMs) * time.Millisecond,
-		ImmediateRefill: forking != nil,
+		StartTimeout:   time.Duration(cfg.StartTimeoutMs) * time.Millisecond,
+		RefillAfterRun: forking != nil,
 	}, e.spawn)
 	e.log.Info("python environment ready", "interpreter", py.exe, "poolSize", cfg.PoolSize, "preload", cfg.Preload, "sandbox", layers)
 	return nil

@@ -29,11 +29,12 @@ type PoolConfig struct {
 	// keeps its workers instead of discarding each returning one and
 	// spawning anew for the next waiter.
 	Keep int
-	// ImmediateRefill refills a taken worker's slot at once instead of
-	// after refillDelay: for workers that cost little CPU to start (forked
-	// from a template), whose delayed refill would only make the next
-	// execution wait.
-	ImmediateRefill bool
+	// RefillAfterRun refills a taken worker's slot when its execution ends
+	// (Refilled) instead of refillDelay after it was taken: for workers
+	// that are cheap to start (forked from a template). The refill then
+	// never competes with the execution that took the worker, and none
+	// waits longer than that execution. Waiters still get spawns at once.
+	RefillAfterRun bool
 }
 
 // Pool keeps Size warm workers ready and refills in the background. It never
@@ -46,6 +47,7 @@ type Pool struct {
 	startTimeout time.Duration
 	lend         bool
 	refillDelay  time.Duration
+	afterRun     bool
 
 	ready chan *Worker
 	wake  chan struct{}
@@ -90,9 +92,7 @@ func NewPool(log *slog.Logger, cfg PoolConfig, spawn SpawnFunc) *Pool {
 		stop:        make(chan struct{}),
 		failed:      make(chan struct{}),
 	}
-	if cfg.ImmediateRefill {
-		p.refillDelay = 0
-	}
+	p.afterRun = cfg.RefillAfterRun
 	p.wg.Add(1)
 	go p.refill()
 	return p
@@ -155,11 +155,10 @@ func (p *Pool) take(w *Worker) (*Worker, bool) {
 	// would otherwise compete with the execution that took this worker and
 	// with the host returning its result. Under sustained load spawns run
 	// back to back regardless: each one that lands pokes the pool again. A
-	// lent worker keeps its slot: only Return can free it.
+	// lent worker keeps its slot: only Return can free it. A RefillAfterRun
+	// pool refills when the execution ends (Refilled).
 	dead := w.Dead()
-	if (!p.lend || dead) && p.refillDelay == 0 {
-		p.poke()
-	} else if !p.lend || dead {
+	if dead || (!p.lend && !p.afterRun) {
 		time.AfterFunc(p.refillDelay, p.poke)
 	}
 	if dead {
@@ -174,6 +173,14 @@ func (p *Pool) take(w *Worker) (*Worker, bool) {
 	}
 	p.mu.Unlock()
 	return w, true
+}
+
+// Refilled says an execution of a RefillAfterRun pool has ended: the slot
+// its worker was taken from is refilled now.
+func (p *Pool) Refilled() {
+	if p.afterRun {
+		p.poke()
+	}
 }
 
 // Return gives back a worker lent by Get (a pool that does not lend takes
