@@ -142,7 +142,8 @@ func BenchmarkForkPandas(b *testing.B) {
 		b.Skipf("%s has no pandas (make deps installs python3-pandas on Debian): %v", system, err)
 	}
 	h := start(b, "")
-	cfg := map[string]any{"interpreter": system, "preload": []string{"pandas"}, "fork": true}
+	// Spawned pandas interpreters take seconds to start on a busy machine.
+	cfg := map[string]any{"interpreter": system, "preload": []string{"pandas"}, "fork": true, "startTimeoutMs": 120000}
 	setPython(b, h, cfg)
 	if ok, why := templateStatus(h); !ok {
 		b.Skipf("no forking template on this machine: %s", why)
