@@ -63,20 +63,23 @@ func loadSeccomp(network bool) error {
 
 // seccompGroups are the deny groups of the filter, one filter each.
 func seccompGroups(network bool) []seccomp.SyscallGroup {
-	return seccompGroupsDenying(deniedSyscalls, network)
+	return seccompGroupsDenying(deniedSyscalls, true, network)
 }
 
-// seccompGroupsDenying are the deny groups with the given EPERM list.
-func seccompGroupsDenying(denied []string, network bool) []seccomp.SyscallGroup {
+// seccompGroupsDenying are the deny groups with the given EPERM list, and
+// clone(2) with namespace flags denied unless cloneNamespaces.
+func seccompGroupsDenying(denied []string, cloneNamespaces, network bool) []seccomp.SyscallGroup {
 	eperm := seccomp.SyscallGroup{
 		Action: seccomp.ActionErrno | seccomp.Action(unix.EPERM),
 		Names:  denied,
-		NamesWithCondtions: []seccomp.NameWithConditions{{
+	}
+	if cloneNamespaces {
+		eperm.NamesWithCondtions = append(eperm.NamesWithCondtions, seccomp.NameWithConditions{
 			Name: "clone",
 			Conditions: []seccomp.Condition{{
 				Argument: 0, Operation: seccomp.BitsSet, Value: cloneNamespaceFlags,
 			}},
-		}},
+		})
 	}
 	if !network {
 		// Any socket family but AF_UNIX: no TCP, UDP, raw, netlink or
@@ -104,17 +107,18 @@ func seccompGroupsDenying(denied []string, network bool) []seccomp.SyscallGroup 
 // in the order to install them: for a process that cannot run Go (a child
 // forked from a Python template) to load itself.
 func seccompPrograms(network bool) ([][]byte, error) {
-	return seccompProgramsDenying(deniedSyscalls, network)
+	return seccompProgramsDenying(deniedSyscalls, true, network)
 }
 
-// seccompProgramsDenying is seccompPrograms with the given EPERM list.
-func seccompProgramsDenying(denied []string, network bool) ([][]byte, error) {
+// seccompProgramsDenying is seccompPrograms with the given EPERM list, and
+// clone(2) with namespace flags denied unless cloneNamespaces.
+func seccompProgramsDenying(denied []string, cloneNamespaces, network bool) ([][]byte, error) {
 	arch, err := nativeArchOnly()
 	if err != nil {
 		return nil, err
 	}
 	progs := [][]bpf.Instruction{arch}
-	for _, g := range seccompGroupsDenying(denied, network) {
+	for _, g := range seccompGroupsDenying(denied, cloneNamespaces, network) {
 		p := seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: []seccomp.SyscallGroup{g}}
 		ins, err := p.Assemble()
 		if err != nil {

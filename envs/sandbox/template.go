@@ -25,12 +25,13 @@ import (
 // program instead of starting a fresh one (docs/sandbox.md, "The forking
 // template"). The template itself runs in its own mount (the sandbox root,
 // built once), PID, network, IPC and UTS namespaces, as root with only
-// CAP_SETUID and CAP_SETGID, and never runs untrusted code: every child
-// first joins its own fresh cgroups, becomes the unprivileged host uid,
-// unshares new user, PID, mount, network, IPC, UTS and cgroup namespaces,
-// forks the program as PID 1 of them, mounts its own /proc, /tmp and
-// /dev/shm, drops every capability and applies rlimits, no_new_privs,
-// Landlock and the seccomp filter before it reads its first request.
+// CAP_SETUID and CAP_SETGID and a seccomp filter, and never runs untrusted
+// code: it clones every child straight into new user, PID (the child is
+// PID 1), mount, network, IPC, UTS and cgroup namespaces, writes its uid/gid
+// maps (the unprivileged host uid) and moves it into its own fresh cgroups
+// before the child runs; the child mounts its own /proc, /tmp and /dev/shm,
+// drops every capability and applies rlimits, no_new_privs, Landlock and
+// the seccomp filter before it reads its first request.
 //
 // The child side is implemented by the interpreter (python/cyrnel/_template.py);
 // this file starts the template and speaks its control protocol:
@@ -39,9 +40,10 @@ import (
 //     {"ready":true} or {"error":"…"}.
 //   - host → template, per child: {"cgroups":n} with the fds [status, fd 1,
 //     fd 2, extra files…, cgroup.procs of each cgroup] (SCM_RIGHTS).
-//   - child → host on the status socket: {"pid":n} with a pidfd of the
-//     program, {"started":true} or {"error":"…"} once it is locked down,
-//     {"exit":{…}} when it ends; then end-of-file.
+//   - on the status socket: {"pid":n} with a pidfd of the child (from the
+//     template), {"started":true} or {"error":"…"} once it is locked down
+//     (from the child), {"exit":{…}} when the template has reaped it; then
+//     end-of-file.
 type Template struct {
 	layers  Layers
 	limits  Limits
@@ -100,8 +102,9 @@ type templateConfig struct {
 
 // templateAllowed are the denied system calls a child makes while it locks
 // itself down, which the template's own filter (inherited by every child,
-// filters stack) must therefore allow.
-var templateAllowed = []string{"unshare", "mount", "open_tree", "move_mount", "sethostname"}
+// filters stack) must therefore allow; the template also clones with
+// namespace flags.
+var templateAllowed = []string{"mount", "open_tree", "move_mount", "sethostname"}
 
 type landlockMasks struct {
 	ABI      int    `json:"abi"`
@@ -170,7 +173,7 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 		return nil, err
 	}
 	looser := slices.DeleteFunc(slices.Clone(deniedSyscalls), func(n string) bool { return slices.Contains(templateAllowed, n) })
-	tplProgs, err := seccompProgramsDenying(looser, spec.Network)
+	tplProgs, err := seccompProgramsDenying(looser, false, spec.Network)
 	if err != nil {
 		return nil, err
 	}
@@ -453,8 +456,8 @@ func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 	case <-ctx.Done():
 		_ = p.Kill()
 		// A hung template never closes its end: closing ours ends the
-		// owner's wait, and a child that reports later finds nobody and
-		// dies (its program with it: parent-death signal).
+		// owner's wait; a child forked later finds nobody to report to,
+		// and Kill reached it once its pidfd arrived, if ever.
 		_ = conn.Close()
 		<-p.done
 		return nil, fmt.Errorf("sandbox: fork: %w", ctx.Err())
@@ -468,7 +471,8 @@ type forkReport struct {
 }
 
 // ownForked follows one forked child through its status socket, which
-// reaches end-of-file once the child is gone, then cleans up.
+// reaches end-of-file once the template has reaped and reported it, then
+// cleans up.
 func (p *Process) ownForked(conn *net.UnixConn, started chan<- error) {
 	defer close(p.done)
 	defer conn.Close()
@@ -521,9 +525,9 @@ func (p *Process) ownForked(conn *net.UnixConn, started chan<- error) {
 	p.cleanup()
 }
 
-// forkedExit says how a forked child ended: as its intermediate reported,
-// with the cgroups' counters; without a report (the template or the
-// intermediate died), only Kill or the memory limit explain it.
+// forkedExit says how a forked child ended: as the template reported, with
+// the cgroups' counters; without a report (the template died), only Kill
+// or the memory limit explain it.
 func (p *Process) forkedExit(r *exitReport) ExitInfo {
 	info := ExitInfo{Code: -1, MemoryLimit: p.cg.oomKilled(), ProcLimit: p.cg.forkRefused()}
 	p.mu.Lock()

@@ -7,15 +7,16 @@ IPC and UTS namespaces with only CAP_SETUID and CAP_SETGID, and never runs
 untrusted code. It stays single-threaded: a forked child inherits no other
 thread, so a lock another thread held would stay locked in the child.
 
-Each child (the "intermediate") joins its fresh cgroups, becomes the
-unprivileged host uid, unshares new user, PID, mount, network, IPC, UTS and
-cgroup namespaces and forks the program, PID 1 of them, which mounts its own
-/proc, /tmp and /dev/shm, drops every capability and applies rlimits,
-no_new_privs, Landlock and seccomp before it reads its first request. The
-intermediate stays outside the program's namespaces, reports the program's
-pidfd and, once it has reaped it, how it ended.
+Each child is cloned straight into new user, PID (it is PID 1), mount,
+network, IPC, UTS and cgroup namespaces. Before it runs, the template writes
+its uid/gid maps (1000 inside, the unprivileged host uid outside), moves it
+into its fresh cgroups and hands the host its pidfd; the child then becomes
+uid 1000, mounts its own /proc, /tmp and /dev/shm, drops every capability
+and applies rlimits, no_new_privs, Landlock and seccomp before it reads its
+first request. The template reaps it and reports how it ended.
 
-Python 3.11 has no os.unshare or mount: those go through libc with ctypes.
+Python 3.11 has no clone with namespace flags or mount: those go through
+libc with ctypes (with CPython's own before/after-fork hooks around clone).
 """
 
 import base64
@@ -33,12 +34,13 @@ from cyrnel import _worker
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
+_pythonapi = ctypes.pythonapi
 
 # x86_64 and aarch64 system call numbers (the generic table for the new ones).
 _MACHINE = os.uname().machine
 _NR = {
-    "x86_64": {"capset": 126, "seccomp": 317},
-    "aarch64": {"capset": 91, "seccomp": 277},
+    "x86_64": {"capset": 126, "seccomp": 317, "clone": 56},
+    "aarch64": {"capset": 91, "seccomp": 277, "clone": 220},
 }[_MACHINE]
 _NR_OPEN_TREE = 428
 _NR_MOVE_MOUNT = 429
@@ -60,7 +62,6 @@ MS_NODEV = 4
 MS_NOEXEC = 8
 
 PR_SET_PDEATHSIG = 1
-PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_SET_MODE_FILTER = 1
@@ -237,62 +238,101 @@ def _reseed():
         numpy.random.seed()
 
 
-def _intermediate(cfg, status, fds, cgroup_fds):
-    """The template's child: own cgroups, uid and namespaces, then fork the
-    program and report on it."""
-    try:
-        for fd in cgroup_fds:
-            os.write(fd, b"0")  # 0: the writer itself
-            os.close(fd)
-        uid, gid, inner = cfg["uid"], cfg["gid"], cfg["sandboxId"]
-        os.setgroups([])
-        os.setresgid(gid, gid, gid)
-        os.setresuid(uid, uid, uid)
-        # A uid change makes the process non-dumpable, which would make its
-        # /proc files root's: the maps below could not be written.
-        _prctl(PR_SET_DUMPABLE, 1)
-        flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP
-        if not cfg["network"]:
-            flags |= CLONE_NEWNET
-        _check(_libc.unshare(flags), "unshare")
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"{inner} {uid} 1")
-        _write("/proc/self/gid_map", f"{inner} {gid} 1")
-        pid = os.fork()
-    except Exception as e:  # noqa: BLE001 - whatever failed, the child must not run
-        os.write(status, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
-        os._exit(125)
-    if pid == 0:
-        _program(cfg, status, fds)
-    for fd in fds:
-        os.close(fd)
-    sock = socket.socket(fileno=status)
-    pidfd = os.pidfd_open(pid)
-    socket.send_fds(sock, [json.dumps({"pid": pid}).encode()], [pidfd])
-    os.close(pidfd)
-    while True:
-        try:
-            _, st, ru = os.wait4(pid, 0)
-            break
-        except InterruptedError:
-            continue
+# Each child's status socket, by pid, until it has been reaped and reported.
+_children = {}
+
+
+def _report(pid, st, ru):
+    status = _children.pop(pid, None)
+    if status is None:
+        return  # an orphan of a child's namespace, reparented here: nothing to tell
     exit = {"code": -1, "signal": 0, "cpuNanos": int((ru.ru_utime + ru.ru_stime) * 1e9), "maxRssKiB": ru.ru_maxrss}
     if os.WIFEXITED(st):
         exit["code"] = os.WEXITSTATUS(st)
     elif os.WIFSIGNALED(st):
         exit["signal"] = os.WTERMSIG(st)
-    sock.send(json.dumps({"exit": exit}).encode())
-    os._exit(0)
+    try:
+        os.write(status, json.dumps({"exit": exit}).encode())
+    except OSError:
+        pass  # the host gave up on it
+    os.close(status)
 
 
 def _reap(*_):
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, st, ru = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        _report(pid, st, ru)
+
+
+def _start_child(cfg, status, fds, cgroup_fds):
+    """Clone the program straight into new user, PID, mount, IPC, UTS,
+    cgroup (and network) namespaces; give it its uid/gid maps and cgroups
+    before it runs; hand the host its pidfd. The program waits on a pipe
+    until all of that is done."""
+    flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | signal.SIGCHLD
+    if not cfg["network"]:
+        flags |= CLONE_NEWNET
+    go_r, go_w = os.pipe()
+    # SIGCHLD waits until the child is registered: a child that fails at
+    # once must still find its status socket to report on.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    try:
+        _pythonapi.PyOS_BeforeFork()
+        pid = _libc.syscall(_NR["clone"], ctypes.c_ulong(flags), 0, 0, 0, 0)
+        err = ctypes.get_errno()
+        if pid == 0:
+            _pythonapi.PyOS_AfterFork_Child()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.close(go_w)
+            _child(cfg, status, fds, go_r)
+        _pythonapi.PyOS_AfterFork_Parent()
+        os.close(go_r)
+        try:
+            if pid < 0:
+                raise OSError(err, f"clone: {os.strerror(err)}")
+            _children[pid] = os.dup(status)
+            inner, uid, gid = cfg["sandboxId"], cfg["uid"], cfg["gid"]
+            _write(f"/proc/{pid}/uid_map", f"{inner} {uid} 1")
+            _write(f"/proc/{pid}/gid_map", f"{inner} {gid} 1")
+            for fd in cgroup_fds:
+                os.write(fd, str(pid).encode())
+            pidfd = os.pidfd_open(pid)
+            try:
+                socket.send_fds(socket.socket(fileno=os.dup(status)), [json.dumps({"pid": pid}).encode()], [pidfd])
+            finally:
+                os.close(pidfd)
+            os.write(go_w, b"g")
+        except Exception as e:  # noqa: BLE001 - the child must not run half set up
+            if pid > 0:
+                os.kill(pid, signal.SIGKILL)
+            os.write(status, json.dumps({"error": f"sandbox: template: {type(e).__name__}: {e}"}).encode())
+        finally:
+            os.close(go_w)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+
+
+def _child(cfg, status, fds, go):
+    """The program before it locks itself down: wait for its maps and
+    cgroups, become the unprivileged uid inside, then _program."""
+    try:
+        if os.read(go, 1) != b"g":
+            os._exit(125)  # the template could not set it up, and said so
+        os.close(go)
+        inner = cfg["sandboxId"]
+        os.setgroups([])
+        os.setresgid(inner, inner, inner)
+        os.setresuid(inner, inner, inner)
+    except Exception as e:  # noqa: BLE001 - whatever failed, the child must not run
+        os.write(status, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
+        os._exit(125)
+    _program(cfg, status, fds)
 
 
 def main(preload):
@@ -347,25 +387,17 @@ def main(preload):
         for fd in fds:
             os.close(fd)
         n = 3 + req["extra"]
-        try:
-            pid = os.fork()
-        except OSError as e:
-            os.write(high[0], json.dumps({"error": f"sandbox: template fork: {e}"}).encode())
-            pid = -1
-        if pid == 0:
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            ctl.detach()
-            os.close(3)
-            _intermediate(cfg, high[0], high[1:n], high[n:])
+        _start_child(cfg, high[0], high[1:n], high[n:])
         for fd in high:
             os.close(fd)
     # Drained: wait for the last child, whose namespaces end with this one.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     while True:
         try:
-            os.wait()
+            pid, st, ru = os.wait4(-1, 0)
         except ChildProcessError:
             return 0
+        _report(pid, st, ru)
 
 
 if __name__ == "__main__":
