@@ -290,7 +290,10 @@ def _start_child(cfg, status, fds, cgroup_fds):
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.close(go_w)
-            _child(cfg, status, fds, go_r)
+            try:
+                _child(cfg, status, fds, go_r)
+            finally:
+                os._exit(1)  # whatever escaped, a child never returns into the template's loop
         _pythonapi.PyOS_AfterFork_Parent()
         os.close(go_r)
         try:
