@@ -314,7 +314,10 @@ def _start_child(cfg, status, fds, cgroup_fds):
         except Exception as e:  # noqa: BLE001 - the child must not run half set up
             if pid > 0:
                 os.kill(pid, signal.SIGKILL)
-            os.write(status, json.dumps({"error": f"sandbox: template: {type(e).__name__}: {e}"}).encode())
+            try:
+                os.write(status, json.dumps({"error": f"sandbox: template: {type(e).__name__}: {e}"}).encode())
+            except OSError:
+                pass  # the host gave up on this child already
         finally:
             os.close(go_w)
     finally:
