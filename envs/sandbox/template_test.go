@@ -160,6 +160,7 @@ print(json.dumps({
     "host": os.uname().nodename,
     "proc_sys": os.path.exists("/proc/sys"), "kallsyms": os.path.exists("/proc/kallsyms"),
     "tmp": os.listdir("/tmp"), "cwd": os.getcwd(),
+    "own_environ": b"HOME=/tmp" in open("/proc/self/environ", "rb").read(),
     "visible": [p for p in ("/etc/passwd", "/home", "/var", "/root/.bash_history", "/work/wt-fork/envs") if os.path.exists(p)],
 }))
 `)
@@ -171,6 +172,7 @@ print(json.dumps({
 		Kallsyms      bool
 		Tmp           []string
 		Visible       []string
+		OwnEnviron    bool `json:"own_environ"`
 	}
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("output %q: %v", out, err)
@@ -186,6 +188,10 @@ print(json.dumps({
 	}
 	if got.ProcSys || got.Kallsyms {
 		t.Errorf("/proc shows system files (sys %v, kallsyms %v)", got.ProcSys, got.Kallsyms)
+	}
+	// Its own /proc files are its own (a non-dumpable process's are root's).
+	if !got.OwnEnviron {
+		t.Error("the program cannot read its own /proc/self/environ")
 	}
 	// (The network is cut off: the sibling test and the hostile suite.)
 	if len(got.Visible) > 0 {

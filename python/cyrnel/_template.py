@@ -62,6 +62,7 @@ MS_NODEV = 4
 MS_NOEXEC = 8
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_SET_MODE_FILTER = 1
@@ -335,6 +336,10 @@ def _child(cfg, status, fds, go):
         os.setgroups([])
         os.setresgid(inner, inner, inner)
         os.setresuid(inner, inner, inner)
+        # A uid change makes a process non-dumpable, which makes its
+        # /proc/self files root's: a program could not read its own
+        # environ or status. A spawned program is dumpable too (exec).
+        _prctl(PR_SET_DUMPABLE, 1)
     except Exception as e:  # noqa: BLE001 - whatever failed, the child must not run
         os.write(status, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
         os._exit(125)
