@@ -36,11 +36,79 @@ run: build ## run the server on its embedded defaults (SQLite in ./cyrnel-data, 
 	./$(BIN) serve
 
 .PHONY: test
-test: deps ts-check test-db ## run every test CI runs: format, vet, the TypeScript client check, and the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one)
+test: deps lint ts-check py-check test-db browser ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the Python runtime's type check, the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one; the console in Chromium), then each fuzz target briefly
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	CYRNEL_TEST_POSTGRES_URL="$$(cat .cache/postgres-url 2>/dev/null)" $(GO) test -race -count=1 -timeout 20m ./...
+	CYRNEL_TEST_POSTGRES_URL="$$(cat .cache/postgres-url 2>/dev/null)" \
+	CYRNEL_TEST_NO_POSTGRES="$$(cat .cache/no-postgres 2>/dev/null)" \
+	CYRNEL_TEST_NO_BROWSER="$${CYRNEL_TEST_NO_BROWSER:-$$(cat .cache/no-browser 2>/dev/null)}" \
+		$(GO) test -race -count=1 -timeout 20m ./...
+	@$(MAKE) --no-print-directory fuzz
+
+# Each fuzz target (a func Fuzz… in a _test.go file) runs for FUZZTIME; the
+# corpus under testdata/fuzz is replayed by the ordinary tests as well.
+FUZZTIME ?= 5s
+.PHONY: fuzz
+fuzz: ## run every fuzz target for FUZZTIME (default 5s) each
+	@grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+\(' . | sort | while read -r f; do \
+		for fn in $$(grep -oE '^func Fuzz[A-Za-z0-9_]+' "$$f" | cut -d' ' -f2); do \
+			echo "fuzz $$(dirname $$f) $$fn ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) "./$$(dirname $$f)" >/dev/null 2>.cache/fuzz.log || { cat .cache/fuzz.log; exit 1; }; \
+		done; done
+
+# golangci-lint, pinned; installed into .cache/bin from the Go module proxy.
+GOLANGCI_VERSION := v2.15.0
+GOLANGCI := .cache/bin/golangci-lint-$(GOLANGCI_VERSION)
+$(GOLANGCI):
+	@mkdir -p .cache/bin
+	@echo "installing golangci-lint $(GOLANGCI_VERSION)"
+	GOBIN=$(CURDIR)/.cache/tmp-bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	mv .cache/tmp-bin/golangci-lint $@ && rm -rf .cache/tmp-bin
+
+.PHONY: lint
+lint: $(GOLANGCI) ## golangci-lint: goimports, vet, staticcheck, unused, and the import rules of DESIGN §1 (.golangci.yml)
+	$(GOLANGCI) run ./...
+
+# mypy for the Python runtime (python/cyrnel, typed, py.typed): Debian's
+# python3-mypy, installed with apt when missing and run as root; it runs
+# under Debian's own interpreter, which may not be the python3 on PATH.
+.PHONY: py-check
+py-check: ## type-check the Python runtime with mypy (strict; installs Debian's python3-mypy where it can)
+	@mypy=""; for py in $(PYTHON) /usr/bin/python3; do \
+		if $$py -m mypy --version >/dev/null 2>&1; then mypy="$$py -m mypy"; break; fi; done; \
+	if [ -z "$$mypy" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing mypy (python3-mypy) for the Python runtime's type check"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-mypy) >/dev/null 2>&1 || true; \
+		/usr/bin/python3 -m mypy --version >/dev/null 2>&1 && mypy="/usr/bin/python3 -m mypy"; fi; \
+	if [ -z "$$mypy" ]; then echo "mypy is required to check python/cyrnel: apt-get install python3-mypy, or pip install mypy"; exit 1; fi; \
+	$$mypy
+
+# Chromium for the console's browser tests, installed from Debian's package
+# when missing and run as root. Where that cannot be done, the reason goes to
+# .cache/no-browser and make test passes it as CYRNEL_TEST_NO_BROWSER, the tests'
+# named opt-out (without it a missing browser fails them).
+.PHONY: browser
+browser: ## provide Chromium for the console tests (Debian, as root), or say why not
+	@mkdir -p .cache; rm -f .cache/no-browser
+	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Chromium for the console tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 || true; fi
+	@if ! command -v chromium >/dev/null; then \
+		why="no chromium: Debian's chromium package could not be installed (needs apt-get and root)"; \
+		echo "$$why; the console's browser tests will be skipped"; echo "$$why" > .cache/no-browser; fi
+
+# The API reference's renderer, vendored so /docs works offline: Redoc's
+# standalone bundle (MIT) from the npm registry, with its licenses. Its one
+# fetch from elsewhere, the sidebar's logo from cdn.redoc.ly, is replaced by
+# an empty image (Redoc then hides it).
+REDOC_VERSION := 2.5.0
+.PHONY: vendor-redoc
+vendor-redoc: ## re-vendor Redoc $(REDOC_VERSION) (npm) into host/console/assets/vendor/redoc
+	tmp=$$(mktemp -d) && (cd $$tmp && npm pack --silent redoc@$(REDOC_VERSION) >/dev/null && tar xzf redoc-$(REDOC_VERSION).tgz) && \
+		cp $$tmp/package/bundles/redoc.standalone.js $$tmp/package/bundles/redoc.standalone.js.LICENSE.txt $$tmp/package/LICENSE host/console/assets/vendor/redoc/ && \
+		sed -i 's|src:"https://cdn.redoc.ly/redoc/logo-mini.svg"|src:"data:,"|' host/console/assets/vendor/redoc/redoc.standalone.js && \
+		rm -rf $$tmp
 
 # PostgreSQL for the scale-out tests: a local cluster, installed from Debian's
 # packages when missing and run as root. Where that cannot be done the tests
@@ -48,7 +116,7 @@ test: deps ts-check test-db ## run every test CI runs: format, vet, the TypeScri
 PG_TEST_URL := postgres://cyrnel:cyrnel@127.0.0.1:5432/cyrnel_test?sslmode=disable
 .PHONY: test-db
 test-db: ## provide a local PostgreSQL for the tests (Debian, as root), or say why not
-	@mkdir -p .cache; rm -f .cache/postgres-url
+	@mkdir -p .cache; rm -f .cache/postgres-url .cache/no-postgres
 	@if ! ls /etc/postgresql/*/main >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing PostgreSQL for the scale-out tests"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) >/dev/null 2>&1 || true; fi
@@ -61,12 +129,15 @@ test-db: ## provide a local PostgreSQL for the tests (Debian, as root), or say w
 		su postgres -c "psql -tAc \"SELECT 1 FROM pg_database WHERE datname='cyrnel_test'\"" | grep -q 1 || \
 			su postgres -c "createdb -O cyrnel cyrnel_test"; \
 		echo '$(PG_TEST_URL)' > .cache/postgres-url; \
-	else echo "no local PostgreSQL (needs Debian and root): PostgreSQL tests will be skipped"; fi
+	else echo "no local PostgreSQL (needs Debian and root): PostgreSQL tests will be skipped"; \
+		echo "make test-db could not install PostgreSQL (needs Debian and root)" > .cache/no-postgres; fi
 
 .PHONY: bench
 bench: deps ## run the benchmarks: medians and ratios against baselines measured in the same run (docs/benchmarks.md)
 	@echo "== components"
 	$(GO) test -run '^$$' -bench . -benchtime 200x -count 1 ./envs/... ./host/process ./host/store ./host/server
+	@echo "== ranked tool search over the datadog-v2 document (top-1, top-5 hit rates, p50 query time)"
+	$(GO) test -run '^$$' -bench ToolSearch -benchtime 56x -count 1 ./host/services
 	@echo "== importing OpenAPI documents (time and peak memory per fixture)"
 	$(GO) test -run '^$$' -bench Import -benchtime 3x -count 1 -timeout 30m ./host/adapters/openapi
 	@echo "== through the HTTP API, against the real binary"

@@ -4,7 +4,7 @@ package python
 
 import "embed"
 
-// Runtime holds the cyrnel package: cyrnel/*.py.
+// Runtime holds the cyrnel package: cyrnel/*.py and its py.typed marker.
 //
-//go:embed cyrnel/*.py
+//go:embed cyrnel/*.py cyrnel/py.typed
 var Runtime embed.FS

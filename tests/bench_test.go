@@ -112,8 +112,8 @@ func BenchmarkWarmExecutionVsSpawn(b *testing.B) {
 	b.ReportMetric(p50(spawnReal), "python-real-c-p50-ms")
 	b.ReportMetric(p50(spawn)/p50(warm), "speedup-x")
 	b.ReportMetric(p50(spawnReal)/p50(warm), "speedup-vs-real-x")
-	b.Log(fmt.Sprintf("warm HTTP p50 %.2f ms; python3 -c pass p50 %.2f ms (real interpreter %.2f ms); %.1fx",
-		p50(warm), p50(spawn), p50(spawnReal), p50(spawn)/p50(warm)))
+	b.Logf("warm HTTP p50 %.2f ms; python3 -c pass p50 %.2f ms (real interpreter %.2f ms); %.1fx",
+		p50(warm), p50(spawn), p50(spawnReal), p50(spawn)/p50(warm))
 }
 
 // serverRSS reads the host process's resident memory in KiB.
@@ -242,7 +242,7 @@ func BenchmarkToolCall(b *testing.B) {
 	defer up.Close()
 	if st, _ := h.do("POST", "/services", map[string]any{
 		"id": "pets", "adapter": "openapi", "source": map[string]any{"content": fixture(b, "swagger-petstore-3.0.yaml")},
-		"config": map[string]any{"serverUrl": up.URL},
+		"config": map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true},
 	}, nil); st != 201 {
 		b.Fatalf("import: %d", st)
 	}
@@ -253,14 +253,23 @@ func BenchmarkToolCall(b *testing.B) {
 		"lat = []",
 		"for _ in range(200):",
 		"    t = time.perf_counter(); f(petId=1); lat.append(time.perf_counter() - t)",
-		"cyrnel.output({'p50us': statistics.median(lat) * 1e6})",
+		"from cyrnel import _rpc",
+		"rt = []",
+		"for _ in range(200):",
+		"    t = time.perf_counter()",
+		"    try: _rpc.conn.call('noSuchMethod', {})",
+		"    except _rpc.RPCError: pass",
+		"    rt.append(time.perf_counter() - t)",
+		"cyrnel.output({'p50us': statistics.median(lat) * 1e6, 'rpcus': statistics.median(rt) * 1e6})",
 	}, "\n")
-	var inPython, direct []time.Duration
+	var inPython, direct, rpc []time.Duration
 	client := &http.Client{}
 	for range b.N {
 		p := h.run(code, nil)
 		us, _ := p.Output["p50us"].(float64)
 		inPython = append(inPython, time.Duration(us*float64(time.Microsecond)))
+		rt, _ := p.Output["rpcus"].(float64)
+		rpc = append(rpc, time.Duration(rt*float64(time.Microsecond)))
 		var d []time.Duration
 		for range 200 {
 			t0 := time.Now()
@@ -277,6 +286,8 @@ func BenchmarkToolCall(b *testing.B) {
 	b.ReportMetric(p50(inPython)*1000, "python-call-p50-us")
 	b.ReportMetric(p50(direct)*1000, "direct-http-p50-us")
 	b.ReportMetric(p50(inPython)/p50(direct), "ratio")
+	// A bare round trip to the host (an unknown method): the crossing alone.
+	b.ReportMetric(p50(rpc)*1000, "rpc-roundtrip-p50-us")
 }
 
 // BenchmarkTypeScriptExecution: a trivial TypeScript program through the

@@ -45,6 +45,7 @@ func exitOf(v *client.Process) string {
 }
 
 func TestClientCreateWaitRead(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	c := apiClient(t, h)
 	ctx := deadline(t)
@@ -105,6 +106,7 @@ func startedLines(t *testing.T, c *client.ClientWithResponses) int64 {
 }
 
 func TestClientStream(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	c := apiClient(t, h)
 	ctx := deadline(t)
@@ -263,6 +265,7 @@ func TestClientStream(t *testing.T) {
 }
 
 func TestClientKill(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	c := apiClient(t, h)
 	ctx := deadline(t)
@@ -293,6 +296,7 @@ func TestClientKill(t *testing.T) {
 }
 
 func TestClientAuth(t *testing.T) {
+	t.Parallel()
 	h := start(t, "", "CYRNEL_API_KEY=s3cret")
 	ctx := deadline(t)
 	anon, err := client.NewClientWithResponses(h.base)

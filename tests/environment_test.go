@@ -18,6 +18,7 @@ type envStatus struct {
 }
 
 func TestSwitchEnvironmentsAtRuntime(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := start(t, dir)
 

@@ -110,6 +110,15 @@ func start(t testing.TB, dataDir string, env ...string) *host {
 	select {
 	case a := <-addr:
 		h.base = "http://" + a
+		if h.key == "" {
+			// Started without a key, the server made one in the data
+			// directory before listening.
+			b, err := os.ReadFile(filepath.Join(dataDir, "api-key"))
+			if err != nil {
+				t.Fatalf("no CYRNEL_API_KEY and no key file: %v", err)
+			}
+			h.key = strings.TrimSpace(string(b))
+		}
 	case <-h.exited:
 		t.Fatalf("cyrnel exited before listening:\n%s", h.logs)
 	case <-time.After(30 * time.Second):
@@ -129,13 +138,17 @@ func start(t testing.TB, dataDir string, env ...string) *host {
 		}
 	})
 	// A kernel that forbids a sandbox layer makes the environment refuse to
-	// run: these tests then have nothing to test on this machine.
+	// run: these tests then have nothing to test, which is a failure unless
+	// the machine is declared unable to sandbox.
 	var status struct {
 		Error string `json:"error"`
 	}
 	h.do("GET", "/environment", nil, &status)
 	if strings.Contains(status.Error, "refusing to run without the sandbox") {
-		t.Skipf("this machine cannot sandbox programs: %s", status.Error)
+		if reason := os.Getenv("CYRNEL_TEST_NO_SANDBOX"); reason != "" {
+			t.Skipf("this machine cannot sandbox programs: %s (CYRNEL_TEST_NO_SANDBOX: %s)", status.Error, reason)
+		}
+		t.Fatalf("this machine cannot sandbox programs: %s; set CYRNEL_TEST_NO_SANDBOX=<why> to skip", status.Error)
 	}
 	return h
 }
@@ -194,6 +207,7 @@ type proc struct {
 	Stdout          string         `json:"stdout"`
 	Stderr          string         `json:"stderr"`
 	StdoutTruncated bool           `json:"stdoutTruncated"`
+	OutputTruncated bool           `json:"outputTruncated"`
 	StartedAt       *time.Time     `json:"startedAt"`
 	FinishedAt      *time.Time     `json:"finishedAt"`
 	DurationMs      *int64         `json:"durationMs"`
@@ -272,4 +286,15 @@ func (h *host) waitFor(pid int64, cond func(proc) bool) proc {
 	}
 	h.t.Fatalf("process %d: condition not met before its stream ended (%v); last %+v", pid, events.Err(), p)
 	return p
+}
+
+// stop shuts the server down (SIGTERM) and waits for it to exit.
+func (h *host) stop() {
+	h.t.Helper()
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-h.exited:
+	case <-time.After(20 * time.Second):
+		h.t.Fatal("cyrnel did not stop within 20s of SIGTERM")
+	}
 }

@@ -27,6 +27,7 @@ func strays(marker string) []string {
 // each, the host answers, the next program runs normally, and nothing it
 // started is left on the machine.
 func TestHostileProgramsAreContained(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

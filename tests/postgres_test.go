@@ -7,18 +7,17 @@ import (
 	"strings"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 )
 
 // TestPostgresBackedHost runs a host on PostgreSQL (the scale-out option)
 // when CYRNEL_TEST_POSTGRES_URL names a database (`make test` provides one
 // where it can install PostgreSQL).
 func TestPostgresBackedHost(t *testing.T) {
-	url := os.Getenv("CYRNEL_TEST_POSTGRES_URL")
-	if url == "" {
-		t.Skip("CYRNEL_TEST_POSTGRES_URL is not set: no PostgreSQL to test against")
-	}
+	t.Parallel()
+	url := postgresURL(t)
 	h := start(t, "", "CYRNEL_DB_URL="+freshSchema(t, url))
 	p := h.run("print('on postgres')\ncyrnel.output({'ok': True})", nil)
 	if p.exit() != "success" || p.Stdout != "on postgres\n" || p.Output["ok"] != true {
@@ -66,4 +65,19 @@ func freshSchema(t *testing.T, url string) string {
 		sep = "&"
 	}
 	return url + sep + "search_path=" + name
+}
+
+// postgresURL is the database the PostgreSQL tests use (`make test` provides
+// one where it can). Without one the test fails, unless CYRNEL_TEST_NO_POSTGRES
+// says why this machine has none.
+func postgresURL(t *testing.T) string {
+	t.Helper()
+	if url := os.Getenv("CYRNEL_TEST_POSTGRES_URL"); url != "" {
+		return url
+	}
+	if reason := os.Getenv("CYRNEL_TEST_NO_POSTGRES"); reason != "" {
+		t.Skipf("no PostgreSQL to test against (CYRNEL_TEST_NO_POSTGRES: %s)", reason)
+	}
+	t.Fatal("CYRNEL_TEST_POSTGRES_URL is not set; run `make test`, or set CYRNEL_TEST_NO_POSTGRES=<why>")
+	return ""
 }

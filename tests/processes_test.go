@@ -1,17 +1,22 @@
 package tests
 
 import (
+	"database/sql"
 	"fmt"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/uptrace/bun/driver/sqliteshim"
 )
 
 func TestRunPrintAndOutput(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	p := h.run("print('hi')\ncyrnel.output({'a': 1, 'b': 1})\ncyrnel.output({'b': 2, 'c': [1, 2]})", map[string]any{"ref": "demo"})
 	if p.exit() != "success" || p.reason() != "completed" || p.Stdout != "hi\n" || p.Stderr != "" {
@@ -40,6 +45,7 @@ func TestRunPrintAndOutput(t *testing.T) {
 }
 
 func TestFailures(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	p := h.run("x = 1\nraise ValueError('boom')", nil)
 	if p.exit() != "failed" || p.reason() != "exception" || p.Error != "ValueError: boom" ||
@@ -69,6 +75,7 @@ func TestFailures(t *testing.T) {
 }
 
 func TestTopLevelAwait(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	p := h.run("import asyncio\nasync def f(x):\n    await asyncio.sleep(0.01)\n    return x * 2\nr = await asyncio.gather(f(1), f(2))\nprint(r)", nil)
 	if p.exit() != "success" || p.Stdout != "[2, 4]\n" {
@@ -77,6 +84,7 @@ func TestTopLevelAwait(t *testing.T) {
 }
 
 func TestTimeoutIsTimeout(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	p := h.run("print('looping', flush=True)\nwhile True: pass", map[string]any{"timeoutMs": 300})
 	if p.exit() != "timeout" || p.reason() != "timeout" || p.Stdout != "looping\n" || p.TimeoutMs != 300 {
@@ -89,6 +97,7 @@ func TestTimeoutIsTimeout(t *testing.T) {
 }
 
 func TestKill(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	var p proc
 	h.do("POST", "/processes", map[string]any{"code": "import time\nprint('started', flush=True)\ntime.sleep(60)"}, &p)
@@ -108,6 +117,7 @@ func TestKill(t *testing.T) {
 }
 
 func TestRerunDeleteAndConflicts(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	var p proc
 	h.do("POST", "/processes", map[string]any{"code": "print('once')", "autorun": false}, &p)
@@ -150,6 +160,7 @@ func TestRerunDeleteAndConflicts(t *testing.T) {
 }
 
 func TestConcurrentPrograms(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	var wg sync.WaitGroup
 	results := make([]proc, 8)
@@ -169,6 +180,7 @@ func TestConcurrentPrograms(t *testing.T) {
 }
 
 func TestListFiltersAndPages(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	for i := range 5 {
 		code := "pass"
@@ -219,6 +231,7 @@ func TestListFiltersAndPages(t *testing.T) {
 }
 
 func TestProblems(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	cases := []struct {
 		method, path string
@@ -262,17 +275,19 @@ func TestProblems(t *testing.T) {
 	var prob problem
 	req, _ := http.NewRequest("POST", h.base+"/processes", strings.NewReader("{not json"))
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+h.key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode < 400 || resp.StatusCode >= 500 {
+	if resp.StatusCode < 400 || resp.StatusCode >= 500 || resp.StatusCode == http.StatusUnauthorized {
 		t.Fatalf("malformed JSON: %d %+v", resp.StatusCode, prob)
 	}
 }
 
 func TestSplitUTF8AndOutputCap(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	// A euro sign written one byte per flush arrives split across chunks.
 	p := h.run("import sys, time\nfor b in '€'.encode():\n    sys.stdout.buffer.write(bytes([b])); sys.stdout.buffer.flush(); time.sleep(0.02)\nprint()", nil)
@@ -288,17 +303,50 @@ func TestSplitUTF8AndOutputCap(t *testing.T) {
 	}
 }
 
+// TestADroppedOutputKeyIsSaid: an output value past the structured
+// output's cap (1 MiB) is dropped, and the process says so where the client
+// looks: outputTruncated and a line on stderr, not only the server log.
+func TestADroppedOutputKeyIsSaid(t *testing.T) {
+	h := start(t, "")
+	p := h.run("cyrnel.output({'small': 1})\ncyrnel.output({'big': 'x' * 1200000})\nprint('done')", nil)
+	if p.exit() != "success" || p.Stdout != "done\n" || p.Output["small"] != 1.0 || p.Output["big"] != nil || !p.OutputTruncated ||
+		!strings.Contains(p.Stderr, `cyrnel: output key "big" (1200009 bytes) dropped: the structured output is capped at 1048576 bytes`) {
+		t.Fatalf("exit %s truncated %v output keys %d stderr %q", p.exit(), p.OutputTruncated, len(p.Output), p.Stderr)
+	}
+}
+
 func TestRestartAfterSIGKILLFinishesOrphans(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := start(t, dir)
 	var p proc
 	h.do("POST", "/processes", map[string]any{"code": "import time\nprint('up', flush=True)\ntime.sleep(60)"}, &p)
 	h.waitFor(p.PID, func(p proc) bool { return p.State == "running" && p.Stdout == "up\n" })
+	// What it printed reaches its row within the flush interval (a second),
+	// read from the database itself as a host that restarts would.
+	db, err := sql.Open(sqliteshim.ShimName, "file:"+filepath.Join(dir, "cyrnel.db")+"?mode=ro&_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var stdout string
+		if err := db.QueryRow("SELECT stdout FROM processes WHERE pid = ?", p.PID).Scan(&stdout); err != nil {
+			t.Fatal(err)
+		}
+		if stdout == "up\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stdout of a running process not stored within 10s: %q", stdout)
+		}
+		time.Sleep(10 * time.Millisecond) // polls the file: nothing to wait on
+	}
 	h.cmd.Process.Signal(syscall.SIGKILL)
 	<-h.exited
 	h2 := start(t, dir)
 	h2.do("GET", fmt.Sprintf("/processes/%d", p.PID), nil, &p)
-	if p.State != "idle" || p.exit() != "failed" || p.reason() != "host_restart" {
+	if p.State != "idle" || p.exit() != "failed" || p.reason() != "host_restart" || p.Stdout != "up\n" {
 		t.Fatalf("after restart: %+v", p)
 	}
 	if q := h2.run("print('again')", nil); q.exit() != "success" {
@@ -306,7 +354,52 @@ func TestRestartAfterSIGKILLFinishesOrphans(t *testing.T) {
 	}
 }
 
+// TestAFullDiskAnswers507AndDeleteFreesRoom: with the database out of room
+// (SQLite's max_page_count fails writes as a full disk does), a create
+// answers 507 saying the disk is full and stores nothing; deleting
+// processes makes room again.
+func TestAFullDiskAnswers507AndDeleteFreesRoom(t *testing.T) {
+	dir := t.TempDir()
+	h := start(t, dir) // migrates the database at full size
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	<-h.exited
+	h = start(t, dir, "CYRNEL_DB_URL=sqlite://"+filepath.Join(dir, "cyrnel.db")+"?_pragma=max_page_count(120)")
+	code := "# " + strings.Repeat("x", 200<<10)
+	var pids []int64
+	var prob problem
+	for {
+		var p proc
+		st, _ := h.do("POST", "/processes", map[string]any{"code": code, "autorun": false}, &p)
+		if st == http.StatusInsufficientStorage {
+			h.do("POST", "/processes", map[string]any{"code": code, "autorun": false}, &prob)
+			break
+		}
+		if st != http.StatusCreated || len(pids) > 100 {
+			t.Fatalf("create %d: status %d", len(pids), st)
+		}
+		pids = append(pids, p.PID)
+	}
+	if prob.Status != http.StatusInsufficientStorage || !strings.Contains(prob.Detail, "disk is full") {
+		t.Fatalf("problem %+v", prob)
+	}
+	var list struct {
+		Items []proc `json:"items"`
+	}
+	if h.do("GET", "/processes?limit=100", nil, &list); len(list.Items) != len(pids) {
+		t.Fatalf("%d processes stored, %d created", len(list.Items), len(pids))
+	}
+	for _, pid := range pids[:2] {
+		if st, _ := h.do("DELETE", fmt.Sprintf("/processes/%d", pid), nil, nil); st != http.StatusNoContent {
+			t.Fatalf("delete on a full disk: %d", st)
+		}
+	}
+	if p := h.run("print('room again')", nil); p.exit() != "success" || p.Stdout != "room again\n" {
+		t.Fatalf("after deletes: %+v", p)
+	}
+}
+
 func TestSIGTERMCancelsRunning(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := start(t, dir)
 	var p proc
@@ -327,6 +420,7 @@ func TestSIGTERMCancelsRunning(t *testing.T) {
 }
 
 func TestAuth(t *testing.T) {
+	t.Parallel()
 	h := start(t, "", "CYRNEL_API_KEY=k3y")
 	for _, open := range []string{"/health", "/openapi.json", "/openapi.yaml", "/openapi-3.0.json"} {
 		resp, err := http.Get(h.base + open)
@@ -358,6 +452,7 @@ func TestAuth(t *testing.T) {
 }
 
 func TestRefusesNonLoopbackWithoutKey(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(binary, "serve", "--addr", "0.0.0.0:0", "--data-dir", t.TempDir())
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "refusing to listen") {
@@ -366,6 +461,7 @@ func TestRefusesNonLoopbackWithoutKey(t *testing.T) {
 }
 
 func TestEnvironmentAndModules(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	var env struct {
 		Active *struct {

@@ -36,13 +36,22 @@ Every enabled tool of every enabled service is a Python function:
 ` + "```python" + `
 pet = cyrnel.services.petstore.getPetById(petId=1)   # keyword arguments only
 print(pet["status"], pet["body"])
-help(cyrnel.services.petstore.getPetById)            # description and parameters
+help(cyrnel.services.petstore.getPetById)            # typed signature, parameters, result
 ` + "```" + `
 
 - The keyword arguments are the top-level properties of the tool's input
   schema; the host validates them before the call and raises
   ` + "`cyrnel.ToolError`" + ` (naming each failing field) when they do not fit.
-- A tool returns its decoded result; any failure raises ` + "`cyrnel.ToolError`" + `.
+- A tool returns its decoded result; any failure raises ` + "`cyrnel.ToolError`" + `,
+  whose ` + "`.code`" + ` says what failed (` + "`invalid_parameters`" + ` with the failing
+  fields in ` + "`.details`" + `, ` + "`not_found`" + `, ` + "`unavailable`" + `, ` + "`transport_error`" + `,
+  ` + "`upstream_error`" + ` with the HTTP status in ` + "`.status`" + `, ` + "`tool_error`" + `,
+  ` + "`disconnected`" + `, and ` + "`blocked`" + ` or ` + "`denied`" + ` when the operator's tool policy
+  blocks the call or a human approval it needed was denied or expired; the
+  call waits for that decision, and waiting does not count against the
+  timeout). An OpenAPI tool's non-2xx answer is a result, not an error.
+- ` + "`cyrnel.search_tools(\"what you want to do\", limit=10)`" + ` lists tools ranked by
+  relevance: ` + "`[{serviceId, toolId, name, description, score}]`" + `.
 - Each tool has an awaitable form, so calls can run concurrently:
 
 ` + "```python" + `
@@ -68,7 +77,9 @@ Credentials never enter the interpreter: tool calls go through the host.
   process ends ` + "`failed`" + ` with reason ` + "`output_limit`" + `.
 - Memory, CPU time, processes, file sizes and open files are limited by the
   sandbox; hitting a limit ends the process with a precise reason
-  (` + "`memory_limit`" + `, …).
+  (` + "`memory_limit`" + `, ` + "`cpu_limit`" + `, …). Memory and CPU time count every
+  process the program forks, and the program gets one core's share of CPU:
+  forking workers does not make it faster.
 
 ## Example
 
@@ -94,6 +105,48 @@ func (e *Env) Docs(context.Context) (string, error) {
 
 // ToolDocs renders one tool as the Python function it is inside a program.
 func (e *Env) ToolDocs(_ context.Context, in module.ToolDocsInput) (string, error) {
+	doc, _ := renderTool(in)
+	return doc, nil
+}
+
+// stubs give the runtime each tool's typed signature with listTools, and
+// its documentation on help(tool) (the toolDocs request), both rendered by
+// renderTool, like GET /tools/…/docs.
+type stubs struct{}
+
+// toolStub is a tool as the runtime gets it from listTools.
+type toolStub struct {
+	module.Tool
+	Signature signature `json:"signature"`
+}
+
+func (stubs) Stub(t module.Tool) any {
+	_, sig := renderTool(module.ToolDocsInput{ServiceID: t.ServiceID, ToolID: t.ToolID, Description: t.Description, InputSchema: t.InputSchema})
+	return toolStub{Tool: t, Signature: sig}
+}
+
+func (stubs) Docs(in module.ToolDocsInput) string {
+	doc, _ := renderTool(in)
+	return doc
+}
+
+// signature is a tool function's signature: keyword-only parameters with
+// the Python type of each (as a union of builtin names, "Any" when the
+// schema gives none) and what it returns.
+type signature struct {
+	Parameters []sigParam `json:"parameters"`
+	Returns    string     `json:"returns"`
+}
+
+type sigParam struct {
+	Name     string `json:"name"`
+	Type     string `json:"type"`
+	Required bool   `json:"required"`
+}
+
+// renderTool renders a tool's documentation and its signature, so the two
+// places they are read (help() in a program, the docs route) never differ.
+func renderTool(in module.ToolDocsInput) (string, signature) {
 	var schema struct {
 		Properties map[string]json.RawMessage `json:"properties"`
 		Required   []string                   `json:"required"`
@@ -114,7 +167,8 @@ func (e *Env) ToolDocs(_ context.Context, in module.ToolDocsInput) (string, erro
 		}
 		return names[i] < names[j]
 	})
-	var sig, rows, example []string
+	sig := signature{Parameters: []sigParam{}, Returns: "dict"}
+	var params, rows, example []string
 	for _, n := range names {
 		var p struct {
 			Type        any    `json:"type"`
@@ -122,11 +176,12 @@ func (e *Env) ToolDocs(_ context.Context, in module.ToolDocsInput) (string, erro
 		}
 		_ = json.Unmarshal(schema.Properties[n], &p)
 		typ := pyType(p.Type)
+		sig.Parameters = append(sig.Parameters, sigParam{Name: n, Type: typ, Required: required[n]})
 		if required[n] {
-			sig = append(sig, fmt.Sprintf("%s: %s", n, typ))
+			params = append(params, fmt.Sprintf("%s: %s", n, typ))
 			example = append(example, fmt.Sprintf("%s=%s", n, pyExample(p.Type)))
 		} else {
-			sig = append(sig, fmt.Sprintf("%s: %s | None = None", n, typ))
+			params = append(params, fmt.Sprintf("%s: %s | None = None", n, typ))
 		}
 		rows = append(rows, fmt.Sprintf("| `%s` | `%s` | %s | %s |", n, typ, yesNo(required[n]), oneLine(p.Description)))
 	}
@@ -137,10 +192,10 @@ func (e *Env) ToolDocs(_ context.Context, in module.ToolDocsInput) (string, erro
 		fmt.Fprintf(&b, "%s\n\n", in.Description)
 	}
 	b.WriteString("```python\n")
-	if len(sig) > 0 {
-		fmt.Fprintf(&b, "%s(*, %s) -> dict\n", call, strings.Join(sig, ", "))
+	if len(params) > 0 {
+		fmt.Fprintf(&b, "%s(*, %s) -> %s\n", call, strings.Join(params, ", "), sig.Returns)
 	} else {
-		fmt.Fprintf(&b, "%s() -> dict\n", call)
+		fmt.Fprintf(&b, "%s() -> %s\n", call, sig.Returns)
 	}
 	b.WriteString("```\n\n")
 	if len(rows) > 0 {
@@ -154,10 +209,10 @@ func (e *Env) ToolDocs(_ context.Context, in module.ToolDocsInput) (string, erro
 	} else {
 		b.WriteString("The decoded result of the tool.\n\n")
 	}
-	b.WriteString("Failures raise `cyrnel.ToolError`.\n\n## Example\n\n```python\n")
+	b.WriteString("Failures raise `cyrnel.ToolError` (`.code`, `.status`, `.details`).\n\n## Example\n\n```python\n")
 	fmt.Fprintf(&b, "result = %s(%s)\nprint(result)\n\n", call, strings.Join(example, ", "))
 	fmt.Fprintf(&b, "# concurrently, from async code:\nresult = await %s.aio(%s)\n```\n", call, strings.Join(example, ", "))
-	return b.String(), nil
+	return b.String(), sig
 }
 
 func pyType(t any) string {

@@ -5,6 +5,7 @@ package python
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -33,7 +35,8 @@ const boot = "import sys; sys.path[:0] = sys.argv[1].split('\\n'); from cyrnel._
 
 // Env is the Python environment module.
 type Env struct {
-	log *slog.Logger
+	log         *slog.Logger
+	interpreter string // the default of config's interpreter, when set
 
 	mu      sync.Mutex
 	cfg     Config
@@ -49,9 +52,16 @@ type Env struct {
 	runner  *worker.Runner
 }
 
+// Options are the host's settings for the environment.
+type Options struct {
+	// Interpreter is the Python a config that names none runs (serve
+	// --python); empty: python3 on PATH.
+	Interpreter string
+}
+
 // New returns the Python environment.
-func New(log *slog.Logger) *Env {
-	return &Env{log: log.With("env", "python")}
+func New(log *slog.Logger, opts Options) *Env {
+	return &Env{log: log.With("env", "python"), interpreter: opts.Interpreter}
 }
 
 // Info describes the module.
@@ -66,7 +76,7 @@ func (e *Env) Info() module.Info {
 
 // Setup resolves the interpreter, extracts the runtime and fills the pool.
 func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
-	cfg, err := parseConfig(sc.Config)
+	cfg, err := parseConfig(sc.Config, e.interpreter)
 	if err != nil {
 		return err
 	}
@@ -105,18 +115,33 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 			launcher = forking
 		}
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.cfg, e.b, e.python, e.version, e.paths, e.runtime, e.launch, e.layers = cfg, sc.Bindings, py.exe, py.version, paths, dir, launcher, layers
-	e.forking, e.tplWhy = forking, tplWhy
-	e.runner = worker.NewRunner(e.log, worker.RunnerConfig{
+	r := worker.NewRunner(e.log, worker.RunnerConfig{
 		PoolSize: cfg.PoolSize, Concurrency: cfg.Concurrency, QueueLimit: cfg.QueueLimit,
 		StartTimeout:   time.Duration(cfg.StartTimeoutMs) * time.Millisecond,
+		Stubs:          stubs{},
 		RefillAfterRun: forking != nil,
 	}, e.spawn)
+	e.mu.Lock()
+	e.cfg, e.b, e.python, e.version, e.paths, e.runtime, e.launch, e.layers, e.runner = cfg, sc.Bindings, py.exe, py.version, paths, dir, launcher, layers, r
+	e.forking, e.tplWhy = forking, tplWhy
+	e.mu.Unlock()
+	// Set up means an interpreter is warm, its preload imported inside the
+	// sandbox: a config that cannot work is refused here, naming the
+	// module, instead of failing every execution. Teardown cleans up.
+	if err := r.Start(ctx); err != nil {
+		if m := preloadFailed.FindStringSubmatch(err.Error()); m != nil {
+			return &module.ConfigError{Field: "preload[" + m[1] + "]", Err: fmt.Errorf("cannot import %s in the sandbox: %s", m[2], m[3])}
+		}
+		return err
+	}
 	e.log.Info("python environment ready", "interpreter", py.exe, "poolSize", cfg.PoolSize, "preload", cfg.Preload, "sandbox", layers)
 	return nil
 }
+
+// preloadFailed finds the line the runtime writes when a preload module
+// cannot be imported (before it is ready, so before any program runs):
+// the module's index, its name and the error.
+var preloadFailed = regexp.MustCompile(`cyrnel: preload\[(\d+)\] (\S+): ([^\n]*)`)
 
 // interpreter is what the probe learnt of a Python installation.
 type interpreter struct {
@@ -131,6 +156,11 @@ func (p interpreter) readPaths() []string {
 	paths := append(append([]string{}, p.prefixes...), p.site...)
 	if real, err := filepath.EvalSymlinks(p.exe); err == nil {
 		paths = append(paths, filepath.Dir(real))
+	}
+	// Debian links shared libraries through the alternatives system (numpy's
+	// libblas.so.3 → /etc/alternatives/…): only symlinks into /usr.
+	if _, err := os.Stat("/etc/alternatives"); err == nil {
+		paths = append(paths, "/etc/alternatives")
 	}
 	return paths
 }
@@ -252,17 +282,17 @@ func (e *Env) Status() map[string]any {
 
 // Teardown kills what is still running, empties the pool and removes the
 // extracted runtime.
-func (e *Env) Teardown(context.Context) error {
+func (e *Env) Teardown(ctx context.Context) error {
 	e.mu.Lock()
 	r, dir, forking := e.runner, e.runtime, e.forking
 	e.runtime = ""
 	e.mu.Unlock()
-	r.Close()
+	err := r.Stop(ctx)
 	if forking != nil {
 		forking.Close()
 	}
 	if dir != "" {
-		return os.RemoveAll(dir)
+		err = errors.Join(err, os.RemoveAll(dir))
 	}
-	return nil
+	return err
 }

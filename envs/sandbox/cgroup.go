@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -200,26 +201,39 @@ func unescapeMount(s string) string {
 }
 
 // cgroups are one sandbox's cgroups: one directory per hierarchy (a v1
-// layout has one for memory and one for pids, v2 one for both).
+// layout has one each for memory, pids, cpu and cpuacct, v2 one for all).
 type cgroups struct {
-	memory, pids string // "" when that controller is not used
+	memory, pids, cpu, cpuacct string // "" when that controller is not used
+	memVersion, acctVersion    int
+
+	// peak is memory.peak held open on v2: a write resets the peak this
+	// descriptor reports (kernel 6.12+). nil: read the cgroup's lifetime
+	// peak instead.
+	peak *os.File
 }
 
 // cgroupPrefix starts every sandbox cgroup's name, followed by the host's
 // pid, so a later host can tell the cgroups of hosts that died.
 const cgroupPrefix = "cyrnel-sbx-"
 
-// newCgroups creates the sandbox's cgroups and sets their limits.
-func newCgroups(mem, pids CgroupSupport, l Limits) (*cgroups, error) {
+// cfsPeriod is the CFS bandwidth period: quota is granted per 100 ms.
+const cfsPeriod = 100_000 // µs
+
+// newCgroups creates the sandbox's cgroups, one per controller sup offers,
+// and sets their limits. It is one primitive: a forked child can be given
+// cgroups of its own the same way.
+func newCgroups(sup Support, l Limits) (*cgroups, error) {
 	var suffix [8]byte
 	_, _ = rand.Read(suffix[:]) // never fails on Linux
 	name := fmt.Sprintf("%s%d-%s", cgroupPrefix, os.Getpid(), hex.EncodeToString(suffix[:]))
-	cg := &cgroups{}
-	if mem.OK() {
-		cg.memory = filepath.Join(mem.Dir, name)
-	}
-	if pids.OK() {
-		cg.pids = filepath.Join(pids.Dir, name)
+	cg := &cgroups{memVersion: sup.Memory.Version, acctVersion: sup.CPUAcct.Version}
+	for _, c := range []struct {
+		dir *string
+		sup CgroupSupport
+	}{{&cg.memory, sup.Memory}, {&cg.pids, sup.Pids}, {&cg.cpu, sup.CPU}, {&cg.cpuacct, sup.CPUAcct}} {
+		if c.sup.OK() {
+			*c.dir = filepath.Join(c.sup.Dir, name)
+		}
 	}
 	for _, dir := range cg.dirs() {
 		if err := os.Mkdir(dir, 0o755); err != nil {
@@ -228,7 +242,7 @@ func newCgroups(mem, pids CgroupSupport, l Limits) (*cgroups, error) {
 		}
 	}
 	var writes [][2]string
-	if mem.Version == 1 {
+	if sup.Memory.Version == 1 {
 		limit := strconv.FormatInt(l.MemoryBytes, 10)
 		writes = append(writes, [2]string{cg.memory + "/memory.limit_in_bytes", limit})
 		// memsw exists only with swap accounting; it must follow the
@@ -237,14 +251,22 @@ func newCgroups(mem, pids CgroupSupport, l Limits) (*cgroups, error) {
 			writes = append(writes, [2]string{cg.memory + "/memory.memsw.limit_in_bytes", limit})
 		}
 	}
-	if mem.Version == 2 {
+	if sup.Memory.Version == 2 {
 		writes = append(writes, [2]string{cg.memory + "/memory.max", strconv.FormatInt(l.MemoryBytes, 10)})
 		if _, err := os.Stat(cg.memory + "/memory.swap.max"); err == nil {
 			writes = append(writes, [2]string{cg.memory + "/memory.swap.max", "0"})
 		}
 	}
-	if pids.OK() {
+	if sup.Pids.OK() {
 		writes = append(writes, [2]string{cg.pids + "/pids.max", strconv.FormatInt(l.Procs, 10)})
+	}
+	quota := strconv.FormatInt(l.CPUMillicores*cfsPeriod/1000, 10)
+	switch sup.CPU.Version {
+	case 1:
+		writes = append(writes, [2]string{cg.cpu + "/cpu.cfs_period_us", strconv.Itoa(cfsPeriod)},
+			[2]string{cg.cpu + "/cpu.cfs_quota_us", quota})
+	case 2:
+		writes = append(writes, [2]string{cg.cpu + "/cpu.max", quota + " " + strconv.Itoa(cfsPeriod)})
 	}
 	for _, w := range writes {
 		if err := os.WriteFile(w[0], []byte(w[1]), 0); err != nil {
@@ -255,9 +277,89 @@ func newCgroups(mem, pids CgroupSupport, l Limits) (*cgroups, error) {
 	return cg, nil
 }
 
+// cpuUsage is the CPU time every process of the sandbox has used so far,
+// the dead included: cpuacct.usage (v1, ns) or cpu.stat usage_usec (v2).
+func (cg *cgroups) cpuUsage() (time.Duration, error) {
+	switch cg.acctVersion {
+	case 1:
+		b, err := os.ReadFile(cg.cpuacct + "/cpuacct.usage")
+		if err != nil {
+			return 0, fmt.Errorf("read CPU usage: %w", err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("read CPU usage: %w", err)
+		}
+		return time.Duration(n), nil
+	case 2:
+		n, ok := readCounter(cg.cpuacct+"/cpu.stat", "usage_usec")
+		if !ok {
+			return 0, fmt.Errorf("read CPU usage: no usage_usec in %s/cpu.stat", cg.cpuacct)
+		}
+		return time.Duration(n) * time.Microsecond, nil
+	}
+	return 0, errors.New("read CPU usage: no CPU accounting cgroup")
+}
+
+// peakMemory is the most memory the sandbox has held since resetPeak (or
+// since it started): memory.max_usage_in_bytes (v1) or memory.peak (v2).
+func (cg *cgroups) peakMemory() (int64, error) {
+	var b []byte
+	var err error
+	switch {
+	case cg.memVersion == 1:
+		b, err = os.ReadFile(cg.memory + "/memory.max_usage_in_bytes")
+	case cg.peak != nil:
+		buf := make([]byte, 32)
+		var n int
+		n, err = cg.peak.ReadAt(buf, 0)
+		if errors.Is(err, io.EOF) {
+			err = nil
+		}
+		b = buf[:n]
+	case cg.memVersion == 2:
+		b, err = os.ReadFile(cg.memory + "/memory.peak")
+	default:
+		return 0, errors.New("read peak memory: no memory cgroup")
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read peak memory: %w", err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read peak memory: %w", err)
+	}
+	return n, nil
+}
+
+// resetPeak starts the peak memory over from the current usage, so a
+// worker serving several executions reports each one's own peak.
+func (cg *cgroups) resetPeak() error {
+	switch cg.memVersion {
+	case 1:
+		if err := os.WriteFile(cg.memory+"/memory.max_usage_in_bytes", []byte("0"), 0); err != nil {
+			return fmt.Errorf("reset peak memory: %w", err)
+		}
+	case 2:
+		if cg.peak == nil {
+			f, err := os.OpenFile(cg.memory+"/memory.peak", os.O_RDWR, 0)
+			if err != nil {
+				return nil // before 6.12 memory.peak is read-only: the lifetime peak it is
+			}
+			cg.peak = f
+		}
+		if _, err := cg.peak.WriteAt([]byte("reset\n"), 0); err != nil {
+			_ = cg.peak.Close()
+			cg.peak = nil
+			return nil // as above
+		}
+	}
+	return nil
+}
+
 func (cg *cgroups) dirs() []string {
 	var dirs []string
-	for _, d := range []string{cg.memory, cg.pids} {
+	for _, d := range []string{cg.memory, cg.pids, cg.cpu, cg.cpuacct} {
 		if d != "" && !slices.Contains(dirs, d) {
 			dirs = append(dirs, d)
 		}
@@ -322,6 +424,10 @@ func (cg *cgroups) killAll() {
 // a short while.
 func (cg *cgroups) remove() error {
 	var errs []error
+	if cg.peak != nil {
+		_ = cg.peak.Close() // a read-write control file: nothing buffered
+		cg.peak = nil
+	}
 	for _, dir := range cg.dirs() {
 		deadline := time.Now().Add(2 * time.Second)
 		for {

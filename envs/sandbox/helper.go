@@ -54,14 +54,22 @@ type initSpec struct {
 	// restricts itself and starts the program directly, saving a Go start.
 	ExecStage bool     `json:"execStage"`
 	Exec      execSpec `json:"exec"`
+	// CgroupNS: unshare the cgroup namespace first (the host has moved
+	// the init into the sandbox's cgroups before sending the spec).
+	CgroupNS bool `json:"cgroupNs,omitempty"`
+	// DropToSandboxID: the init runs as uid 0 of the namespace (the host's
+	// root) and switches to sandboxID once the root is built.
+	DropToSandboxID bool `json:"dropToSandboxId,omitempty"`
 }
 
 // report is one line the init writes to the host.
 type report struct {
 	// Started: the program runs (or, probing, the root is built).
-	Started bool        `json:"started,omitempty"`
-	Error   string      `json:"error,omitempty"`
-	Exit    *exitReport `json:"exit,omitempty"`
+	Started bool `json:"started,omitempty"`
+	// ProcSubset: /proc was mounted with subset=pid (see mountProc).
+	ProcSubset bool        `json:"procSubset,omitempty"`
+	Error      string      `json:"error,omitempty"`
+	Exit       *exitReport `json:"exit,omitempty"`
 }
 
 // exitReport says how the program (the init's child) ended.
@@ -120,22 +128,33 @@ func runInit() int {
 	if err != nil {
 		return fail(fmt.Errorf("sandbox init: read spec: %w", err))
 	}
+	if s.CgroupNS {
+		if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+			return fail(fmt.Errorf("sandbox init: unshare cgroup namespace: %w", err))
+		}
+	}
+	var procSubset bool
 	if s.Namespaces {
-		if err := buildRoot(s.ReadPaths, s.TmpBytes); err != nil {
+		if procSubset, err = buildRoot(s.ReadPaths, s.TmpBytes); err != nil {
 			return fail(fmt.Errorf("sandbox init: %w", err))
 		}
 	} else if err := unix.Chdir(s.WorkDir); err != nil {
 		return fail(fmt.Errorf("sandbox init: chdir work dir: %w", err))
 	}
+	if s.DropToSandboxID {
+		if err := dropToSandboxID(status); err != nil {
+			return fail(fmt.Errorf("sandbox init: %w", err))
+		}
+	}
 	if s.ProbeOnly {
-		send(report{Started: true})
+		send(report{Started: true, ProcSubset: procSubset})
 		return 0
 	}
 	pid, err := startProgram(s)
 	if err != nil {
 		return fail(fmt.Errorf("sandbox: %w", err))
 	}
-	send(report{Started: true})
+	send(report{Started: true, ProcSubset: procSubset})
 	return supervise(pid, s.Namespaces, send)
 }
 
@@ -229,6 +248,37 @@ func startExecStage(s initSpec, files []uintptr, sys *syscall.SysProcAttr) (int,
 		return 0, errors.New(string(msg))
 	}
 	return pid, nil
+}
+
+// dropToSandboxID switches every thread of the init to sandboxID, which a
+// root host maps to nobody: from here on neither the init nor the program
+// can open what only the host's root may. Leaving uid 0 also clears every
+// capability (no SECBIT_KEEP_CAPS) and the parent-death signal, which is
+// set again; a host that died in between is seen on the status pipe.
+func dropToSandboxID(status *os.File) error {
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	// syscall's set*id apply to every thread of the process.
+	if err := syscall.Setresgid(sandboxID, sandboxID, sandboxID); err != nil {
+		return fmt.Errorf("setresgid: %w", err)
+	}
+	if err := syscall.Setresuid(sandboxID, sandboxID, sandboxID); err != nil {
+		return fmt.Errorf("setresuid: %w", err)
+	}
+	// The kernel signals a process if any of its threads asked to be.
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return fmt.Errorf("parent-death signal: %w", err)
+	}
+	// The write end of a pipe polls POLLERR once no reader is left.
+	fds := []unix.PollFd{{Fd: int32(status.Fd()), Events: unix.POLLOUT}}
+	if _, err := unix.Poll(fds, 0); err != nil {
+		return fmt.Errorf("poll status pipe: %w", err)
+	}
+	if fds[0].Revents&unix.POLLERR != 0 {
+		return errors.New("the host is gone")
+	}
+	return nil
 }
 
 // Securebits (linux/securebits.h): make uid 0 an ordinary uid, for good.

@@ -62,7 +62,7 @@ sys.stdin.read()
 		t.Run(c.name, func(t *testing.T) {
 			needLayers(t, c.relax)
 			if c.relax.Namespaces && !c.relax.Cgroups && !Probe().Pids.OK() {
-				t.Skip("no pids cgroup to sweep")
+				cannotSandbox(t, "no pids cgroup to sweep")
 			}
 			marker := newMarker()
 			stdinR, stdinW, err := os.Pipe()

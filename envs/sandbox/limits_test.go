@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,10 +19,21 @@ import (
 
 // TestForkBombContained proves an exponential fork bomb stays within the
 // process limit, the host keeps working, and Kill leaves none of it.
+// With cgroups relaxed RLIMIT_NPROC holds it, a root host's included: its
+// programs are nobody, whom the limit binds (before, they were uid 0 and
+// had no process limit at all).
 func TestForkBombContained(t *testing.T) {
-	needLayers(t, Relax{})
-	if Probe().Layers(Relax{}).Procs == "none" {
-		t.Skip("no process limit on this machine")
+	for _, relax := range []Relax{{}, {Cgroups: true}} {
+		t.Run(fmt.Sprintf("cgroups=%v", !relax.Cgroups), func(t *testing.T) {
+			forkBomb(t, relax)
+		})
+	}
+}
+
+func forkBomb(t *testing.T, relax Relax) {
+	needLayers(t, relax)
+	if Probe().Layers(relax).Procs == "none" {
+		cannotSandbox(t, "no process limit on this machine")
 	}
 	marker := newMarker()
 	code := `
@@ -43,6 +55,7 @@ while True:
 	}
 	spec := pySpec(t, code)
 	spec.Limits.Procs = limit
+	spec.Relax = relax
 	spec.Stdout = outW
 	p := start(t, spec)
 	_ = outW.Close()
@@ -120,7 +133,7 @@ func TestUnprivilegedParent(t *testing.T) {
 	}
 	t.Logf("probe as nobody: %+v", sup)
 	if err := sup.Check(Relax{}); err != nil {
-		t.Skipf("kernel forbids a layer to an unprivileged process: %v", err)
+		cannotSandbox(t, fmt.Sprintf("kernel forbids a layer to an unprivileged process: %v", err))
 	}
 	if l := sup.Layers(Relax{}); l.Procs != "rlimit" {
 		t.Errorf("process limit as nobody: %q, want rlimit", l.Procs)
@@ -230,7 +243,7 @@ except MemoryError:
 		spec := pySpec(t, code)
 		spec.Limits.MemoryBytes = 64 << 20
 		if !strings.HasPrefix(Probe().Layers(spec.Relax).Memory, "cgroup") {
-			t.Skip("no memory cgroup on this machine")
+			cannotSandbox(t, "no memory cgroup on this machine")
 		}
 		res := run(t, spec)
 		if !res.exit.MemoryLimit || res.exit.Signal != syscall.SIGKILL || res.exit.Err != nil {
@@ -250,15 +263,181 @@ except MemoryError:
 	})
 }
 
-// TestCPULimit proves RLIMIT_CPU ends a busy loop and the exit says so.
-func TestCPULimit(t *testing.T) {
-	needLayers(t, Relax{})
+// forkBurnCode forks four workers that each burn 0.6 s of their own CPU
+// time, then exits 0 once all are done: no single process comes near a
+// one-second limit, the tree uses 2.4 s.
+const forkBurnCode = `
+import os, time
+kids = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        while time.process_time() < 0.6:
+            pass
+        os._exit(0)
+    kids.append(pid)
+for k in kids:
+    os.waitpid(k, 0)
+print("done", flush=True)
+`
+
+// TestCPULimitTreeWide proves the CPU limit holds the whole sandbox: a
+// program whose forked workers together pass cpuSeconds is killed, the exit
+// says CPULimit and Usage reports at least the limit. The control is the
+// same program under per-process RLIMIT_CPU alone (cgroups relaxed, as all
+// sandboxes were before): it ends normally.
+func TestCPULimitTreeWide(t *testing.T) {
+	t.Parallel()
+	t.Run("cgroup", func(t *testing.T) {
+		needLayers(t, Relax{})
+		spec := pySpec(t, forkBurnCode)
+		spec.Limits.CPUSeconds = 1
+		if Probe().Layers(spec.Relax).CPU == "rlimit" {
+			cannotSandbox(t, "no CPU accounting cgroup on this machine")
+		}
+		p := start(t, spec)
+		exit := waitDone(t, p)
+		u := p.Usage()
+		if !exit.CPULimit || exit.Killed || exit.Err != nil || u.CPU < time.Second {
+			t.Errorf("exit %+v usage %+v, want CPULimit after at least 1 s of the tree's CPU", exit, u)
+		}
+		if u.PeakMemoryBytes <= 0 {
+			t.Errorf("peak memory %d, want the interpreters' memory", u.PeakMemoryBytes)
+		}
+	})
+	t.Run("control: per-process rlimit", func(t *testing.T) {
+		relax := Relax{Cgroups: true}
+		needLayers(t, relax)
+		spec := pySpec(t, forkBurnCode)
+		spec.Limits.CPUSeconds = 1
+		spec.Relax = relax
+		res := run(t, spec)
+		if res.exit.Code != 0 || res.exit.CPULimit || strings.TrimSpace(res.stdout) != "done" {
+			t.Errorf("exit %+v stdout %q: the control should pass a per-process limit", res.exit, res.stdout)
+		}
+	})
+}
+
+// TestCPULimitRlimit proves RLIMIT_CPU ends a busy loop when no cgroup
+// counts CPU time, and the exit says so.
+func TestCPULimitRlimit(t *testing.T) {
+	t.Parallel()
+	relax := Relax{Cgroups: true}
+	needLayers(t, relax)
 	spec := pySpec(t, "while True: pass")
 	spec.Limits.CPUSeconds = 1
+	spec.Relax = relax
 	res := run(t, spec)
 	// The CPU time wait4 reports lags the rlimit's own accounting a bit.
 	if !res.exit.CPULimit || res.exit.Signal != syscall.SIGXCPU || res.exit.CPUTime < 500*time.Millisecond {
 		t.Errorf("exit %+v, want CPULimit by SIGXCPU after about a second of CPU", res.exit)
+	}
+}
+
+// TestCPUQuota proves the CFS quota caps a sandbox's share: two processes
+// spinning for a second under a fifth of a core are throttled by their
+// cgroup and use about that fifth; the control, the same under more cores
+// than the machine has, is never throttled.
+func TestCPUQuota(t *testing.T) {
+	t.Parallel()
+	needLayers(t, Relax{})
+	if !Probe().Layers(Relax{}).CPUQuota {
+		cannotSandbox(t, "no CPU bandwidth cgroup on this machine")
+	}
+	const code = `
+import os, sys, time
+end = time.monotonic() + 1.0
+pid = os.fork()
+while time.monotonic() < end:
+    pass
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+print("spun", flush=True)
+sys.stdin.read()
+`
+	run := func(millicores int64) (throttled int64, used time.Duration) {
+		spec := pySpec(t, code)
+		spec.Limits.CPUMillicores = millicores
+		in, inW, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, outW, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer out.Close()
+		spec.Stdin, spec.Stdout = in, outW
+		p := start(t, spec)
+		in.Close()
+		outW.Close()
+		newLineReader(out).waitFor(t, "spun")
+		throttled, ok := readCounter(p.cg.cpu+"/cpu.stat", "nr_throttled")
+		inW.Close()
+		exit := waitDone(t, p)
+		if !ok || exit.Code != 0 {
+			t.Fatalf("cpu.stat readable %v, exit %+v", ok, exit)
+		}
+		return throttled, p.Usage().CPU
+	}
+	throttled, used := run(200)
+	t.Logf("200 millicores: throttled %d times, used %v", throttled, used)
+	// 0.2 cores for a second, plus a period's burst and the start.
+	if throttled == 0 || used > 500*time.Millisecond {
+		t.Errorf("under 200 millicores: throttled %d times, used %v in a second; the quota does not hold", throttled, used)
+	}
+	if throttled, _ := run(int64(runtime.NumCPU()+1) * 1000); throttled != 0 {
+		t.Errorf("control: throttled %d times with more cores than the machine has", throttled)
+	}
+}
+
+// TestUsageReset proves ResetUsage starts the CPU time and the CPU limit
+// over, as a worker serving several executions needs: a sandbox that burns
+// 0.6 s twice under a 1 s limit survives when reset in between.
+func TestUsageReset(t *testing.T) {
+	t.Parallel()
+	needLayers(t, Relax{})
+	if Probe().Layers(Relax{}).CPU == "rlimit" {
+		cannotSandbox(t, "no CPU accounting cgroup on this machine")
+	}
+	const code = `
+import sys, time
+for line in sys.stdin:
+    end = time.process_time() + 0.6
+    while time.process_time() < end:
+        pass
+    print("burnt", flush=True)
+`
+	spec := pySpec(t, code)
+	spec.Limits.CPUSeconds = 1
+	in, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	spec.Stdin, spec.Stdout = in, outW
+	p := start(t, spec)
+	in.Close()
+	outW.Close()
+	lines := newLineReader(out)
+	for i := range 2 {
+		p.ResetUsage()
+		if _, err := fmt.Fprintln(inW, "go"); err != nil {
+			t.Fatal(err)
+		}
+		lines.waitFor(t, "burnt")
+		if u := p.Usage(); u.CPU < 500*time.Millisecond || u.CPU > 900*time.Millisecond {
+			t.Errorf("round %d: usage %v since the reset, want about 0.6 s", i, u.CPU)
+		}
+	}
+	inW.Close()
+	if exit := waitDone(t, p); exit.Code != 0 || exit.CPULimit {
+		t.Errorf("exit %+v, want a clean end: each round stayed under the limit", exit)
 	}
 }
 

@@ -16,60 +16,90 @@ import (
 // /dev and a private /tmp, then pivots into it. Whatever is not listed (the
 // data directory, home directories, the host's working tree, /sys, /run) does
 // not exist in the sandbox, with or without Landlock. It runs in the init,
-// which holds CAP_SYS_ADMIN in the sandbox's user namespace.
-func buildRoot(readPaths []string, tmpBytes int64) error {
+// which holds CAP_SYS_ADMIN in the sandbox's user namespace. It reports
+// whether /proc is the pid-only subset (see mountProc).
+func buildRoot(readPaths []string, tmpBytes int64) (procSubset bool, err error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make mounts private: %w", err)
+		return false, fmt.Errorf("make mounts private: %w", err)
 	}
 	// Read-only and nosuid in one call for the whole host tree (in this
 	// private namespace only): the read paths bound from it below inherit
 	// both, one syscall each instead of two.
 	if err := setReadOnly("/", true); err != nil {
-		return err
+		return false, err
 	}
 	root, err := rootMountPoint(readPaths)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
-		return fmt.Errorf("mount root tmpfs: %w", err)
+		return false, fmt.Errorf("mount root tmpfs: %w", err)
 	}
 	// The sandbox's own mounts come first, so read paths below /tmp (a
 	// test's temporary directory, say) are mirrored into its tmpfs
-	// instead of being covered by it.
+	// instead of being covered by it. It belongs to the program's ids,
+	// whatever ids the init has.
 	if err := mkdirMount("tmpfs", root+sandboxTmp, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
-		fmt.Sprintf("mode=0700,size=%d", tmpBytes)); err != nil {
-		return err
+		fmt.Sprintf("mode=0700,size=%d,%s", tmpBytes, sandboxOwner)); err != nil {
+		return false, err
 	}
-	if err := mkdirMount("proc", root+"/proc", "proc",
-		unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY, ""); err != nil {
-		return err
+	if procSubset, err = mountProc(root + "/proc"); err != nil {
+		return false, err
 	}
 	if err := buildDev(root, tmpBytes); err != nil {
-		return err
+		return false, err
 	}
 	m := mirror{root: root, bound: map[string]bool{}}
 	paths := slices.Clone(readPaths)
 	slices.Sort(paths) // ancestors first, so descendants are found covered
 	for _, p := range paths {
 		if err := m.add(p, 0); err != nil {
-			return err
+			return false, err
 		}
 	}
 	// The skeleton itself (mount points, symlinks) becomes read-only too.
 	if err := setReadOnly(root, false); err != nil {
-		return err
+		return false, err
 	}
 	if err := pivot(root); err != nil {
-		return err
+		return false, err
 	}
 	if err := unix.Chdir(sandboxTmp); err != nil {
-		return fmt.Errorf("chdir %s: %w", sandboxTmp, err)
+		return false, fmt.Errorf("chdir %s: %w", sandboxTmp, err)
 	}
 	if err := unix.Sethostname([]byte("sandbox")); err != nil {
-		return fmt.Errorf("sethostname: %w", err)
+		return false, fmt.Errorf("sethostname: %w", err)
 	}
-	return nil
+	return procSubset, nil
+}
+
+// sandboxOwner makes a tmpfs the program's: it may run as another uid than
+// the init that mounts it.
+var sandboxOwner = fmt.Sprintf("uid=%d,gid=%d", sandboxID, sandboxID)
+
+// procOptions shows only the PID namespace's processes, and of those only
+// the ones the reader may ptrace: no host-global files (slabinfo, keys,
+// kpageflags, sysrq-trigger, …) and not the init, which runs as another
+// uid. Kernels before 5.8 refuse subset=pid; hidepid=2 is their way to hide
+// the init.
+const (
+	procOptions    = "subset=pid,hidepid=invisible"
+	procOptionsOld = "hidepid=2"
+)
+
+// mountProc mounts the sandbox's /proc: the pid-only subset if the kernel
+// offers it (reported), else the whole procfs of the PID namespace with
+// the init hidden if possible; root-only files there stay unreadable to
+// the program's uid on a root host.
+func mountProc(target string) (subset bool, err error) {
+	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_RDONLY
+	if err := mkdirMount("proc", target, "proc", flags, procOptions); err == nil {
+		return true, nil
+	}
+	if err := mkdirMount("proc", target, "proc", flags, procOptionsOld); err == nil {
+		return false, nil
+	}
+	return false, mkdirMount("proc", target, "proc", flags, "")
 }
 
 // rootMountPoint picks where to build the new root: an existing directory
@@ -146,7 +176,7 @@ func buildDev(root string, shmBytes int64) error {
 	}
 	// POSIX semaphores (multiprocessing locks) live in /dev/shm.
 	if err := mkdirMount("tmpfs", dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC,
-		fmt.Sprintf("mode=0700,size=%d", shmBytes)); err != nil {
+		fmt.Sprintf("mode=0700,size=%d,%s", shmBytes, sandboxOwner)); err != nil {
 		return err
 	}
 	return setReadOnly(dev, false)

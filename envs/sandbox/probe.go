@@ -31,9 +31,23 @@ type Support struct {
 	// Memory and Pids say where per-sandbox cgroups can be created.
 	Memory CgroupSupport `json:"memoryCgroup"`
 	Pids   CgroupSupport `json:"pidsCgroup"`
-	// RootUID: the host runs as uid 0, which RLIMIT_NPROC does not bind
-	// (the kernel exempts the root user), so only a pids cgroup limits the
-	// number of processes.
+	// CPU is where a CPU bandwidth quota can be set (cpu controller);
+	// CPUAcct where the sandbox's CPU time is counted: the cpuacct
+	// hierarchy on v1, the cpu controller's own cgroup on v2.
+	CPU     CgroupSupport `json:"cpuCgroup"`
+	CPUAcct CgroupSupport `json:"cpuacctCgroup"`
+	// ProcSubset: the sandbox's /proc holds only its own processes
+	// (procfs subset=pid, kernel 5.8+); false, the kernel refused it and
+	// host-global /proc files (those only root may read stay unreadable
+	// to the sandbox's uid) are visible.
+	ProcSubset bool `json:"procSubset"`
+	// SandboxUID is the host uid programs run as: nobody (65534) when the
+	// host is root, else the host's own uid (the only one it may map).
+	SandboxUID int `json:"sandboxUid"`
+	// RootUID: the host runs as uid 0. Without namespaces its programs do
+	// too, which RLIMIT_NPROC does not bind (the kernel exempts the root
+	// user), so only a pids cgroup limits their processes; in namespaces
+	// they are nobody, whom it binds.
 	RootUID bool `json:"rootUid"`
 }
 
@@ -49,6 +63,16 @@ type Layers struct {
 	// Procs is how processes are limited: "cgroup v1", "cgroup v2",
 	// "rlimit", or "none" (uid 0 without a pids cgroup).
 	Procs string `json:"procs"`
+	// CPU is how CPU time is limited: "cgroup v1" or "cgroup v2" (the
+	// whole sandbox's time, counted by the cgroup and enforced by the
+	// host), or "rlimit" (RLIMIT_CPU, per process).
+	CPU string `json:"cpu"`
+	// CPUQuota: a CFS bandwidth quota caps the sandbox's CPU share.
+	CPUQuota bool `json:"cpuQuota"`
+	// ProcSubset: /proc shows only the sandbox's own processes.
+	ProcSubset bool `json:"procSubset"`
+	// UID is the host uid the program's file accesses are judged as.
+	UID int `json:"uid"`
 }
 
 // namespaces reports whether every namespace a sandbox needs is available.
@@ -69,7 +93,7 @@ func (s Support) Check(r Relax) error {
 	if !r.Seccomp && !s.Seccomp {
 		missing = append(missing, "seccomp (not offered by the kernel)")
 	}
-	if !r.Cgroups && s.RootUID && !s.Pids.OK() {
+	if !r.Cgroups && s.RootUID && r.Namespaces && !s.Pids.OK() {
 		missing = append(missing, "process limit (uid 0 is exempt from RLIMIT_NPROC and no pids cgroup is usable: "+s.Pids.Err+")")
 	}
 	if len(missing) > 0 {
@@ -86,6 +110,15 @@ func (s Support) Layers(r Relax) Layers {
 		Seccomp:    !r.Seccomp && s.Seccomp,
 		Memory:     "rlimit",
 		Procs:      "rlimit",
+		CPU:        "rlimit",
+		UID:        os.Geteuid(),
+	}
+	if !r.Cgroups && s.CPUAcct.OK() {
+		l.CPU = fmt.Sprintf("cgroup v%d", s.CPUAcct.Version)
+	}
+	l.CPUQuota = !r.Cgroups && s.CPU.OK()
+	if l.Namespaces {
+		l.ProcSubset, l.UID = s.ProcSubset, s.SandboxUID
 	}
 	if !r.Landlock {
 		l.LandlockABI = s.LandlockABI
@@ -96,7 +129,7 @@ func (s Support) Layers(r Relax) Layers {
 	switch {
 	case !r.Cgroups && s.Pids.OK():
 		l.Procs = fmt.Sprintf("cgroup v%d", s.Pids.Version)
-	case s.RootUID:
+	case s.RootUID && !l.Namespaces:
 		l.Procs = "none"
 	}
 	return l
@@ -115,20 +148,40 @@ func probe() Support {
 		Seccomp:     seccomp.Supported(),
 		Memory:      detectCgroup("memory"),
 		Pids:        detectCgroup("pids"),
+		CPU:         detectCgroup("cpu"),
+		CPUAcct:     detectCgroup("cpuacct"),
 		RootUID:     os.Geteuid() == 0,
+		SandboxUID:  os.Geteuid(),
 	}
-	sweepCgroups(s.Memory.Dir, s.Pids.Dir)
-	err := probeNamespaces(allNamespaces, true)
+	if s.RootUID {
+		s.SandboxUID = unprivilegedID
+	}
+	if !s.CPUAcct.OK() {
+		// v2 has no cpuacct: every cgroup counts its CPU time in
+		// cpu.stat, with or without the cpu controller.
+		for _, c := range []CgroupSupport{s.CPU, s.Memory, s.Pids} {
+			if c.Version == 2 {
+				s.CPUAcct = c
+				break
+			}
+		}
+	}
+	sweepCgroups(s.Memory.Dir, s.Pids.Dir, s.CPU.Dir, s.CPUAcct.Dir)
+	var err error
+	s.ProcSubset, err = probeNamespaces(allNamespaces, true)
 	if err == nil {
 		s.UserNS, s.PIDNS, s.NetNS, s.MountNS, s.IPCNS, s.UTSNS, s.CgroupNS = true, true, true, true, true, true, true
 		return s
 	}
 	s.NamespacesErr = err.Error()
 	// Find out which namespace is refused, for the report.
-	if s.UserNS = probeNamespaces(syscall.CLONE_NEWUSER, false) == nil; !s.UserNS {
+	one := func(flag uintptr) bool {
+		_, err := probeNamespaces(syscall.CLONE_NEWUSER|flag, false)
+		return err == nil
+	}
+	if s.UserNS = one(0); !s.UserNS {
 		return s
 	}
-	one := func(flag uintptr) bool { return probeNamespaces(syscall.CLONE_NEWUSER|flag, false) == nil }
 	s.PIDNS = one(syscall.CLONE_NEWPID)
 	s.NetNS = one(syscall.CLONE_NEWNET)
 	s.MountNS = one(syscall.CLONE_NEWNS)
@@ -139,18 +192,19 @@ func probe() Support {
 }
 
 // probeNamespaces starts the helper in the given namespaces and, if root,
-// has it build a sandbox root, then lets it exit.
-func probeNamespaces(flags uintptr, root bool) error {
+// has it build a sandbox root, then lets it exit. It reports whether the
+// root's /proc is the pid-only subset.
+func probeNamespaces(flags uintptr, root bool) (procSubset bool, err error) {
 	if !hooked.Load() {
-		return errNotHooked
+		return false, errNotHooked
 	}
 	p := &Process{done: make(chan struct{}), logger: discardLogger}
-	err := p.start(context.Background(), launch{
+	err = p.start(context.Background(), launch{
 		cloneflags: flags,
 		init:       initSpec{Namespaces: root, ProbeOnly: true, ReadPaths: []string{"/usr"}, TmpBytes: 1 << 20, WorkDir: "/"},
 	})
 	<-p.done
-	return err
+	return p.procSubset, err
 }
 
 var errNotHooked = errors.New("sandbox: sandbox.MaybeRun was not called at start-up, so this binary cannot act as its own sandbox helper")

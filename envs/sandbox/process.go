@@ -19,10 +19,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sandboxID is the uid and gid the program has inside the user namespace;
-// the caller's own ids are mapped to it (the only mapping an unprivileged
-// process may write).
+// sandboxID is the uid and gid the program has inside the user namespace.
 const sandboxID = 1000
+
+// unprivilegedID is the host uid and gid sandboxID stands for when the host
+// runs as root: nobody, so the kernel judges the program's file accesses as
+// those of a user that owns nothing. An unprivileged host can only map its
+// own ids (see identity).
+const unprivilegedID = 65534
 
 // allNamespaces are the namespaces of a sandbox with the network cut off.
 const allNamespaces = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
@@ -49,8 +53,9 @@ type ExitInfo struct {
 	// sandbox. (Under RLIMIT_AS an allocation fails instead, which the
 	// program sees, e.g. as MemoryError; see docs/sandbox.md.)
 	MemoryLimit bool
-	// CPULimit: RLIMIT_CPU ended the program (SIGXCPU, or SIGKILL once its
-	// CPU time reached the limit).
+	// CPULimit: the sandbox used up its CPU time: the host killed it when
+	// its CPU cgroup passed the limit, or (without one) RLIMIT_CPU ended
+	// the program (SIGXCPU, or SIGKILL once its CPU time reached it).
 	CPULimit bool
 	// ProcLimit: the pids cgroup refused at least one fork.
 	ProcLimit bool
@@ -73,7 +78,15 @@ type Process struct {
 	cg       *cgroups
 	workDir  string // host directory to remove; "" with namespaces
 	cpuLimit time.Duration
-	logger   *slog.Logger
+	// cpuRate is the most CPU the sandbox can use per second of wall
+	// time, in millicores: it paces the CPU watch.
+	cpuRate int64
+	logger  *slog.Logger
+	// rebase wakes the CPU watch after ResetUsage.
+	rebase chan struct{}
+
+	// procSubset: the init mounted the pid-only /proc (its start report).
+	procSubset bool
 
 	mu     sync.Mutex
 	proc   *os.Process // the init; nil until started
@@ -83,6 +96,13 @@ type Process struct {
 	// its namespaces), -1 until the child reported it.
 	forked bool
 	pidfd  int
+	// cpuOver: the CPU watch killed the sandbox for passing cpuLimit.
+	cpuOver bool
+	// cpuBase is the cgroup's CPU time at the last ResetUsage.
+	cpuBase time.Duration
+	// ended: final holds the last usage; the cgroups may be gone.
+	ended bool
+	final Usage
 
 	done chan struct{}
 	exit ExitInfo
@@ -108,8 +128,13 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	p := &Process{
 		layers:   sup.Layers(spec.Relax),
 		cpuLimit: time.Duration(limits.CPUSeconds) * time.Second,
+		cpuRate:  int64(runtime.NumCPU()) * 1000,
 		logger:   spec.Logger,
+		rebase:   make(chan struct{}, 1),
 		done:     make(chan struct{}),
+	}
+	if p.layers.CPUQuota {
+		p.cpuRate = min(p.cpuRate, limits.CPUMillicores)
 	}
 	if p.logger == nil {
 		p.logger = discardLogger
@@ -145,12 +170,13 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		WritePaths:   writePaths,
 		Limits:       limits,
 		MemoryRlimit: p.layers.Memory == "rlimit",
+		CPURlimit:    p.layers.CPU == "rlimit",
 		Landlock:     p.layers.LandlockABI > 0,
 		Seccomp:      p.layers.Seccomp,
 		Network:      spec.Relax.Network,
 	}
-	if !spec.Relax.Cgroups && (sup.Memory.OK() || sup.Pids.OK()) {
-		if p.cg, err = newCgroups(sup.Memory, sup.Pids, limits); err != nil {
+	if !spec.Relax.Cgroups && (sup.Memory.OK() || sup.Pids.OK() || sup.CPU.OK() || sup.CPUAcct.OK()) {
+		if p.cg, err = newCgroups(sup, limits); err != nil {
 			p.cleanup()
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
@@ -166,7 +192,121 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.layers.CPU != "rlimit" {
+		go p.watchCPU()
+	}
 	return p, nil
+}
+
+// Usage is what a sandbox has used since Start or the last ResetUsage.
+type Usage struct {
+	// CPU is the CPU time of all its processes, the ended ones included;
+	// 0 without a CPU accounting cgroup.
+	CPU time.Duration
+	// PeakMemoryBytes is the most memory it held at once (with the
+	// page cache and tmpfs pages charged to it); 0 without a memory
+	// cgroup.
+	PeakMemoryBytes int64
+}
+
+// Usage reports the sandbox's usage from its cgroups' own counters, live
+// or, once it has ended, as they were at the end.
+func (p *Process) Usage() Usage {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return p.final
+	}
+	return p.usageLocked()
+}
+
+func (p *Process) usageLocked() Usage {
+	var u Usage
+	if p.cg == nil {
+		return u
+	}
+	if p.cg.acctVersion != 0 {
+		if cpu, err := p.cg.cpuUsage(); err != nil {
+			p.logger.Warn("sandbox usage", "err", err)
+		} else {
+			u.CPU = max(cpu-p.cpuBase, 0)
+		}
+	}
+	if p.cg.memVersion != 0 {
+		if peak, err := p.cg.peakMemory(); err != nil {
+			p.logger.Warn("sandbox usage", "err", err)
+		} else {
+			u.PeakMemoryBytes = peak
+		}
+	}
+	return u
+}
+
+// ResetUsage starts Usage and the CPU limit over: a worker serving several
+// executions in one sandbox accounts for, and limits, each one alone. On
+// cgroup v2 before kernel 6.12 the peak memory cannot be reset and stays
+// the sandbox's lifetime peak.
+func (p *Process) ResetUsage() {
+	p.mu.Lock()
+	if p.ended || p.cg == nil {
+		p.mu.Unlock()
+		return
+	}
+	if p.cg.acctVersion != 0 {
+		if cpu, err := p.cg.cpuUsage(); err == nil {
+			p.cpuBase = cpu
+		}
+	}
+	if err := p.cg.resetPeak(); err != nil {
+		p.logger.Warn("sandbox usage", "err", err)
+	}
+	p.mu.Unlock()
+	select {
+	case p.rebase <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+// cpuWatchFloor is the shortest pause between two looks at the CPU cgroup.
+const cpuWatchFloor = 10 * time.Millisecond
+
+// watchCPU kills the sandbox once its CPU cgroup has used cpuLimit. The
+// sandbox cannot use more than cpuRate, so the next look is due no sooner
+// than the time the rest of the limit takes at that rate: a sandbox far
+// from its limit costs one read now and then.
+func (p *Process) watchCPU() {
+	for {
+		p.mu.Lock()
+		if p.ended {
+			p.mu.Unlock()
+			return
+		}
+		used, err := p.cg.cpuUsage()
+		left := p.cpuLimit - (used - p.cpuBase)
+		if err == nil && left <= 0 {
+			p.cpuOver = true
+			if err := p.killLocked(); err != nil {
+				p.logger.Warn("sandbox CPU limit", "err", err)
+			}
+		}
+		p.mu.Unlock()
+		if err != nil {
+			p.logger.Warn("sandbox CPU limit: stop watching", "err", err)
+			return
+		}
+		if left <= 0 {
+			return
+		}
+		t := time.NewTimer(max(time.Duration(int64(left)*1000/p.cpuRate), cpuWatchFloor))
+		select {
+		case <-t.C:
+		case <-p.rebase:
+			t.Stop()
+		case <-p.done:
+			t.Stop()
+			return
+		}
+	}
 }
 
 // Layers says which layers hold this sandbox.
@@ -190,6 +330,10 @@ func (p *Process) Kill() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.killed = true
+	return p.killLocked()
+}
+
+func (p *Process) killLocked() error {
 	if p.forked {
 		if p.pidfd >= 0 && !p.reaped {
 			// The kernel kills the rest of its PID namespace with it.
@@ -263,6 +407,17 @@ type launch struct {
 // start starts the owner goroutine and waits until the init reports that
 // the program runs, or fails. The owner cleans up either way.
 func (p *Process) start(ctx context.Context, l launch) error {
+	id := newIdentity(os.Geteuid(), os.Getegid())
+	if l.cloneflags != 0 {
+		l.init.DropToSandboxID = id.drop
+	}
+	// The init unshares its cgroup namespace itself, once the host has
+	// moved it into the sandbox's cgroups, so /proc/self/cgroup shows "/"
+	// rather than the host's cgroup path (which names the host's pid).
+	if l.cloneflags&syscall.CLONE_NEWCGROUP != 0 {
+		l.cloneflags &^= syscall.CLONE_NEWCGROUP
+		l.init.CgroupNS = true
+	}
 	spec, err := json.Marshal(l.init)
 	if err != nil {
 		return p.abort(fmt.Errorf("sandbox: encode spec: %w", err))
@@ -287,7 +442,7 @@ func (p *Process) start(ctx context.Context, l launch) error {
 		Stdout:      l.stdout,
 		Stderr:      l.stderr,
 		ExtraFiles:  append([]*os.File{specR, statusW}, l.extra...),
-		SysProcAttr: sysProcAttr(l.cloneflags),
+		SysProcAttr: sysProcAttr(l.cloneflags, id),
 		// Output copied through pipes Start made (non-*os.File writers)
 		// is abandoned this long after the init ends.
 		WaitDelay: time.Second,
@@ -312,24 +467,55 @@ func (p *Process) abort(err error) error {
 	return err
 }
 
-// sysProcAttr maps the caller to sandboxID in a new user namespace and gives
-// the init CAP_SYS_ADMIN there (to mount), and ties its life to the calling
-// thread with Pdeathsig.
-func sysProcAttr(cloneflags uintptr) *syscall.SysProcAttr {
+// identity is how the user namespace maps ids, decided by the host's euid.
+type identity struct {
+	uids, gids []syscall.SysProcIDMap
+	// initID is the init's uid and gid inside the namespace.
+	initID int
+	// drop: the init must switch to sandboxID once the root is built.
+	drop bool
+}
+
+// newIdentity maps the sandbox's ids. A root host maps sandboxID to nobody
+// and keeps its own root as the init's, so the init can still bind paths
+// only root may traverse (a 0700 parent) before it drops to sandboxID. An
+// unprivileged host may write only the one mapping of its own ids, which
+// the init and the program share.
+func newIdentity(uid, gid int) identity {
+	if uid != 0 {
+		return identity{
+			uids:   []syscall.SysProcIDMap{{ContainerID: sandboxID, HostID: uid, Size: 1}},
+			gids:   []syscall.SysProcIDMap{{ContainerID: sandboxID, HostID: gid, Size: 1}},
+			initID: sandboxID,
+		}
+	}
+	return identity{
+		uids:   []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: sandboxID, HostID: unprivilegedID, Size: 1}},
+		gids:   []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}, {ContainerID: sandboxID, HostID: unprivilegedID, Size: 1}},
+		initID: 0,
+		drop:   true,
+	}
+}
+
+// sysProcAttr starts the init in new namespaces with the ids of id, gives it
+// CAP_SYS_ADMIN there (to mount), and ties its life to the calling thread
+// with Pdeathsig.
+func sysProcAttr(cloneflags uintptr, id identity) *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if cloneflags == 0 {
 		return attr
 	}
-	uid, gid := os.Geteuid(), os.Getegid()
 	attr.Cloneflags = cloneflags
-	attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxID, HostID: uid, Size: 1}}
-	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxID, HostID: gid, Size: 1}}
+	attr.UidMappings, attr.GidMappings = id.uids, id.gids
 	// Only a privileged caller may allow setgroups; it then drops its
 	// supplementary groups (Credential.Groups is empty). An unprivileged
 	// caller keeps them, as the kernel demands.
-	attr.GidMappingsEnableSetgroups = uid == 0
-	attr.Credential = &syscall.Credential{Uid: sandboxID, Gid: sandboxID}
-	attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
+	attr.GidMappingsEnableSetgroups = id.drop
+	attr.Credential = &syscall.Credential{Uid: uint32(id.initID), Gid: uint32(id.initID)}
+	if id.initID != 0 {
+		// uid 0 of the namespace has every capability of it at exec.
+		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
+	}
 	return attr
 }
 
@@ -369,6 +555,7 @@ func (p *Process) own(cmd *exec.Cmd, spec []byte, specR, specW, statusR, statusW
 		case !first.Started:
 			startErr = fmt.Errorf("sandbox: unexpected first report %+v", first)
 		}
+		p.procSubset = first.ProcSubset
 	}
 	if startErr != nil {
 		_ = cmd.Process.Kill()
@@ -395,6 +582,9 @@ func (p *Process) own(cmd *exec.Cmd, spec []byte, specR, specW, statusR, statusW
 	}
 	_ = statusR.Close()
 	p.exit = p.exitInfo(cmd.ProcessState, waitErr, exit, initErr)
+	p.mu.Lock()
+	p.final, p.ended = p.usageLocked(), true
+	p.mu.Unlock()
 	p.cleanup()
 }
 
@@ -433,8 +623,9 @@ func (p *Process) exitInfo(state *os.ProcessState, waitErr error, r *exitReport,
 		}
 		p.mu.Lock()
 		info.Killed = p.killed
+		cpuOver := p.cpuOver
 		p.mu.Unlock()
-		if !info.Killed && !info.MemoryLimit {
+		if !info.Killed && !info.MemoryLimit && !cpuOver {
 			info.Err = fmt.Errorf("sandbox: init ended without a report (%v)", state)
 			if initErr != "" {
 				info.Err = errors.New(initErr)
@@ -443,8 +634,13 @@ func (p *Process) exitInfo(state *os.ProcessState, waitErr error, r *exitReport,
 			}
 		}
 	}
-	info.CPULimit = info.Signal == syscall.SIGXCPU ||
-		(info.Signal == syscall.SIGKILL && p.cpuLimit > 0 && info.CPUTime >= p.cpuLimit)
+	p.mu.Lock()
+	info.CPULimit = p.cpuOver
+	p.mu.Unlock()
+	if p.layers.CPU == "rlimit" {
+		info.CPULimit = info.Signal == syscall.SIGXCPU ||
+			(info.Signal == syscall.SIGKILL && p.cpuLimit > 0 && info.CPUTime >= p.cpuLimit)
+	}
 	return info
 }
 

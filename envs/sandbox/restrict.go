@@ -21,9 +21,12 @@ type execSpec struct {
 	// MemoryRlimit says no memory cgroup holds the sandbox, so memory is
 	// limited with RLIMIT_AS instead.
 	MemoryRlimit bool `json:"memoryRlimit"`
-	Landlock     bool `json:"landlock"`
-	Seccomp      bool `json:"seccomp"`
-	Network      bool `json:"network"`
+	// CPURlimit says no cgroup counts the sandbox's CPU time, so each
+	// process is held by RLIMIT_CPU instead.
+	CPURlimit bool `json:"cpuRlimit"`
+	Landlock  bool `json:"landlock"`
+	Seccomp   bool `json:"seccomp"`
+	Network   bool `json:"network"`
 }
 
 // restrict applies to the calling process every layer the program
@@ -37,11 +40,13 @@ func restrict(s execSpec, processLimits bool) error {
 		soft, hard int64
 	}
 	limits := []limit{
-		// SIGXCPU first, so a program can tell why; SIGKILL a second later.
-		{unix.RLIMIT_CPU, l.CPUSeconds, l.CPUSeconds + 1},
 		{unix.RLIMIT_FSIZE, l.FileSizeBytes, l.FileSizeBytes},
 		{unix.RLIMIT_NOFILE, l.OpenFiles, l.OpenFiles},
 		{unix.RLIMIT_CORE, 0, 0},
+	}
+	if s.CPURlimit {
+		// SIGXCPU first, so a program can tell why; SIGKILL a second later.
+		limits = append(limits, limit{unix.RLIMIT_CPU, l.CPUSeconds, l.CPUSeconds + 1})
 	}
 	if processLimits {
 		limits = append(limits, limit{unix.RLIMIT_NPROC, l.Procs, l.Procs})

@@ -63,7 +63,7 @@ func needPython(t testing.TB) python {
 	t.Helper()
 	py, err := pythonOnce()
 	if err != nil {
-		t.Skipf("no Python 3 interpreter: %v", err)
+		t.Fatalf("Python 3 is required: %v", err)
 	}
 	return py
 }
@@ -77,12 +77,24 @@ func pySpec(t testing.TB, code string, args ...string) Spec {
 	}
 }
 
-// needLayers skips the test when the kernel refuses a layer r keeps.
+// needLayers fails the test when the kernel refuses a layer r keeps, unless
+// the machine is declared unable to sandbox (CYRNEL_TEST_NO_SANDBOX names
+// why): a test must not pass having tested nothing.
 func needLayers(t testing.TB, r Relax) {
 	t.Helper()
 	if err := Probe().Check(r); err != nil {
-		t.Skipf("kernel forbids a layer: %v", err)
+		cannotSandbox(t, fmt.Sprintf("kernel forbids a layer: %v", err))
 	}
+}
+
+// cannotSandbox stops a test that needs what this machine lacks: a skip only
+// with the explicit opt-out, a failure otherwise.
+func cannotSandbox(t testing.TB, why string) {
+	t.Helper()
+	if reason := os.Getenv("CYRNEL_TEST_NO_SANDBOX"); reason != "" {
+		t.Skipf("%s (CYRNEL_TEST_NO_SANDBOX: %s)", why, reason)
+	}
+	t.Fatalf("%s; set CYRNEL_TEST_NO_SANDBOX=<why> on a machine that cannot sandbox", why)
 }
 
 // result is what a finished sandbox left behind.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -47,9 +48,16 @@ type Limits struct {
 	// MemoryBytes caps the memory of the whole sandbox: a cgroup memory
 	// limit where the machine allows one, else RLIMIT_AS of each process.
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
-	// CPUSeconds is RLIMIT_CPU: SIGXCPU at this many CPU seconds, SIGKILL
-	// one second later.
+	// CPUSeconds caps the CPU time of the whole sandbox, every process
+	// it ever held counted: the host kills it once its CPU cgroup has used
+	// this much (since Start or the last ResetUsage). Without a CPU
+	// accounting cgroup it is RLIMIT_CPU of each process instead: SIGXCPU
+	// at this many CPU seconds, SIGKILL one second later.
 	CPUSeconds int64 `json:"cpuSeconds,omitempty"`
+	// CPUMillicores is the sandbox's CPU bandwidth (CFS quota) in
+	// thousandths of a core: 1000 lets it use at most one core's worth of
+	// time however many processes it runs.
+	CPUMillicores int64 `json:"cpuMillicores,omitempty"`
 	// Procs caps processes and threads: a cgroup pids limit where the
 	// machine allows one, and RLIMIT_NPROC.
 	Procs int64 `json:"procs,omitempty"`
@@ -67,6 +75,7 @@ type Limits struct {
 var DefaultLimits = Limits{
 	MemoryBytes:   512 << 20,
 	CPUSeconds:    60,
+	CPUMillicores: 1000,
 	Procs:         128,
 	FileSizeBytes: 64 << 20,
 	OpenFiles:     256,
@@ -83,6 +92,7 @@ func (l Limits) withDefaults() Limits {
 	return Limits{
 		MemoryBytes:   pick(l.MemoryBytes, DefaultLimits.MemoryBytes),
 		CPUSeconds:    pick(l.CPUSeconds, DefaultLimits.CPUSeconds),
+		CPUMillicores: pick(l.CPUMillicores, DefaultLimits.CPUMillicores),
 		Procs:         pick(l.Procs, DefaultLimits.Procs),
 		FileSizeBytes: pick(l.FileSizeBytes, DefaultLimits.FileSizeBytes),
 		OpenFiles:     pick(l.OpenFiles, DefaultLimits.OpenFiles),
@@ -107,15 +117,20 @@ type Relax struct {
 	Cgroups bool `json:"cgroups,omitempty"`
 }
 
-// DefaultReadPaths are readable in every sandbox when they exist: the system
-// libraries and a minimal /etc (no passwd, shadow or host configuration).
-var DefaultReadPaths = []string{
-	"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
-	"/etc/alternatives", "/etc/ca-certificates", "/etc/gai.conf",
-	"/etc/host.conf", "/etc/hosts", "/etc/ld.so.cache", "/etc/ld.so.conf",
-	"/etc/ld.so.conf.d", "/etc/localtime", "/etc/mime.types",
-	"/etc/nsswitch.conf", "/etc/os-release", "/etc/protocols",
-	"/etc/resolv.conf", "/etc/services", "/etc/ssl", "/etc/timezone",
+// DefaultReadPaths are readable in every sandbox when they exist: the least
+// a dynamically linked interpreter needs. /usr holds the libraries, the
+// locales and the time zones; /bin and /lib are (merged-/usr) links into
+// it on the way to an executable; /lib64 holds the dynamic loader, which
+// reads /etc/ld.so.cache; /etc/localtime is the local time zone. Nothing
+// else of /etc (no passwd, shadow, ssl/private, host configuration).
+var DefaultReadPaths = []string{"/usr", "/bin", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/localtime"}
+
+// NetworkReadPaths are added when the program may use the network: name
+// resolution (nsswitch, hosts, resolv.conf, gai.conf, host.conf, services,
+// protocols) and the CA certificates and OpenSSL configuration TLS needs.
+var NetworkReadPaths = []string{
+	"/etc/nsswitch.conf", "/etc/hosts", "/etc/resolv.conf", "/etc/gai.conf", "/etc/host.conf",
+	"/etc/services", "/etc/protocols", "/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/ca-certificates",
 }
 
 // sandboxTmp is the work directory inside the namespaces: a private tmpfs.
@@ -136,7 +151,11 @@ func (s *Spec) validate() ([]string, error) {
 		}
 	}
 	var paths []string
-	for _, p := range DefaultReadPaths {
+	defaults := DefaultReadPaths
+	if s.Relax.Network {
+		defaults = append(slices.Clone(defaults), NetworkReadPaths...)
+	}
+	for _, p := range defaults {
 		if _, err := os.Lstat(p); err == nil {
 			paths = append(paths, p)
 		}

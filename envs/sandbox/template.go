@@ -393,12 +393,17 @@ func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 	p := &Process{
 		layers:   t.layers,
 		cpuLimit: time.Duration(t.limits.CPUSeconds) * time.Second,
+		cpuRate:  int64(runtime.NumCPU()) * 1000,
 		logger:   t.logger,
+		rebase:   make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		forked:   true,
 		pidfd:    -1,
 	}
-	cg, err := newCgroups(t.support.Memory, t.support.Pids, t.limits)
+	if p.layers.CPUQuota {
+		p.cpuRate = min(p.cpuRate, t.limits.CPUMillicores)
+	}
+	cg, err := newCgroups(t.support, t.limits)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
@@ -451,6 +456,9 @@ func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 	case err := <-started:
 		if err != nil {
 			return nil, err
+		}
+		if p.layers.CPU != "rlimit" {
+			go p.watchCPU()
 		}
 		return p, nil
 	case <-ctx.Done():
@@ -522,6 +530,9 @@ func (p *Process) ownForked(conn *net.UnixConn, started chan<- error) {
 	}
 	tell(startErr)
 	p.exit = p.forkedExit(exit)
+	p.mu.Lock()
+	p.final, p.ended = p.usageLocked(), true
+	p.mu.Unlock()
 	p.cleanup()
 }
 
@@ -531,7 +542,7 @@ func (p *Process) ownForked(conn *net.UnixConn, started chan<- error) {
 func (p *Process) forkedExit(r *exitReport) ExitInfo {
 	info := ExitInfo{Code: -1, MemoryLimit: p.cg.oomKilled(), ProcLimit: p.cg.forkRefused()}
 	p.mu.Lock()
-	killed := p.killed
+	killed, cpuOver := p.killed, p.cpuOver
 	p.mu.Unlock()
 	if r != nil {
 		info.Code = r.Code
@@ -541,11 +552,12 @@ func (p *Process) forkedExit(r *exitReport) ExitInfo {
 		info.Killed = killed && info.Signal == syscall.SIGKILL
 	} else {
 		info.Killed = killed
-		if !killed && !info.MemoryLimit {
+		if !killed && !info.MemoryLimit && !cpuOver {
 			info.Err = errors.New("sandbox: forked child ended without a report")
 		}
 	}
-	info.CPULimit = info.Signal == syscall.SIGXCPU ||
+	// The CPU watch (a CPU cgroup) or the child's own RLIMIT_CPU.
+	info.CPULimit = cpuOver || info.Signal == syscall.SIGXCPU ||
 		(info.Signal == syscall.SIGKILL && p.cpuLimit > 0 && info.CPUTime >= p.cpuLimit)
 	return info
 }
@@ -588,7 +600,7 @@ func runTemplate() int {
 	// /proc stays the template's own: a child may mount its own /proc only
 	// where one is fully visible. /tmp is the template's, 1 MiB; each child
 	// mounts its own over it.
-	if err := buildRoot(s.ReadPaths, 1<<20); err != nil {
+	if _, err := buildRoot(s.ReadPaths, 1<<20); err != nil {
 		return fail(err)
 	}
 	// Children (nobody) reach the read paths mirrored below the

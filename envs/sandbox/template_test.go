@@ -45,7 +45,8 @@ func startTemplateWith(t testing.TB, py python, limits Limits, readPaths []strin
 	defer cancel()
 	tpl, err := StartTemplate(ctx, TemplateSpec{
 		Argv:      append([]string{py.exe, "-I", "-S", "-c", templateBoot, runtimeDir + ":/usr/lib/python3/dist-packages"}, preload...),
-		ReadPaths: append([]string{py.prefix, runtimeDir, "/usr/lib/python3/dist-packages"}, readPaths...),
+		// /etc/alternatives: Debian's numpy reaches libblas through it.
+		ReadPaths: append([]string{py.prefix, runtimeDir, "/usr/lib/python3/dist-packages", "/etc/alternatives"}, readPaths...),
 		Limits:    limits,
 		Stderr:    os.Stderr,
 	})

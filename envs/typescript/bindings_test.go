@@ -64,7 +64,7 @@ func (r *recorder) InvokeTool(ctx context.Context, in module.InvokeInput) (any, 
 	case "echo":
 		return map[string]any{"service": in.ServiceID, "tool": in.ToolID, "params": in.Parameters}, nil
 	case "fail":
-		return nil, errors.New("upstream said no")
+		return nil, &module.ToolError{Code: module.ToolUpstreamError, Status: 502, Details: map[string]any{"why": "no"}, Err: errors.New("upstream said no")}
 	case "gather":
 		r.gatherMu.Lock()
 		r.gatherWaiting++

@@ -36,22 +36,41 @@ func TestConformance(t *testing.T) {
 
 // TestRunawaysEndOnlyTheirWorker: a memory bomb, deep recursion and a
 // tight loop each end that execution with a precise reason, and the next
-// one runs normally.
+// one runs normally. The memory bomb gets a timeout it cannot reach: on a
+// loaded machine filling 128 MiB took longer than 3 s once, and the
+// execution then (rightly) timed out.
 func TestRunawaysEndOnlyTheirWorker(t *testing.T) {
 	env, _ := newEnv(t, map[string]any{"limits": map[string]any{"memoryMb": 128.0}})
 	cases := []struct {
 		name, code string
+		timeoutMs  int64
 		exit       module.ExitState
 		reason     module.Reason
 	}{
-		{"memory bomb", `const a: number[][] = []; while (true) a.push(new Array(1 << 20).fill(1));`, module.ExitFailed, module.ReasonMemoryLimit},
-		{"deep recursion", `function f(n: number): number { return f(n + 1) + 1; } f(0);`, module.ExitFailed, module.ReasonException},
-		{"tight loop", `for (;;) {}`, module.ExitTimeout, module.ReasonTimeout},
+		{"memory bomb", `const a: number[][] = []; while (true) a.push(new Array(1 << 20).fill(1));`, 120000, module.ExitFailed, module.ReasonMemoryLimit},
+		{"deep recursion", `function f(n: number): number { return f(n + 1) + 1; } f(0);`, 3000, module.ExitFailed, module.ReasonException},
+		{"tight loop", `for (;;) {}`, 3000, module.ExitTimeout, module.ReasonTimeout},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			wantResult(t, execute(t, env, int64(100+i), c.code, 3000), c.exit, c.reason)
+			res := execute(t, env, int64(100+i), c.code, c.timeoutMs)
+			wantResult(t, res, c.exit, c.reason)
+			if c.reason == module.ReasonMemoryLimit && res.PeakMemoryBytes < 100<<20 {
+				t.Errorf("peak memory %d bytes, want about the 128 MiB limit", res.PeakMemoryBytes)
+			}
 			wantResult(t, execute(t, env, int64(200+i), `console.log("fine")`, 5000), module.ExitSuccess, module.ReasonCompleted)
 		})
+	}
+}
+
+// TestUsageReported: a TypeScript execution's result carries the CPU time
+// and peak memory its worker's sandbox counted while it ran (the array is
+// small: the race detector multiplies memory several times over).
+func TestUsageReported(t *testing.T) {
+	env, _ := newEnv(t, nil)
+	res := execute(t, env, 1, `let s = 0; const t0 = Date.now(); while (Date.now() - t0 < 300) s++; const a = new Array(1 << 20).fill(1); console.log(s > 0, a.length);`, 30000)
+	wantResult(t, res, module.ExitSuccess, module.ReasonCompleted)
+	if res.CPUMs < 100 || res.PeakMemoryBytes < 16<<20 {
+		t.Errorf("got %d ms of CPU and a %d byte peak; want at least 100 ms and 16 MiB", res.CPUMs, res.PeakMemoryBytes)
 	}
 }

@@ -54,7 +54,7 @@ const configSchema = `{
   "additionalProperties": false,
   "properties": {
     "timeoutMs": {
-      "type": "integer", "minimum": 1, "default": 30000,
+      "type": "integer", "minimum": 1, "maximum": 86400000, "default": 30000,
       "description": "Execution timeout in milliseconds when the host passes none."
     },
     "concurrency": {
@@ -140,7 +140,7 @@ func ParseConfig(raw map[string]any) (Config, error) {
 }
 
 // Setup checks the config and the sandbox and starts the worker pool.
-func (e *Environment) Setup(_ context.Context, sc module.SetupContext) error {
+func (e *Environment) Setup(ctx context.Context, sc module.SetupContext) error {
 	if sc.Bindings == nil {
 		return errors.New("typescript: setup: no bindings")
 	}
@@ -171,16 +171,22 @@ func (e *Environment) Setup(_ context.Context, sc module.SetupContext) error {
 		}
 		return w, nil
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return errors.New("typescript: setup: environment is torn down")
-	}
-	e.b, e.cfg, e.layers = sc.Bindings, cfg, layers
-	e.runner = worker.NewRunner(e.logger, worker.RunnerConfig{
+	r := worker.NewRunner(e.logger, worker.RunnerConfig{
 		PoolSize: cfg.PoolSize, Concurrency: cfg.Concurrency, QueueLimit: 256,
 		StartTimeout: 10 * time.Second, Reuse: true, Grace: grace,
 	}, spawn)
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return errors.New("typescript: setup: environment is torn down")
+	}
+	e.b, e.cfg, e.layers, e.runner = sc.Bindings, cfg, layers, r
+	e.mu.Unlock()
+	// Set up means a worker is warm: a configuration whose workers cannot
+	// start is refused here. Teardown stops the runner either way.
+	if err := r.Start(ctx); err != nil {
+		return fmt.Errorf("typescript: %w", err)
+	}
 	return nil
 }
 
@@ -207,14 +213,13 @@ func (e *Environment) Kill(_ context.Context, eid int64) error {
 
 // Teardown kills every execution in flight, waits for them, and stops the
 // workers.
-func (e *Environment) Teardown(context.Context) error {
+func (e *Environment) Teardown(ctx context.Context) error {
 	e.mu.Lock()
 	e.closed = true
 	r := e.runner
 	e.runner = nil
 	e.mu.Unlock()
-	r.Close()
-	return nil
+	return r.Stop(ctx)
 }
 
 // Status reports the environment's load and sandbox for GET /environment.

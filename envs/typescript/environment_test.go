@@ -173,6 +173,7 @@ try {
   await cyrnel.services.t.tools.fail.invoke({});
 } catch (e: any) {
   console.log(e instanceof Error, e.name, e.message, e.serviceId, e.toolId);
+  console.log(e.code, e.status, JSON.stringify(e.details));
 }
 try {
   await cyrnel.services.t.tools.echo.invoke({ f: () => 1 } as any);
@@ -182,14 +183,14 @@ try {
 await cyrnel.services.t.tools.fail.invoke({});
 `
 	wantResult(t, execute(t, env, 1, code, 5000), module.ExitFailed, module.ReasonException)
-	if got, want := rec.Stdout(1), "true ToolError upstream said no t fail\nTypeError\n"; got != want {
+	if got, want := rec.Stdout(1), "true ToolError upstream said no t fail\nupstream_error 502 {\"why\":\"no\"}\nTypeError\n"; got != want {
 		t.Errorf("stdout = %q, want %q", got, want)
 	}
 	if got := rec.Error(1); got != "ToolError: upstream said no" {
 		t.Errorf("error = %q", got)
 	}
-	if stderr := rec.Stderr(1); !strings.Contains(stderr, "main.ts:12:") {
-		t.Errorf("stderr does not point at the call on line 12: %q", stderr)
+	if stderr := rec.Stderr(1); !strings.Contains(stderr, "main.ts:13:") {
+		t.Errorf("stderr does not point at the call on line 13: %q", stderr)
 	}
 }
 

@@ -329,6 +329,19 @@ func (r *run) callTool(c *toolCall) {
 func (r *run) completeTool(c *toolCall, result []byte, err error) {
 	if err != nil {
 		r.settle(c.errObj.Set("message", err.Error()))
+		te := &module.ToolError{Code: module.ToolFailed}
+		errors.As(err, &te)
+		r.settle(c.errObj.Set("code", string(te.Code)))
+		if te.Status != 0 {
+			r.settle(c.errObj.Set("status", te.Status))
+		}
+		if te.Details != nil {
+			if b, jerr := json.Marshal(te.Details); jerr == nil {
+				if v, perr := r.parse(goja.Undefined(), r.vm.ToValue(string(b))); perr == nil {
+					r.settle(c.errObj.Set("details", v))
+				}
+			}
+		}
 		r.settle(c.reject(c.errObj))
 		return
 	}

@@ -52,17 +52,14 @@ func MaybeServeWorker() {
 }
 
 // ServeWorker runs the worker protocol on in (fd 3) and out (fd 4) until the
-// host closes the stream or asks it to shut down.
+// host closes the stream (or kills the worker).
 func ServeWorker(in io.ReadCloser, out io.WriteCloser) error {
-	s := &workerServer{engine: NewEngine(Options{}), done: make(chan struct{})}
+	s := &workerServer{engine: NewEngine(Options{})}
 	conn := jsonrpc2.NewConn(context.Background(), jsonrpc2.NewPlainObjectStream(rw{in, out}), s)
 	if err := conn.Notify(context.Background(), "ready", map[string]any{"pid": os.Getpid()}); err != nil {
 		return fmt.Errorf("announce ready: %w", err)
 	}
-	select {
-	case <-conn.DisconnectNotify():
-	case <-s.done:
-	}
+	<-conn.DisconnectNotify()
 	return nil
 }
 
@@ -78,8 +75,6 @@ type workerServer struct {
 	engine *Engine
 	mu     sync.Mutex
 	cancel context.CancelFunc // of the program running now
-	once   sync.Once
-	done   chan struct{}
 }
 
 type executeParams struct {
@@ -98,11 +93,6 @@ func (s *workerServer) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jso
 			s.cancel()
 		}
 		s.mu.Unlock()
-	case "shutdown":
-		if !req.Notif {
-			_ = conn.Reply(ctx, req.ID, nil)
-		}
-		s.once.Do(func() { close(s.done) })
 	case "execute":
 		var p executeParams
 		if req.Params == nil || json.Unmarshal(*req.Params, &p) != nil {
@@ -127,7 +117,23 @@ func (s *workerServer) execute(conn *jsonrpc2.Conn, id jsonrpc2.ID, p executePar
 	s.mu.Lock()
 	s.cancel = nil
 	s.mu.Unlock()
-	_ = conn.Reply(context.Background(), id, map[string]any{"status": res.Exit, "reason": res.Reason, "error": res.Error, "spent": res.Abandoned})
+	status := ""
+	switch {
+	case res.Exit == module.ExitSuccess:
+		status = "success"
+	case res.Exit == module.ExitFailed && res.Reason == module.ReasonException:
+		status = "failed"
+	case res.Exit == module.ExitTimeout || res.Exit == module.ExitCanceled:
+		// Interrupted on the host's cancel or at its own deadline (a
+		// backstop): how it ended is the host's to say.
+		status = "stopped"
+	default:
+		// The engine itself failed: an error answer, which discards this
+		// worker (docs/protocol.md).
+		_ = conn.ReplyWithError(context.Background(), id, &jsonrpc2.Error{Code: jsonrpc2.CodeInternalError, Message: res.Error})
+		return
+	}
+	_ = conn.Reply(context.Background(), id, map[string]any{"status": status, "error": res.Error, "spent": res.Abandoned})
 }
 
 // rpcCallbacks turn the engine's callbacks into protocol messages; output
@@ -151,7 +157,17 @@ func (c *rpcCallbacks) InvokeTool(ctx context.Context, serviceID, toolID string,
 	err := c.conn.Call(ctx, "invokeTool", module.InvokeInput{ServiceID: serviceID, ToolID: toolID, Parameters: params}, &out)
 	var rpcErr *jsonrpc2.Error
 	if errors.As(err, &rpcErr) {
-		return nil, errors.New(rpcErr.Message)
+		// The data of a failed call says what kind of failure it was.
+		te := &module.ToolError{Code: module.ToolFailed, Err: errors.New(rpcErr.Message)}
+		var data struct {
+			Code    module.ToolErrorCode `json:"code"`
+			Status  int                  `json:"status"`
+			Details any                  `json:"details"`
+		}
+		if rpcErr.Data != nil && json.Unmarshal(*rpcErr.Data, &data) == nil && data.Code != "" {
+			te.Code, te.Status, te.Details = data.Code, data.Status, data.Details
+		}
+		return nil, te
 	}
 	return out, err
 }

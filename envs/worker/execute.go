@@ -1,10 +1,16 @@
 package worker
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
 	"fmt"
-	"slices"
+	"io"
 	"time"
+
+	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/cyrnel/cyrnel/envs/module"
 )
@@ -23,133 +29,210 @@ type Request struct {
 	// Reuse: the worker serves more executions after this one, so its
 	// output pipes stay open (its runtime sends output as notifications).
 	Reuse bool
-	// Grace: on a kill, the runtime is asked to stop (a cancel notification)
-	// and gets this long before its process is killed; the runtime enforces
-	// timeoutMs itself and the host only backs it up after this long.
+	// Grace: on a kill or the timeout, the runtime is asked to stop (a
+	// cancel notification) and gets this long to answer, so its worker can
+	// serve again, before its process is killed. 0: killed at once.
 	Grace time.Duration
+	// Stubs: see RunnerConfig.
+	Stubs ToolStubs
 }
 
+// executeReply is all a runtime may say about how a program ended: it ran
+// to the end (success), it raised (failed, with the error text), or it
+// stopped because the host asked it to or its deadline passed (stopped).
+// Every other exit state and reason is the host's to decide, from its own
+// timer, its own kill, the cgroup's counters and its own output counters: a
+// Python program shares its interpreter with the runtime and can write any
+// frame to fd 4 (docs/protocol.md).
 type executeReply struct {
 	Status string `json:"status"`
 	Error  string `json:"error"`
-	Reason string `json:"reason"`
 	// Spent: the runtime cannot serve again (a program it gave up on still
 	// runs inside it).
 	Spent bool `json:"spent"`
 }
 
+// The statuses of an executeReply.
+const (
+	replySuccess = "success"
+	replyFailed  = "failed"
+	replyStopped = "stopped"
+)
+
+// decodeReply reads an execute answer strictly: a field or a status outside
+// the protocol is a protocol error, never a hint the host acts on.
+func decodeReply(raw json.RawMessage) (executeReply, error) {
+	var rep executeReply
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		return rep, fmt.Errorf("execute answer: %w", err)
+	}
+	switch rep.Status {
+	case replySuccess, replyFailed, replyStopped:
+		return rep, nil
+	}
+	return rep, fmt.Errorf("execute answer: status %q is not one a runtime may report", rep.Status)
+}
+
 // maxErrorText bounds the error message a worker may report.
 const maxErrorText = 64 << 10
 
+// outcome is how an execution ended, as the host decided it.
+type outcome struct {
+	res   module.Result
+	msg   string // the error text, when there is one
+	clean bool   // the worker may serve again (with Reuse)
+}
+
 // Run executes one program in the worker and returns how it ended. Every
 // byte of output has been emitted when it returns. clean says the worker
-// answered and may serve again (with Reuse); otherwise it is spent and the
-// caller must Close it, which can happen off the critical path. Cancelling
-// ctx kills the execution (canceled); the timeout is enforced here.
-func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (res module.Result, clean bool) {
+// answered within the protocol and may serve again (with Reuse); otherwise it
+// is spent and the caller must Close it, which can happen off the critical
+// path. Cancelling ctx kills the execution (canceled); the timeout is
+// enforced here: the host's own timer decides timeout, never the runtime.
+func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (module.Result, bool) {
 	in := req.Input
-	e := &execution{eid: in.EID, b: b, ctx: ctx, limit: req.OutputLimit}
-	w.cur.Store(e)
-	defer w.cur.Store(nil)
-
 	timeout := time.Duration(in.Options.TimeoutMs) * time.Millisecond
 	if timeout <= 0 {
 		timeout = module.DefaultTimeoutMs * time.Millisecond
 	}
-	timer := time.NewTimer(timeout + req.Grace)
-	defer timer.Stop()
+	// The host's own clock, paused while a tool call waits on a human.
+	timer := newDeadline(timeout)
+	defer timer.stop()
+	e := &execution{eid: in.EID, b: b, ctx: module.WithPause(ctx, timer.pause), limit: req.OutputLimit, stubs: req.Stubs}
+	w.cur.Store(e)
+	defer w.cur.Store(nil)
 
+	w.resetUsage()
 	b.SetState(in.EID, module.StateRunning)
 	// The call outlives ctx: after a kill a graceful runtime still answers.
 	callCtx, cancelCall := context.WithCancel(context.Background())
 	defer cancelCall()
-	var rep executeReply
+	var raw json.RawMessage
 	replied := make(chan error, 1)
+	// An id the program cannot guess: a frame it writes to fd 4 blindly
+	// ({"id":0,…}) answers nothing and is ignored.
+	id := jsonrpc2.PickID(jsonrpc2.ID{Str: rand.Text(), IsString: true})
 	go func() {
 		replied <- w.conn.Call(callCtx, "execute", map[string]any{
 			"eid": in.EID, "code": in.Code, "timeoutMs": timeout.Milliseconds(), "envConfig": in.EnvConfig,
-		}, &rep)
+		}, &raw, id)
 	}()
 
-	var msg string
-	answered := func(err error) {
-		if err != nil {
-			// The stream broke: the process is dying (let it report how)
-			// or wrote garbage on fd 4 (kill it).
-			if !w.waitExit(outputGrace) {
-				w.h.Kill()
-			}
-			res, msg = w.died()
-			return
-		}
-		if !req.Reuse && !w.waitStreams(outputGrace) {
-			// The runtime released its stdout and stderr before answering;
-			// something it started still holds them.
-			w.h.Kill()
-			w.drain()
-		}
-		res, msg, clean = replyResult(rep), rep.Error, !rep.Spent
-		if len(msg) > maxErrorText {
-			msg = msg[:maxErrorText] + "…"
-		}
-	}
-	killed := module.Result{Exit: module.ExitCanceled, Reason: module.ReasonKilled}
+	var out outcome
+	stopped := false // the host decided how it ended and stopped it
 	select {
 	case err := <-replied:
-		answered(err)
+		out = w.answered(err, raw, req.Reuse, timer.passed())
 	case <-w.h.Done():
-		res, msg = w.died()
-	case <-timer.C:
-		res = module.Result{Exit: module.ExitTimeout, Reason: module.ReasonTimeout}
+		out.res, out.msg = w.died()
+	case <-timer.C():
+		stopped = true
+		out = w.stop(in.EID, req.Grace, replied, &raw, module.Result{Exit: module.ExitTimeout, Reason: module.ReasonTimeout})
 	case <-ctx.Done():
-		res = killed
-		if req.Grace > 0 {
-			_ = w.conn.Notify(context.Background(), "cancel", map[string]any{"eid": in.EID})
-			grace := time.NewTimer(req.Grace)
-			select {
-			case err := <-replied:
-				answered(err)
-			case <-grace.C:
-			}
-			grace.Stop()
-		}
+		stopped = true
+		out = w.stop(in.EID, req.Grace, replied, &raw, module.Result{Exit: module.ExitCanceled, Reason: module.ReasonKilled})
 	}
-	if !clean {
+	if !out.clean {
 		w.h.Kill()
 		w.drain()
 	}
-	if e.overLimit.Load() && res.Exit != module.ExitTimeout && res.Exit != module.ExitCanceled {
-		res, clean = module.Result{Exit: module.ExitFailed, Reason: module.ReasonOutputLimit}, false
-		msg = fmt.Sprintf("%s exceeded the output limit of %d bytes", [2]string{"stdout", "stderr"}[e.overWhich.Load()], e.limit)
+	// A worker a resource limit had already ended reports that limit,
+	// whichever of timeout or kill the host saw first.
+	if out.res.Exit == module.ExitTimeout || out.res.Exit == module.ExitCanceled {
+		if r, m, ok := w.limitEnded(); ok {
+			out.res, out.msg = r, m
+		}
 	}
-	if res.Exit == module.ExitTimeout && msg == "" {
-		msg = fmt.Sprintf("execution exceeded its timeout of %d ms", timeout.Milliseconds())
+	// The host's own counters: what it read past a limit, it stopped.
+	if !stopped && out.res.Exit != module.ExitTimeout {
+		switch {
+		case e.overLimit.Load():
+			out = outcome{res: module.Result{Exit: module.ExitFailed, Reason: module.ReasonOutputLimit},
+				msg: fmt.Sprintf("%s exceeded the output limit of %d bytes", [2]string{"stdout", "stderr"}[e.overWhich.Load()], e.limit)}
+		case errors.Is(w.stream.err(), errMessageTooLarge):
+			out = outcome{res: module.Result{Exit: module.ExitFailed, Reason: module.ReasonOutputLimit},
+				msg: fmt.Sprintf("a message to the host (an output value, a tool call's parameters or an error) exceeded the protocol's limit of %d MiB", maxMessage>>20)}
+		}
 	}
-	if msg != "" && (res.Exit == module.ExitFailed || res.Exit == module.ExitTimeout) {
-		b.SetError(in.EID, msg)
+	if out.res.Exit == module.ExitTimeout && out.msg == "" {
+		out.msg = fmt.Sprintf("execution exceeded its timeout of %d ms", timeout.Milliseconds())
 	}
-	return res, clean
+	if len(out.msg) > maxErrorText {
+		out.msg = out.msg[:maxErrorText] + "…"
+	}
+	if out.msg != "" && (out.res.Exit == module.ExitFailed || out.res.Exit == module.ExitTimeout) {
+		b.SetError(in.EID, out.msg)
+	}
+	return w.withUsage(out.res), out.clean
 }
 
-// replyResult turns a worker's answer into a result. The worker side is
-// untrusted: a reason is kept only when it is one a runtime may report for
-// that exit state, never one the host reports (host_restart, …).
-func replyResult(rep executeReply) module.Result {
-	exit := module.ExitState(rep.Status)
-	if !exit.Valid() {
-		exit = module.ExitFailed
+// answered turns the runtime's answer, before the host stopped anything,
+// into an outcome. late: the host's own deadline has passed.
+func (w *Worker) answered(err error, raw json.RawMessage, reuse, late bool) outcome {
+	if err != nil {
+		var rpcErr *jsonrpc2.Error
+		if errors.As(err, &rpcErr) {
+			// The runtime could not run the program: its failure, not
+			// the program's.
+			return outcome{res: environmentError, msg: "the runtime failed: " + rpcErr.Message}
+		}
+		// The stream broke: the process is dying (let it report how)
+		// or wrote garbage on fd 4 (kill it).
+		if !w.waitExit(outputGrace) {
+			w.h.Kill()
+		}
+		res, msg := w.died()
+		return outcome{res: res, msg: msg}
 	}
-	allowed := map[module.ExitState][]module.Reason{
-		module.ExitSuccess:  {module.ReasonCompleted},
-		module.ExitFailed:   {module.ReasonException, module.ReasonMemoryLimit, module.ReasonEnvironmentError},
-		module.ExitTimeout:  {module.ReasonTimeout},
-		module.ExitCanceled: {module.ReasonKilled},
-	}[exit]
-	reason := allowed[0]
-	if slices.Contains(allowed, module.Reason(rep.Reason)) {
-		reason = module.Reason(rep.Reason)
+	rep, err := decodeReply(raw)
+	if err == nil && rep.Status == replyStopped && !late {
+		err = errors.New("execute answer: the runtime stopped the program unasked, before its deadline")
 	}
-	return module.Result{Exit: exit, Reason: reason}
+	if err != nil {
+		return outcome{res: environmentError, msg: "worker protocol error: " + err.Error()}
+	}
+	out := outcome{clean: !rep.Spent}
+	switch rep.Status {
+	case replySuccess:
+		out.res = module.Result{Exit: module.ExitSuccess, Reason: module.ReasonCompleted}
+	case replyFailed:
+		out.res, out.msg = module.Result{Exit: module.ExitFailed, Reason: module.ReasonException}, rep.Error
+	case replyStopped:
+		out.res = module.Result{Exit: module.ExitTimeout, Reason: module.ReasonTimeout}
+	}
+	if !reuse && !w.waitStreams(outputGrace) {
+		// The runtime released its stdout and stderr before answering;
+		// something it started still holds them.
+		w.h.Kill()
+		w.drain()
+	}
+	return out
+}
+
+var environmentError = module.Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError}
+
+// stop ends an execution the host decided the end of: a reusable runtime is
+// asked to stop (a cancel notification) and gets grace to answer, which only
+// says whether it may serve again; otherwise the worker is killed.
+func (w *Worker) stop(eid int64, grace time.Duration, replied <-chan error, raw *json.RawMessage, decided module.Result) outcome {
+	out := outcome{res: decided}
+	if grace <= 0 {
+		return out
+	}
+	_ = w.conn.Notify(context.Background(), "cancel", map[string]any{"eid": eid})
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case err := <-replied:
+		if err == nil {
+			rep, err := decodeReply(*raw)
+			out.clean = err == nil && !rep.Spent
+		}
+	case <-t.C:
+	}
+	return out
 }
 
 // died explains a worker that ended without answering.
@@ -162,6 +245,8 @@ func (w *Worker) died() (module.Result, string) {
 	case x.CPULimit:
 		return module.Result{Exit: module.ExitFailed, Reason: module.ReasonCPULimit}, "CPU time limit exceeded"
 	}
-	return module.Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError},
-		fmt.Sprintf("the runtime exited before the program finished (%s)", x)
+	if err := w.stream.err(); err != nil && !errors.Is(err, io.EOF) {
+		return environmentError, fmt.Sprintf("worker protocol error: %v", err)
+	}
+	return environmentError, fmt.Sprintf("the runtime exited before the program finished (%s)", x)
 }

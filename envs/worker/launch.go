@@ -2,11 +2,15 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Files are the child's ends of its four pipes: fds 1 and 2 (raw output) and
@@ -64,6 +68,12 @@ type plainHandle struct {
 	pid  int
 	done chan struct{}
 	exit Exit
+
+	// mu orders kills with the reaping: once the leader is reaped its pid
+	// (the group's id) can be recycled, so a kill after that would hit a
+	// stranger's group.
+	mu     sync.Mutex
+	reaped bool
 }
 
 // Launch starts the process from a goroutine locked to its OS thread, because
@@ -96,10 +106,16 @@ func (Plain) Launch(_ context.Context, c Command, f Files) (Handle, error) {
 		}
 		h.pid = cmd.Process.Pid
 		started <- nil
-		_ = cmd.Wait() // the exit status below says all Wait can
-		h.exit = exitOf(cmd.ProcessState)
-		// The group may outlive its leader (children that did not setsid).
+		// Wait for the leader to exit without reaping it: as a zombie it
+		// keeps its pid, so the group may be killed (it may outlive its
+		// leader: children that did not setsid) before the pid is free.
+		waitExited(h.pid)
 		_ = syscall.Kill(-h.pid, syscall.SIGKILL)
+		h.mu.Lock()
+		_ = cmd.Wait() // the exit status below says all Wait can
+		h.reaped = true
+		h.mu.Unlock()
+		h.exit = exitOf(cmd.ProcessState)
 		close(h.done)
 	}()
 	if err := <-started; err != nil {
@@ -108,7 +124,26 @@ func (Plain) Launch(_ context.Context, c Command, f Files) (Handle, error) {
 	return h, nil
 }
 
-func (h *plainHandle) Kill()                 { _ = syscall.Kill(-h.pid, syscall.SIGKILL) }
+// Kill kills the worker's process group unless its leader is reaped.
+func (h *plainHandle) Kill() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.reaped {
+		_ = syscall.Kill(-h.pid, syscall.SIGKILL)
+	}
+}
+
+// waitExited waits until process pid has exited, leaving it unreaped.
+func waitExited(pid int) {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			return // on any other error Wait reports what it can
+		}
+	}
+}
+
 func (h *plainHandle) Done() <-chan struct{} { return h.done }
 func (h *plainHandle) Exit() Exit            { return h.exit }
 

@@ -7,11 +7,15 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// ErrClosed is returned by Get once the pool is closed.
-var ErrClosed = errors.New("worker pool is closed")
+// Errors of Get.
+var (
+	ErrClosed     = errors.New("worker pool is closed")
+	ErrNotStarted = errors.New("worker pool is not started")
+)
 
 // SpawnFunc starts one worker and waits until it is warm.
 type SpawnFunc func(ctx context.Context) (*Worker, error)
@@ -49,10 +53,13 @@ type Pool struct {
 	refillDelay  time.Duration
 	afterRun     bool
 
-	ready chan *Worker
-	wake  chan struct{}
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	ready   chan *Worker
+	wake    chan struct{}
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	startMu sync.Mutex  // orders Start and Stop
+	begun   atomic.Bool // read by every Get
+	stopped bool
 
 	mu          sync.Mutex
 	spawning    int
@@ -65,7 +72,8 @@ type Pool struct {
 	failed      chan struct{} // closed and replaced on every failed spawn
 	lastError   string
 	served      int64
-	started     int64 // spawns that became warm, ever
+	started     int64         // spawns that became warm, ever
+	warm        chan struct{} // closed when the first spawn becomes warm
 }
 
 // Stats describe a pool's health.
@@ -80,7 +88,7 @@ type Stats struct {
 	LastError string `json:"lastError,omitempty"`
 }
 
-// NewPool starts a pool of warm workers.
+// NewPool returns a pool of warm workers; Start starts it.
 func NewPool(log *slog.Logger, cfg PoolConfig, spawn SpawnFunc) *Pool {
 	size := max(cfg.Size, 1)
 	keep := max(cfg.Keep, size)
@@ -91,11 +99,43 @@ func NewPool(log *slog.Logger, cfg PoolConfig, spawn SpawnFunc) *Pool {
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		failed:      make(chan struct{}),
+		warm:        make(chan struct{}),
 	}
 	p.afterRun = cfg.RefillAfterRun
+	return p
+}
+
+// Start starts filling the pool and waits until its first worker is warm:
+// a configuration whose workers cannot start (an interpreter that cannot
+// import a preload module) fails here, with the spawn's error, rather than
+// at every execution. It gives up after failStreak failures in a row.
+func (p *Pool) Start(ctx context.Context) error {
+	p.startMu.Lock()
+	if p.begun.Load() || p.stopped {
+		p.startMu.Unlock()
+		return errors.New("worker pool: started twice or after Stop")
+	}
+	p.begun.Store(true)
 	p.wg.Add(1)
 	go p.refill()
-	return p
+	p.startMu.Unlock()
+	for {
+		p.mu.Lock()
+		failed, streak, lastErr := p.failed, p.streak, p.lastError
+		p.mu.Unlock()
+		if streak >= failStreak {
+			return fmt.Errorf("no worker could be started (%d failures in a row): %s", streak, lastErr)
+		}
+		select {
+		case <-p.warm:
+			return nil
+		case <-failed:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the first warm worker: %w", ctx.Err())
+		case <-p.stop:
+			return ErrClosed
+		}
+	}
 }
 
 // refillDelay is how long a taken worker's slot waits to be refilled.
@@ -108,6 +148,9 @@ const failStreak = 3
 // Get takes a warm worker, waiting for one if none is ready. When spawns keep
 // failing it returns the last spawn error rather than waiting forever.
 func (p *Pool) Get(ctx context.Context) (*Worker, error) {
+	if !p.begun.Load() {
+		return nil, ErrNotStarted
+	}
 	// A warm worker at hand: no waiting, no demand.
 	select {
 	case w := <-p.ready:
@@ -219,17 +262,36 @@ func (p *Pool) Stats() Stats {
 		Failures: p.failures, Served: p.served, LastError: p.lastError}
 }
 
-// Close stops refilling and kills every warm worker.
-func (p *Pool) Close() {
+// Stop stops refilling, waits for the spawns in flight (they are
+// cancelled) and kills every warm worker, no longer than ctx allows. A
+// second Stop does nothing.
+func (p *Pool) Stop(ctx context.Context) error {
+	p.startMu.Lock()
+	if p.stopped {
+		p.startMu.Unlock()
+		return nil
+	}
+	p.stopped = true
 	close(p.stop)
-	p.wg.Wait()
-	for {
-		select {
-		case w := <-p.ready:
-			w.Close()
-		default:
-			return
+	p.startMu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.wg.Wait()
+		for {
+			select {
+			case w := <-p.ready:
+				w.Close()
+			default:
+				return
+			}
 		}
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("worker pool still stopping: %w", ctx.Err())
 	}
 }
 
@@ -306,17 +368,26 @@ func (p *Pool) spawnOne() {
 		}
 	}()
 	w, err := p.spawn(ctx)
+	// A worker not kept is closed after the lock is released: closing
+	// waits for the process to be reaped, which Get, Return and Stats
+	// must not wait for.
+	var surplus *Worker
+	defer func() {
+		if surplus != nil {
+			surplus.Close()
+		}
+	}()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err == nil {
 		select {
 		case <-p.stop:
-			w.Close()
+			surplus = w
 		default:
 			select {
 			case p.ready <- w:
 			default: // only if warm slots and every spawn are full: surplus
-				w.Close()
+				surplus = w
 			}
 		}
 	}
@@ -324,6 +395,9 @@ func (p *Pool) spawnOne() {
 	if err == nil {
 		p.started++
 		p.streak = 0
+		if p.started == 1 {
+			close(p.warm)
+		}
 		return
 	}
 	p.failures++

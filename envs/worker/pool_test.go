@@ -15,7 +15,7 @@ import (
 func idleWorker(t *testing.T, ctx context.Context) (*Worker, error) {
 	python, err := exec.LookPath("python3")
 	if err != nil {
-		t.Skip("no python3")
+		t.Fatalf("python3 is required: %v", err)
 	}
 	real, err := exec.Command(python, "-c", "import sys; print(sys.executable)").Output()
 	if err != nil {
@@ -44,6 +44,9 @@ func TestReturnWhileASpawnIsInFlight(t *testing.T) {
 			}
 			return idleWorker(t, ctx)
 		})
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	w, err := p.Get(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -74,11 +77,11 @@ func TestReturnWhileASpawnIsInFlight(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	closed := make(chan struct{})
-	go func() { p.Close(); close(closed) }()
+	go func() { p.Stop(context.Background()); close(closed) }()
 	select {
 	case <-closed:
 	case <-time.After(20 * time.Second):
-		t.Fatal("Close wedged")
+		t.Fatal("Stop wedged")
 	}
 }
 
@@ -119,9 +122,12 @@ func TestLendingPoolKeepsWhatItGrew(t *testing.T) {
 			spawns.Add(1)
 			return idleWorker(t, ctx)
 		})
-	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(context.Background())
 	var lent []*Worker
 	for range 3 {
 		w, err := p.Get(ctx)

@@ -36,6 +36,17 @@ type RunnerConfig struct {
 	// Grace is how long a reusable worker gets to stop an execution by
 	// itself after a kill or its timeout before its process is killed.
 	Grace time.Duration
+	// Stubs, when set, shapes what the runtime builds its tool stubs from
+	// and serves its toolDocs requests (the Python runtime's help()).
+	Stubs ToolStubs
+}
+
+// ToolStubs renders tools for a runtime: Stub is one listTools entry (it
+// must stay small: a program that touches a service gets all of its tools),
+// Docs the documentation of one tool.
+type ToolStubs interface {
+	Stub(module.Tool) any
+	Docs(module.ToolDocsInput) string
 }
 
 // Runner is the part of an environment that runs executions in pooled
@@ -56,7 +67,7 @@ type Runner struct {
 	reaping  sync.WaitGroup
 }
 
-// NewRunner starts a runner whose workers come from spawn.
+// NewRunner returns a runner whose workers come from spawn; Start starts it.
 func NewRunner(log *slog.Logger, cfg RunnerConfig, spawn SpawnFunc) *Runner {
 	return &Runner{
 		log: log, cfg: cfg,
@@ -70,7 +81,11 @@ func NewRunner(log *slog.Logger, cfg RunnerConfig, spawn SpawnFunc) *Runner {
 }
 
 // A nil *Runner is an environment not set up, or torn down: Execute fails
-// with ErrTornDown, Kill and Close do nothing, Status is empty.
+// with ErrTornDown, Kill and Stop do nothing, Status is empty.
+
+// Start fills the pool and waits until its first worker is warm, so a
+// configuration whose workers cannot start fails here (see Pool.Start).
+func (r *Runner) Start(ctx context.Context) error { return r.pool.Start(ctx) }
 
 // Execute runs one execution: queued until a slot and a warm worker are
 // free, then run; a spent worker is reaped off the critical path.
@@ -120,7 +135,7 @@ func (r *Runner) Execute(ctx context.Context, b module.Bindings, in module.Execu
 		}
 		return module.Result{}, fmt.Errorf("get a worker: %w", err)
 	}
-	res, clean := w.Run(ctx, b, Request{Input: in, OutputLimit: in.Options.OutputLimitBytes, Reuse: r.cfg.Reuse, Grace: r.cfg.Grace})
+	res, clean := w.Run(ctx, b, Request{Input: in, OutputLimit: in.Options.OutputLimitBytes, Reuse: r.cfg.Reuse, Grace: r.cfg.Grace, Stubs: r.cfg.Stubs})
 	r.pool.Refilled()
 	if r.cfg.Reuse && r.pool.Return(w, clean) {
 		return res, nil
@@ -165,23 +180,32 @@ func (r *Runner) Status() map[string]any {
 	return map[string]any{"running": r.running, "queued": r.waiting - r.running, "concurrency": r.cfg.Concurrency, "pool": r.pool.Stats()}
 }
 
-// Close kills what still runs, waits for it and its workers, and empties
-// the pool. It is safe to call more than once.
-func (r *Runner) Close() {
+// Stop kills what still runs, waits for it and its workers, and empties
+// the pool, no longer than ctx allows. A second Stop does nothing.
+func (r *Runner) Stop(ctx context.Context) error {
 	if r == nil {
-		return
+		return nil
 	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return
+		return nil
 	}
 	r.closed = true
 	for _, cancel := range r.flights {
 		cancel()
 	}
 	r.mu.Unlock()
-	r.inflight.Wait()
-	r.reaping.Wait()
-	r.pool.Close()
+	done := make(chan struct{})
+	go func() {
+		r.inflight.Wait()
+		r.reaping.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("executions still ending: %w", ctx.Err())
+	}
+	return r.pool.Stop(ctx)
 }

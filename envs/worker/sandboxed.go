@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/cyrnel/cyrnel/envs/sandbox"
 )
@@ -42,6 +43,13 @@ type sandboxHandle struct{ p *sandbox.Process }
 // its PID namespace (setsid'd ones too).
 func (h sandboxHandle) Kill()                 { _ = h.p.Kill() }
 func (h sandboxHandle) Done() <-chan struct{} { return h.p.Done() }
+
+func (h sandboxHandle) ResetUsage() { h.p.ResetUsage() }
+
+func (h sandboxHandle) Usage() (time.Duration, int64) {
+	u := h.p.Usage()
+	return u.CPU, u.PeakMemoryBytes
+}
 
 func (h sandboxHandle) Exit() Exit {
 	x := h.p.Exit()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 )
 
 // maxMessage bounds one protocol message from a worker: the worker side is
@@ -22,14 +23,34 @@ var errMessageTooLarge = errors.New("worker protocol message larger than 16 MiB"
 type lineStream struct {
 	rw io.ReadWriteCloser
 	r  *bufio.Reader
+	// failed keeps the error that ended reading, so the host can say why a
+	// worker's stream broke (a message past maxMessage is an output limit).
+	failed atomic.Pointer[error]
 }
 
 func newLineStream(rw io.ReadWriteCloser) *lineStream {
 	return &lineStream{rw: rw, r: bufio.NewReaderSize(rw, 64<<10)}
 }
 
-// ReadObject reads one line and decodes it into v.
+// ReadObject reads one line and decodes it into v. jsonrpc2 ends the
+// connection on the first error.
 func (s *lineStream) ReadObject(v any) error {
+	err := s.readObject(v)
+	if err != nil {
+		s.failed.CompareAndSwap(nil, &err)
+	}
+	return err
+}
+
+// err is the error that ended reading, nil while the stream is read.
+func (s *lineStream) err() error {
+	if p := s.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (s *lineStream) readObject(v any) error {
 	var line []byte
 	for {
 		chunk, err := s.r.ReadSlice('\n')

@@ -32,13 +32,13 @@ type Worker struct {
 	log     *slog.Logger
 	h       Handle
 	conn    *jsonrpc2.Conn
+	stream  *lineStream
 	ready   chan struct{}
 	once    sync.Once
 	streams sync.WaitGroup
 	eof     chan struct{} // closed when both output pipes are done
 	calls   chan struct{} // one token per request being served
 	outs    [2]*os.File   // parent read ends of stdout, stderr
-	cleanup func()
 
 	cur atomic.Pointer[execution]
 
@@ -55,6 +55,7 @@ type execution struct {
 	b         module.Bindings
 	ctx       context.Context // tool calls end with the execution
 	limit     int64
+	stubs     ToolStubs
 	written   [2]atomic.Int64
 	overLimit atomic.Bool
 	overWhich atomic.Int32
@@ -100,8 +101,8 @@ func Start(ctx context.Context, log *slog.Logger, l Launcher, cmd Command) (*Wor
 		ready: make(chan struct{}),
 		outs:  [2]*os.File{pipes[0][0], pipes[1][0]},
 	}
-	stream := newLineStream(pipeRW{r: pipes[3][0], w: pipes[2][1]})
-	w.conn = jsonrpc2.NewConn(context.Background(), stream, w, jsonrpc2.SetLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)))
+	w.stream = newLineStream(pipeRW{r: pipes[3][0], w: pipes[2][1]})
+	w.conn = jsonrpc2.NewConn(context.Background(), w.stream, w, jsonrpc2.SetLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)))
 	w.eof = make(chan struct{})
 	w.calls = make(chan struct{}, maxCalls)
 	w.streams.Add(2)
@@ -294,7 +295,7 @@ func (w *Worker) serve(conn *jsonrpc2.Conn, req *jsonrpc2.Request, e *execution)
 	if err != nil {
 		var rpcErr *jsonrpc2.Error
 		if !errors.As(err, &rpcErr) {
-			rpcErr = &jsonrpc2.Error{Code: CodeToolError, Message: err.Error()}
+			rpcErr = toolError(err)
 		}
 		_ = conn.ReplyWithError(ctx, req.ID, rpcErr)
 		return
@@ -304,6 +305,26 @@ func (w *Worker) serve(conn *jsonrpc2.Conn, req *jsonrpc2.Request, e *execution)
 
 // CodeToolError is the JSON-RPC error code of a failed tool call.
 const CodeToolError = 1
+
+// toolErrorData is the data of a CodeToolError answer: what the runtime's
+// ToolError carries besides the message.
+type toolErrorData struct {
+	Code    module.ToolErrorCode `json:"code"`
+	Status  int                  `json:"status,omitempty"`
+	Details any                  `json:"details,omitempty"`
+}
+
+// toolError carries a failed call's kind to the runtime structurally.
+func toolError(err error) *jsonrpc2.Error {
+	data := toolErrorData{Code: module.ToolFailed}
+	var te *module.ToolError
+	if errors.As(err, &te) {
+		data = toolErrorData{Code: te.Code, Status: te.Status, Details: te.Details}
+	}
+	rpcErr := &jsonrpc2.Error{Code: CodeToolError, Message: err.Error()}
+	rpcErr.SetError(data)
+	return rpcErr
+}
 
 func (w *Worker) call(e *execution, req *jsonrpc2.Request) (any, error) {
 	params := json.RawMessage("{}")
@@ -319,6 +340,7 @@ func (w *Worker) call(e *execution, req *jsonrpc2.Request) (any, error) {
 		if in.Parameters == nil {
 			in.Parameters = map[string]any{}
 		}
+		in.EID = e.eid
 		return e.b.InvokeTool(e.ctx, in)
 	case "listTools":
 		var in struct {
@@ -327,20 +349,58 @@ func (w *Worker) call(e *execution, req *jsonrpc2.Request) (any, error) {
 		if err := json.Unmarshal(params, &in); err != nil {
 			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "listTools: " + err.Error()}
 		}
+		var tools []module.Tool
+		var err error
 		if st, ok := e.b.(module.ServiceTools); ok && in.ServiceID != "" {
-			return st.ListServiceTools(e.ctx, in.ServiceID)
+			tools, err = st.ListServiceTools(e.ctx, in.ServiceID)
+		} else {
+			tools, err = e.b.ListTools(e.ctx)
 		}
-		tools, err := e.b.ListTools(e.ctx)
 		if err != nil {
 			return nil, err
 		}
-		out := make([]module.Tool, 0, len(tools))
+		out := make([]any, 0, len(tools))
 		for _, t := range tools {
-			if in.ServiceID == "" || t.ServiceID == in.ServiceID {
+			if in.ServiceID != "" && t.ServiceID != in.ServiceID {
+				continue
+			}
+			if e.stubs != nil {
+				out = append(out, e.stubs.Stub(t))
+			} else {
 				out = append(out, t)
 			}
 		}
 		return out, nil
+	case "toolDocs":
+		src, ok := e.b.(module.ToolDocsSource)
+		if e.stubs == nil || !ok {
+			break
+		}
+		var in struct {
+			ServiceID string `json:"serviceId"`
+			ToolID    string `json:"toolId"`
+		}
+		if err := json.Unmarshal(params, &in); err != nil {
+			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "toolDocs: " + err.Error()}
+		}
+		docs, err := src.ToolDocsInput(e.ctx, in.ServiceID, in.ToolID)
+		if err != nil {
+			return nil, err
+		}
+		return e.stubs.Docs(docs), nil
+	case "searchTools":
+		var in struct {
+			Query string `json:"query"`
+			Limit int    `json:"limit"`
+		}
+		if err := json.Unmarshal(params, &in); err != nil {
+			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "searchTools: " + err.Error()}
+		}
+		ts, ok := e.b.(module.ToolSearch)
+		if !ok {
+			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "this host cannot search tools"}
+		}
+		return ts.SearchTools(e.ctx, in.Query, min(max(in.Limit, 1), 50))
 	}
 	return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "method not found: " + req.Method}
 }

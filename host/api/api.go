@@ -16,7 +16,12 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humachi"
 	"github.com/go-chi/chi/v5"
 
+	"github.com/cyrnel/cyrnel/host/approval"
+	"github.com/cyrnel/cyrnel/host/audit"
+	"github.com/cyrnel/cyrnel/host/control"
+	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/modules"
+	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/services"
@@ -40,6 +45,13 @@ type Deps struct {
 	Modules   *modules.Registry
 	Services  *services.Manager
 	MCP       http.Handler // the MCP endpoint, mounted at /mcp when set
+	// Tool governance: policies, approvals, the audit and the gate every
+	// tool call passes.
+	Policies   *policy.Engine
+	Approvals  *approval.Manager
+	Audit      *audit.Writer
+	AuditStore audit.Lister
+	Gate       *gate.Gate
 }
 
 type server struct {
@@ -59,6 +71,7 @@ func New(d Deps) (http.Handler, huma.API) {
 	if d.APIKey != "" {
 		r.Use(bearerAuth(d.APIKey))
 	}
+	r.Use(jsonBodies)
 	api := humachi.New(r, Config())
 	s := &server{d}
 	s.registerHealth(api)
@@ -66,13 +79,16 @@ func New(d Deps) (http.Handler, huma.API) {
 	s.registerEvents(api)
 	s.registerEnvironment(api)
 	s.registerModuleSettings(api)
-	s.registerSettings(api, "/modules", "Module", " (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).", d.Modules)
+	s.registerSettings(api, "/modules", "Module", " (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes)."+
+		" A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.", d.Modules, http.StatusForbidden)
 	s.registerServices(api)
 	s.registerSettings(api, "/services", "Service", " (the adapter is given the new state).", d.Services)
 	s.registerTools(api)
+	s.registerGovernance(api)
 	if d.MCP != nil {
 		r.Handle("/mcp", d.MCP)
 	}
+	nullEnums(api.OpenAPI())
 	return r, api
 }
 
@@ -83,6 +99,7 @@ func Config() huma.Config {
 	cfg := huma.DefaultConfig(Title, SpecVersion)
 	cfg.CreateHooks = nil
 	cfg.SchemasPath = ""
+	cfg.DocsPath = "" // the offline reference page is host/console's
 	cfg.RejectUnknownQueryParameters = true
 	cfg.Info.Description = description
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
@@ -94,7 +111,7 @@ func Config() huma.Config {
 
 // open lists what needs no key: liveness and the API's own description.
 func open(path string) bool {
-	return path == "/health" || strings.HasPrefix(path, "/openapi") || path == "/docs"
+	return path == "/health" || strings.HasPrefix(path, "/openapi")
 }
 
 func bearerAuth(key string) func(http.Handler) http.Handler {
@@ -115,9 +132,15 @@ func bearerAuth(key string) func(http.Handler) http.Handler {
 }
 
 func writeProblem(w http.ResponseWriter, status int, detail string) {
+	writeProblemDetail(w, status, detail)
+}
+
+// writeProblemDetail writes a problem outside huma's handlers (middleware,
+// unknown routes), with its field details.
+func writeProblemDetail(w http.ResponseWriter, status int, detail string, errs ...*huma.ErrorDetail) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
-	b, _ := json.Marshal(&huma.ErrorModel{Title: http.StatusText(status), Status: status, Detail: detail})
+	b, _ := json.Marshal(&huma.ErrorModel{Title: http.StatusText(status), Status: status, Detail: detail, Errors: errs})
 	w.Write(b)
 }
 
@@ -125,9 +148,18 @@ func writeProblem(w http.ResponseWriter, status int, detail string) {
 // 500 whose details go to the log, not the client.
 func (s *server) problem(err error) error {
 	var inv *schema.FieldError
+	var unsandboxed *modules.UnsandboxedError
 	switch {
 	case errors.As(err, &inv):
 		return invalid(inv)
+	case errors.As(err, &unsandboxed):
+		return forbiddenSandbox(unsandboxed)
+	case errors.Is(err, gate.ErrBlocked), errors.Is(err, gate.ErrDenied), errors.Is(err, gate.ErrNeedsApproval):
+		return huma.Error403Forbidden(err.Error())
+	case errors.Is(err, approval.ErrNotFound):
+		return huma.Error404NotFound(err.Error())
+	case errors.Is(err, approval.ErrDecided):
+		return huma.Error409Conflict(err.Error())
 	case errors.Is(err, services.ErrNotFound):
 		return huma.Error404NotFound(err.Error())
 	case errors.Is(err, services.ErrExists), errors.Is(err, services.ErrUnavailable):
@@ -143,11 +175,28 @@ func (s *server) problem(err error) error {
 	case errors.Is(err, modules.ErrSetup):
 		// From PUT /environment the module, from a config change the body.
 		return huma.Error422UnprocessableEntity(err.Error(), &huma.ErrorDetail{Location: "body", Message: err.Error()})
-	case errors.Is(err, modules.ErrNoEnvironment):
+	case errors.Is(err, modules.ErrNoEnvironment), errors.Is(err, control.ErrStopped):
 		return huma.Error503ServiceUnavailable(err.Error())
+	case errors.Is(err, process.ErrFull):
+		// The detail says the disk is full, not the database's wording.
+		return huma.NewError(http.StatusInsufficientStorage, process.ErrFull.Error()+": delete processes or free space in the data directory")
 	}
 	s.Log.Error("request failed", "err", err)
 	return huma.Error500InternalServerError("internal error")
+}
+
+// forbiddenSandbox is 403: the config is valid, but weakening the sandbox is
+// the operator's decision at start-up, not an API caller's.
+func forbiddenSandbox(e *modules.UnsandboxedError) error {
+	details := make([]error, 0, len(e.Fields))
+	for _, f := range e.Fields {
+		if e.Stored != "" {
+			details = append(details, &huma.ErrorDetail{Location: "body.module", Message: "its stored config sets " + f, Value: e.Stored})
+			continue
+		}
+		details = append(details, &huma.ErrorDetail{Location: "body." + f, Message: modules.ErrUnsandboxed.Error()})
+	}
+	return huma.Error403Forbidden(e.Error(), details...)
 }
 
 // invalid renders a services validation error: one detail per failing path,

@@ -12,9 +12,6 @@ import (
 	"github.com/cyrnel/cyrnel/host/process"
 )
 
-// maxWaitMs bounds every long poll.
-const maxWaitMs = 300000
-
 type processBody struct {
 	Body *process.Process
 }
@@ -35,9 +32,9 @@ type createProcessInput struct {
 }
 
 type listProcessesInput struct {
-	State     string `query:"state" enum:"idle,queued,running,terminating" doc:"Only processes in this state."`
+	State     string `query:"state" enum:"idle,queued,running,suspended,terminating" doc:"Only processes in this state."`
 	ExitState string `query:"exitState" enum:"success,failed,timeout,canceled" doc:"Only processes whose latest execution ended so."`
-	Ref       string `query:"ref" doc:"Only processes with this ref."`
+	Ref       string `query:"ref" maxLength:"256" pattern:"^[^\\x00]*$" doc:"Only processes with this ref."`
 	Limit     int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
 	Cursor    string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
 }
@@ -81,8 +78,8 @@ func textResponses(what string) map[string]*huma.Response {
 func (s *server) registerProcesses(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "createProcess", Method: http.MethodPost, Path: "/processes", Tags: []string{"processes"},
-		Summary: "Create a process", DefaultStatus: http.StatusCreated, MaxBodyBytes: 8 << 20,
-		Description: "Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends.",
+		Summary: "Create a process", DefaultStatus: http.StatusCreated, MaxBodyBytes: 8 << 20, Errors: []int{http.StatusInsufficientStorage},
+		Description: "Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.",
 	}, func(ctx context.Context, in *createProcessInput) (*processBody, error) {
 		b := in.Body
 		v, err := s.Processes.Create(ctx, process.CreateInput{
@@ -181,7 +178,7 @@ func (s *server) registerProcesses(api huma.API) {
 
 	huma.Register(api, huma.Operation{
 		OperationID: "runProcess", Method: http.MethodPost, Path: "/processes/{pid}/run", Tags: []string{"processes"},
-		Summary: "Run a process again", Errors: []int{http.StatusConflict},
+		Summary: "Run a process again", Errors: []int{http.StatusConflict, http.StatusInsufficientStorage},
 		Description: "Runs the stored code again. 409 unless the process is idle; a process that has results needs force.",
 	}, func(ctx context.Context, in *runInput) (*processBody, error) {
 		force := in.Body != nil && in.Body.Force

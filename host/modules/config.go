@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/secrets"
+	"github.com/cyrnel/cyrnel/host/store"
 )
 
 // ErrActive: the active environment cannot be disabled.
@@ -30,32 +32,55 @@ func (r *Registry) Config(ctx context.Context, id string) (map[string]any, error
 
 // SetConfig validates and stores a module's config. For the active
 // environment it takes effect at once: a new instance is set up with it and
-// the old one drains; if the new one fails to set up, nothing changes.
+// swapped in, the old one drains; if the new one fails to set up, or the
+// config cannot be stored, nothing changes. An environment that is not
+// active is set up with it all the same, as a check.
 func (r *Registry) SetConfig(ctx context.Context, id string, cfg map[string]any) (map[string]any, error) {
-	info, ok := r.infos[id]
-	if !ok {
-		return nil, fmt.Errorf("%s: %w", id, ErrUnknownModule)
+	if cfg == nil {
+		cfg = map[string]any{}
 	}
-	if err := validate(info.ConfigSchema, cfg, false); err != nil {
-		return nil, err
-	}
-	m, err := r.stored(ctx, id)
+	err := r.plane.Apply(ctx, r.moduleChange(id, cfg, func(ctx context.Context, m *store.Module) error {
+		info := r.infos[id]
+		if err := validate(info.ConfigSchema, cfg, false); err != nil {
+			return err
+		}
+		if err := CheckSandbox(cfg, r.allowUnsandboxed); err != nil {
+			return err
+		}
+		m.Config = cfg
+		return nil
+	}))
 	if err != nil {
 		return nil, err
 	}
-	old := m.Config
-	m.Config, m.UpdatedAt = cfg, time.Now().UTC()
-	if err := r.store.PutModule(ctx, m); err != nil {
-		return nil, err
-	}
-	if err := r.reactivate(ctx, id); err != nil {
-		m.Config = old
-		if rerr := r.store.PutModule(ctx, m); rerr != nil {
-			r.log.Error("restore module config", "module", id, "err", rerr)
-		}
-		return nil, err
-	}
 	return cfg, nil
+}
+
+// moduleChange is a change to module id's stored row: edit validates the
+// request and applies it to a copy of the row (sealing secrets if need be).
+// For an environment a fresh instance is set up with the copy before it is
+// stored, and swapped in if the environment is the active one.
+func (r *Registry) moduleChange(id string, cfg map[string]any, edit func(ctx context.Context, m *store.Module) error) control.Change {
+	var next *store.Module
+	c := r.replacement(control.Event{Kind: control.KindModule, ID: id}, &next, false)
+	c.Config = cfg
+	c.Validate = func(ctx context.Context) error {
+		if _, ok := r.infos[id]; !ok {
+			return fmt.Errorf("%s: %w", id, ErrUnknownModule)
+		}
+		m, err := r.stored(ctx, id)
+		if err != nil {
+			return err
+		}
+		if err := edit(ctx, m); err != nil {
+			return err
+		}
+		m.UpdatedAt = time.Now().UTC()
+		next = m
+		return nil
+	}
+	c.Persist = func(ctx context.Context) error { return r.store.PutModule(ctx, next) }
+	return c
 }
 
 // SecretsSet lists which of a module's secrets are set.
@@ -77,31 +102,18 @@ func (r *Registry) SecretsSet(ctx context.Context, id string) ([]string, error) 
 // SetSecrets validates, seals and stores a module's secrets, applying them
 // to the active environment like SetConfig.
 func (r *Registry) SetSecrets(ctx context.Context, id string, sec map[string]any) ([]string, error) {
-	info, ok := r.infos[id]
-	if !ok {
-		return nil, fmt.Errorf("%s: %w", id, ErrUnknownModule)
-	}
-	if err := validate(info.SecretsSchema, sec, true); err != nil {
-		return nil, err
-	}
-	sealed, err := r.box.Seal(sec)
-	if err != nil {
-		return nil, err
-	}
-	m, err := r.stored(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	old := m.Secrets
-	m.Secrets, m.UpdatedAt = sealed, time.Now().UTC()
-	if err := r.store.PutModule(ctx, m); err != nil {
-		return nil, err
-	}
-	if err := r.reactivate(ctx, id); err != nil {
-		m.Secrets = old
-		if rerr := r.store.PutModule(ctx, m); rerr != nil {
-			r.log.Error("restore module secrets", "module", id, "err", rerr)
+	err := r.plane.Apply(ctx, r.moduleChange(id, nil, func(ctx context.Context, m *store.Module) error {
+		if err := validate(r.infos[id].SecretsSchema, sec, true); err != nil {
+			return err
 		}
+		sealed, err := r.box.Seal(sec)
+		if err != nil {
+			return fmt.Errorf("%s: seal secrets: %w", id, err)
+		}
+		m.Secrets = sealed
+		return nil
+	}))
+	if err != nil {
 		return nil, err
 	}
 	return secrets.SetPaths(sec), nil
@@ -110,36 +122,20 @@ func (r *Registry) SetSecrets(ctx context.Context, id string, sec map[string]any
 // SetEnabled enables or disables a module; the active environment cannot be
 // disabled.
 func (r *Registry) SetEnabled(ctx context.Context, id string, enabled bool) (ModuleView, error) {
-	if _, ok := r.infos[id]; !ok {
-		return ModuleView{}, fmt.Errorf("%s: %w", id, ErrUnknownModule)
-	}
-	r.mu.Lock()
-	active := r.active != nil && r.active.id == id
-	r.mu.Unlock()
-	if active && !enabled {
-		return ModuleView{}, fmt.Errorf("%s: %w; activate another environment first", id, ErrActive)
-	}
-	m, err := r.stored(ctx, id)
-	if err != nil {
-		return ModuleView{}, err
-	}
-	m.Enabled, m.UpdatedAt = enabled, time.Now().UTC()
-	if err := r.store.PutModule(ctx, m); err != nil {
+	c := r.moduleChange(id, nil, func(ctx context.Context, m *store.Module) error {
+		if !enabled && r.isActive(id) {
+			return fmt.Errorf("%s: %w; activate another environment first", id, ErrActive)
+		}
+		m.Enabled = enabled
+		return nil
+	})
+	// Nothing runs differently: a disabled module is refused when one
+	// tries to activate it.
+	c.Build = nil
+	if err := r.plane.Apply(ctx, c); err != nil {
 		return ModuleView{}, err
 	}
 	return r.Module(ctx, id)
-}
-
-// reactivate replaces the active environment with a fresh instance when id
-// is it, so new config and secrets take effect.
-func (r *Registry) reactivate(ctx context.Context, id string) error {
-	r.mu.Lock()
-	active := r.active != nil && r.active.id == id
-	r.mu.Unlock()
-	if !active {
-		return nil
-	}
-	return r.Activate(ctx, id)
 }
 
 // validate checks a module's config or secrets against its schema.

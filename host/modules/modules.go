@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/control"
+	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -56,15 +58,20 @@ type instance struct {
 	idle     chan struct{} // closed when draining and nothing is in flight
 }
 
-// Registry is the module registry.
+// Registry is the module registry. Every change to it goes through the
+// control plane (one at a time, all or nothing); executions only read it.
 type Registry struct {
 	log      *slog.Logger
 	store    Store
 	box      Sealer
+	plane    *control.Plane
 	bindings module.Bindings
 
 	factories map[string]Factory
 	infos     map[string]module.Info
+	// allowUnsandboxed: configs may weaken the sandbox (serve
+	// --allow-unsandboxed).
+	allowUnsandboxed bool
 
 	mu       sync.Mutex
 	active   *instance
@@ -72,11 +79,13 @@ type Registry struct {
 	owners   map[int64]*instance
 	setupErr string
 	closed   bool
+	drains   sync.WaitGroup // one per draining instance, waited for by Stop
 }
 
-// New returns a registry of the given environments (by module id).
-func New(log *slog.Logger, st Store, box Sealer, envs map[string]Factory) *Registry {
-	r := &Registry{log: log, store: st, box: box, factories: envs, infos: map[string]module.Info{}, owners: map[int64]*instance{}}
+// New returns a registry of the given environments (by module id), changed
+// through plane.
+func New(log *slog.Logger, st Store, box Sealer, plane *control.Plane, envs map[string]Factory) *Registry {
+	r := &Registry{log: log, store: st, box: box, plane: plane, factories: envs, infos: map[string]module.Info{}, owners: map[int64]*instance{}}
 	for id, f := range envs {
 		r.infos[id] = f().Info()
 	}
@@ -89,88 +98,237 @@ func (r *Registry) AddInfo(info module.Info) { r.infos[info.ID] = info }
 
 // Start activates the stored environment (python on a fresh data dir), or
 // override when not empty, without storing it: a one-off host (cyrnel run
-// FILE.ts) leaves the data directory's choice alone. A failure is logged and
-// reported by Status rather than stopping the host: the operator can fix the
-// config through the API.
-func (r *Registry) Start(ctx context.Context, b module.Bindings, override string) {
+// FILE.ts) leaves the data directory's choice alone. A failure to set it up
+// is logged and reported by Status rather than stopping the host: the
+// operator can fix the config through the API.
+func (r *Registry) Start(ctx context.Context, b module.Bindings, override string) error {
 	r.bindings = b
-	id, ok, err := r.store.Setting(ctx, activeKey)
-	if err != nil || !ok {
-		id = DefaultEnvironment
+	id := override
+	if id == "" {
+		var err error
+		if id, err = r.storedActive(ctx); err != nil {
+			return err
+		}
 	}
-	if override != "" {
-		id = override
-	}
-	if err := r.activate(ctx, id, override == ""); err != nil {
+	if err := r.plane.Apply(ctx, r.activation(id, nil)); err != nil {
 		r.log.Error("no environment is active", "module", id, "err", err)
 	}
+	return nil
+}
+
+func (r *Registry) storedActive(ctx context.Context) (string, error) {
+	id, ok, err := r.store.Setting(ctx, activeKey)
+	if err != nil {
+		return "", fmt.Errorf("read the active environment: %w", err)
+	}
+	if !ok {
+		return DefaultEnvironment, nil
+	}
+	return id, nil
+}
+
+// Reload applies a change another host made (its event) from the stored
+// state, the way a local change is applied but storing nothing: the
+// environment switch or the active environment's new config or secrets
+// take effect here too. Changes to other modules need nothing: their state
+// is read from the store when used.
+func (r *Registry) Reload(ctx context.Context, ev control.Event) error {
+	switch ev.Kind {
+	case control.KindEnvironment:
+		id, err := r.storedActive(ctx)
+		if err != nil {
+			return err
+		}
+		return r.plane.Apply(ctx, r.activation(id, nil))
+	case control.KindModule:
+		var m *store.Module
+		c := r.replacement(ev, &m, false)
+		build := c.Build
+		c.Validate = func(ctx context.Context) error {
+			if !r.isActive(ev.ID) {
+				build = nil // read from the store when it is activated
+				return nil
+			}
+			var err error
+			m, err = r.stored(ctx, ev.ID)
+			return err
+		}
+		c.Build = func(ctx context.Context) error {
+			if build == nil {
+				return nil
+			}
+			return build(ctx)
+		}
+		return r.plane.Apply(ctx, c)
+	}
+	return nil
 }
 
 // Activate makes id the active environment. The previous one drains: no new
 // executions, in-flight ones finish, then Teardown. When Setup fails the
 // previous environment stays active.
-func (r *Registry) Activate(ctx context.Context, id string) error { return r.activate(ctx, id, true) }
+func (r *Registry) Activate(ctx context.Context, id string) error {
+	return r.plane.Apply(ctx, r.activation(id, func(ctx context.Context) error {
+		return r.store.SetSetting(ctx, activeKey, id)
+	}))
+}
 
-func (r *Registry) activate(ctx context.Context, id string, persist bool) error {
-	f, ok := r.factories[id]
-	if !ok {
-		if _, known := r.infos[id]; known {
-			return fmt.Errorf("%s: %w", id, ErrNotEnvironment)
+// activation is the change that sets a fresh instance of environment id up
+// with its stored state and swaps it in; persist (nil: nothing) stores it.
+func (r *Registry) activation(id string, persist func(context.Context) error) control.Change {
+	var m *store.Module
+	c := r.replacement(control.Event{Kind: control.KindEnvironment, ID: id}, &m, true)
+	c.Validate = func(ctx context.Context) error {
+		if _, ok := r.factories[id]; !ok {
+			if _, known := r.infos[id]; known {
+				return fmt.Errorf("%s: %w", id, ErrNotEnvironment)
+			}
+			return fmt.Errorf("%s: %w", id, ErrUnknownModule)
 		}
-		return fmt.Errorf("%s: %w", id, ErrUnknownModule)
-	}
-	m, err := r.stored(ctx, id)
-	if err != nil {
-		return err
-	}
-	if !m.Enabled {
-		return fmt.Errorf("%s: %w", id, ErrDisabled)
-	}
-	sec, err := r.box.Open(m.Secrets)
-	if err != nil {
-		return fmt.Errorf("%s: %w", id, err)
-	}
-	env := f()
-	if err := env.Setup(ctx, module.SetupContext{Config: m.Config, Secrets: sec, Bindings: r.bindings}); err != nil {
-		r.mu.Lock()
-		if r.active == nil {
-			r.setupErr = err.Error()
-		}
-		r.mu.Unlock()
-		_ = env.Teardown(ctx)
-		return fmt.Errorf("%w: %s: %w", ErrSetup, id, err)
-	}
-	if persist {
-		if err := r.store.SetSetting(ctx, activeKey, id); err != nil {
-			_ = env.Teardown(ctx)
+		var err error
+		if m, err = r.stored(ctx, id); err != nil {
 			return err
 		}
-	}
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return env.Teardown(ctx)
-	}
-	old := r.active
-	r.active = &instance{id: id, env: env}
-	r.setupErr = ""
-	if old != nil {
-		old.draining = true
-		old.idle = make(chan struct{})
-		if old.inflight == 0 {
-			close(old.idle)
+		if !m.Enabled {
+			return fmt.Errorf("%s: %w", id, ErrDisabled)
 		}
-		r.draining = append(r.draining, old)
+		if err := CheckSandbox(m.Config, r.allowUnsandboxed); err != nil {
+			// A config stored while the operator allowed it does not
+			// outlive that decision.
+			var ue *UnsandboxedError
+			if errors.As(err, &ue) {
+				ue.Stored = id
+			}
+			r.mu.Lock()
+			if r.active == nil {
+				r.setupErr = err.Error()
+			}
+			r.mu.Unlock()
+			return err
+		}
+		return nil
 	}
+	c.Persist = persist
+	return c
+}
+
+// replacement is the part of a change shared by activations and changes
+// to a module's config or secrets. For an environment Build sets a fresh
+// instance up from *next (filled by Validate): a config that cannot work
+// is refused even for an environment that is not active. Swap puts the
+// instance in service when it is an activation or the environment is the
+// active one, Unswap puts the previous one back and Discard drains the
+// fresh one; Commit drains whichever of the two is left out of service.
+func (r *Registry) replacement(ev control.Event, next **store.Module, activation bool) control.Change {
+	var cand, prev *instance
+	swapped := false
+	return control.Change{
+		Event: ev,
+		Build: func(ctx context.Context) error {
+			if _, ok := r.factories[ev.ID]; !ok {
+				return nil // an adapter: nothing to set up
+			}
+			env, err := r.setUp(ctx, *next)
+			if err != nil {
+				if activation {
+					r.mu.Lock()
+					if r.active == nil {
+						r.setupErr = err.Error()
+					}
+					r.mu.Unlock()
+				}
+				return err
+			}
+			cand = &instance{id: ev.ID, env: env}
+			return nil
+		},
+		Swap: func() {
+			if cand != nil && (activation || r.isActive(ev.ID)) {
+				prev, swapped = r.swap(cand), true
+			}
+		},
+		Unswap: func() {
+			if swapped {
+				r.swap(prev)
+			}
+		},
+		Discard: func(context.Context) {
+			if cand != nil {
+				r.retire(cand)
+			}
+		},
+		Commit: func(context.Context) {
+			switch {
+			case swapped && prev != nil:
+				r.retire(prev)
+			case !swapped && cand != nil:
+				r.retire(cand) // only set up to check the config
+			}
+			if swapped {
+				r.log.Info("environment activated", "module", ev.ID)
+			}
+		},
+	}
+}
+
+func (r *Registry) isActive(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.active != nil && r.active.id == id
+}
+
+// setUp makes and sets up a fresh instance of environment m.ID with m's
+// config and secrets. A config the environment finds cannot work (a
+// preload it cannot import) is a FieldError on that field of the config.
+func (r *Registry) setUp(ctx context.Context, m *store.Module) (module.Environment, error) {
+	sec, err := r.box.Open(m.Secrets)
+	if err != nil {
+		return nil, fmt.Errorf("%s: open secrets: %w", m.ID, err)
+	}
+	env := r.factories[m.ID]()
+	if err := env.Setup(ctx, module.SetupContext{Config: m.Config, Secrets: sec, Bindings: r.bindings}); err != nil {
+		if terr := env.Teardown(context.WithoutCancel(ctx)); terr != nil {
+			r.log.Warn("teardown after a failed setup", "module", m.ID, "err", terr)
+		}
+		var ce *module.ConfigError
+		if errors.As(err, &ce) {
+			return nil, &schema.FieldError{Field: "body." + ce.Field, Message: ce.Err.Error()}
+		}
+		return nil, fmt.Errorf("%w: %s: %w", ErrSetup, m.ID, err)
+	}
+	return env, nil
+}
+
+// swap makes in (nil: none) the active instance and returns the previous.
+func (r *Registry) swap(in *instance) *instance {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev := r.active
+	r.active = in
+	if in != nil {
+		r.setupErr = ""
+	}
+	return prev
+}
+
+// retire drains in: no new executions reach it (it is no longer active),
+// the ones in flight finish, then it is torn down by a goroutine Stop waits
+// for.
+func (r *Registry) retire(in *instance) {
+	r.mu.Lock()
+	in.draining = true
+	in.idle = make(chan struct{})
+	if in.inflight == 0 {
+		close(in.idle)
+	}
+	r.draining = append(r.draining, in)
+	r.drains.Add(1)
 	r.mu.Unlock()
-	r.log.Info("environment activated", "module", id)
-	if old != nil {
-		go r.drain(old)
-	}
-	return nil
+	go r.drain(in)
 }
 
 func (r *Registry) drain(in *instance) {
+	defer r.drains.Done()
 	<-in.idle
 	if err := in.env.Teardown(context.Background()); err != nil {
 		r.log.Warn("environment teardown failed", "module", in.id, "err", err)
@@ -319,9 +477,13 @@ func (r *Registry) Module(ctx context.Context, id string) (ModuleView, error) {
 	return ModuleView{Info: info, Enabled: m.Enabled, Active: active}, nil
 }
 
-// Shutdown kills every execution and tears every environment down, waiting
-// no longer than ctx allows.
-func (r *Registry) Shutdown(ctx context.Context) {
+// Stop takes no more changes (once the one under way has ended), kills
+// every execution, and tears every environment down, waiting for the
+// drains too, no longer than ctx allows. A second Stop does nothing.
+func (r *Registry) Stop(ctx context.Context) error {
+	// Past the deadline a change may still be under way; the environments
+	// are torn down all the same.
+	planeErr := r.plane.Stop(ctx)
 	r.mu.Lock()
 	r.closed = true
 	all := append([]*instance(nil), r.draining...)
@@ -341,10 +503,17 @@ func (r *Registry) Shutdown(ctx context.Context) {
 		}()
 	}
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() {
+		wg.Wait()
+		// Torn down, the draining instances' executions have ended, so
+		// their drains end too.
+		r.drains.Wait()
+		close(done)
+	}()
 	select {
 	case <-done:
+		return planeErr
 	case <-ctx.Done():
-		r.log.Error("environments still tearing down at the shutdown deadline", "err", ctx.Err())
+		return fmt.Errorf("environments still tearing down at the shutdown deadline: %w", ctx.Err())
 	}
 }

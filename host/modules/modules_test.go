@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/secrets"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -36,6 +37,9 @@ func (g *gate) Setup(_ context.Context, sc module.SetupContext) error {
 	if g.failSet {
 		return errors.New("no interpreter here")
 	}
+	if sc.Config["n"] == 13.0 {
+		return &module.ConfigError{Field: "n", Err: errors.New("unlucky")}
+	}
 	g.config = sc.Config
 	return nil
 }
@@ -49,7 +53,12 @@ func (g *gate) ch(eid int64) chan module.Result {
 }
 func (g *gate) Execute(ctx context.Context, in module.ExecutionInput) (module.Result, error) {
 	g.started <- in.EID
-	return <-g.ch(in.EID), nil
+	select {
+	case res := <-g.ch(in.EID):
+		return res, nil
+	case <-g.torndown: // a teardown kills what runs
+		return module.Result{Exit: module.ExitCanceled}, nil
+	}
 }
 func (g *gate) Kill(_ context.Context, eid int64) error {
 	g.ch(eid) <- module.Result{Exit: module.ExitCanceled}
@@ -83,10 +92,13 @@ func newRegistry(t *testing.T, envs map[string]func() *gate) *Registry {
 	for id, f := range envs {
 		factories[id] = func() module.Environment { return f() }
 	}
-	return New(log, st, box, factories)
+	r := New(log, st, box, control.New(log, nil), factories)
+	t.Cleanup(func() { r.Stop(context.Background()) })
+	return r
 }
 
 func TestSwitchDrainsTheOldEnvironment(t *testing.T) {
+	t.Parallel()
 	var pys []*gate
 	ts := newGate("typescript")
 	r := newRegistry(t, map[string]func() *gate{
@@ -138,6 +150,7 @@ func TestSwitchDrainsTheOldEnvironment(t *testing.T) {
 }
 
 func TestActivateRefusals(t *testing.T) {
+	t.Parallel()
 	bad := newGate("typescript")
 	bad.failSet = true
 	r := newRegistry(t, map[string]func() *gate{
@@ -168,6 +181,7 @@ func TestActivateRefusals(t *testing.T) {
 }
 
 func TestConfigIsValidatedAndApplied(t *testing.T) {
+	t.Parallel()
 	var made []*gate
 	r := newRegistry(t, map[string]func() *gate{
 		"python": func() *gate { g := newGate("python"); made = append(made, g); return g },

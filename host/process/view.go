@@ -10,9 +10,9 @@ import (
 type ProcessSummary struct {
 	PID             int64          `json:"pid" doc:"Process id: positive, unique, never reused."`
 	Ref             string         `json:"ref" doc:"Client-chosen label, for filtering."`
-	State           State          `json:"state" enum:"idle,queued,running,terminating" doc:"Host state."`
+	State           State          `json:"state" enum:"idle,queued,running,suspended,terminating" doc:"Host state."`
 	ExitState       *string        `json:"exitState" enum:"success,failed,timeout,canceled" nullable:"true" doc:"How the latest execution ended; null before the first."`
-	Reason          *string        `json:"reason" nullable:"true" doc:"Why the latest execution ended: completed, exception, timeout, killed, memory_limit, cpu_limit, output_limit, environment_error, host_restart, host_shutdown; null before the first."`
+	Reason          *string        `json:"reason" enum:"completed,exception,timeout,killed,memory_limit,cpu_limit,output_limit,environment_error,host_restart,host_shutdown,host_lost,session_ended" nullable:"true" doc:"Why the latest execution ended; null before the first."`
 	Error           string         `json:"error" doc:"Why the latest execution failed (e.g. 'ValueError: boom'); empty otherwise."`
 	TimeoutMs       int64          `json:"timeoutMs" doc:"Effective timeout of an execution, in milliseconds."`
 	EnvConfig       map[string]any `json:"envConfig" nullable:"true" doc:"Per-execution environment configuration, as submitted."`
@@ -25,6 +25,9 @@ type ProcessSummary struct {
 	StartedAt       *time.Time     `json:"startedAt" nullable:"true" doc:"When the latest execution started running."`
 	FinishedAt      *time.Time     `json:"finishedAt" nullable:"true" doc:"When the latest execution ended."`
 	DurationMs      *int64         `json:"durationMs" nullable:"true" doc:"Running time of the latest execution."`
+	HostID          string         `json:"hostId" doc:"The host that runs or ran the latest execution (the host that stored the process, before it first runs)."`
+	CPUMs           *int64         `json:"cpuMs" nullable:"true" doc:"CPU time the latest execution's whole process tree used, in milliseconds, as the host measured it; null when unknown or before it ends."`
+	PeakMemoryBytes *int64         `json:"peakMemoryBytes" nullable:"true" doc:"Peak memory of the latest execution's whole process tree, in bytes, as the host measured it; null when unknown or before it ends."`
 }
 
 // Process is a process with what its latest execution produced.
@@ -42,6 +45,7 @@ func viewOf(p *store.Process) *Process {
 		TimeoutMs: p.TimeoutMs, EnvConfig: p.EnvConfig, Environment: p.Environment, Runs: p.Runs,
 		StdoutTruncated: p.StdoutTruncated, StderrTruncated: p.StderrTruncated, OutputTruncated: p.OutputTruncated,
 		CreatedAt: p.CreatedAt, StartedAt: p.StartedAt, FinishedAt: p.FinishedAt, DurationMs: p.DurationMs,
+		HostID: p.HostID, CPUMs: p.CPUMs, PeakMemoryBytes: p.PeakMemoryBytes,
 	}, Output: p.Output, Stdout: p.Stdout, Stderr: p.Stderr, Code: p.Code}
 	if p.Reason != "" {
 		reason := p.Reason

@@ -7,6 +7,7 @@ import (
 )
 
 func TestRedactNeverEchoesTheValue(t *testing.T) {
+	t.Parallel()
 	s, err := Compile(json.RawMessage(`{"type":"object","properties":{"token":{"type":"string","pattern":"^ok$"},"n":{"type":"integer"}}}`))
 	if err != nil {
 		t.Fatal(err)

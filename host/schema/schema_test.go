@@ -62,6 +62,7 @@ const toolSchema = `{
 }`
 
 func TestValidateNamesEveryFailingPath(t *testing.T) {
+	t.Parallel()
 	s := mustCompile(t, toolSchema)
 	if err := s.Validate(decode(t, `{"petId": 3, "body": {"name": "rex", "children": [{"name": "a"}]}}`)); err != nil {
 		t.Fatalf("valid value rejected: %v", err)
@@ -106,6 +107,7 @@ func TestValidateNamesEveryFailingPath(t *testing.T) {
 }
 
 func TestRootProblem(t *testing.T) {
+	t.Parallel()
 	err := mustCompile(t, `{"type":"object"}`).Validate("x")
 	got := problemsOf(t, err)
 	if len(got) != 1 || got[0].Path != "" || !strings.Contains(err.Error(), "(root): ") {
@@ -114,6 +116,7 @@ func TestRootProblem(t *testing.T) {
 }
 
 func TestPathEscaping(t *testing.T) {
+	t.Parallel()
 	s := mustCompile(t, `{"properties": {"a/b": {"properties": {"c~d": {"type": "string"}}}}}`)
 	got := problemsOf(t, s.Validate(decode(t, `{"a/b": {"c~d": 1}}`)))
 	if len(got) != 1 || got[0].Path != "/a~1b/c~0d" {
@@ -122,6 +125,7 @@ func TestPathEscaping(t *testing.T) {
 }
 
 func TestNumbers(t *testing.T) {
+	t.Parallel()
 	s := mustCompile(t, `{"type":"object","properties":{"n":{"type":"integer","maximum":10},"f":{"type":"number","exclusiveMinimum":0}}}`)
 	for _, v := range []any{
 		map[string]any{"n": float64(3), "f": 0.5},
@@ -156,6 +160,7 @@ func TestNumbers(t *testing.T) {
 }
 
 func TestNonJSONGoValues(t *testing.T) {
+	t.Parallel()
 	s := mustCompile(t, `{"type":"object","properties":{"m":{"type":"object","additionalProperties":{"type":"string"}},"l":{"type":"array","items":{"type":"integer"}}}}`)
 	type item struct {
 		M map[string]string `json:"m"`
@@ -173,6 +178,7 @@ func TestNonJSONGoValues(t *testing.T) {
 }
 
 func TestDrafts(t *testing.T) {
+	t.Parallel()
 	// Default is 2020-12: prefixItems applies.
 	s := mustCompile(t, `{"type":"array","prefixItems":[{"type":"string"}],"items":{"type":"integer"}}`)
 	if err := s.Validate([]any{"a", 1.0}); err != nil {
@@ -201,6 +207,7 @@ func TestDrafts(t *testing.T) {
 }
 
 func TestExternalRefsRefused(t *testing.T) {
+	t.Parallel()
 	var hits atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
@@ -235,6 +242,7 @@ func TestExternalRefsRefused(t *testing.T) {
 }
 
 func TestCompileErrors(t *testing.T) {
+	t.Parallel()
 	for _, s := range []string{`{"type":5}`, `{`, `{"pattern":"(("}`, `{"$ref":"#/$defs/missing"}`} {
 		if _, err := Compile(json.RawMessage(s)); err == nil || !strings.HasPrefix(err.Error(), "compile schema: ") {
 			t.Errorf("%s: %v", s, err)
@@ -243,6 +251,7 @@ func TestCompileErrors(t *testing.T) {
 }
 
 func TestECMAScriptPattern(t *testing.T) {
+	t.Parallel()
 	// Negative lookahead: not RE2, so it runs on the ECMAScript engine.
 	s := mustCompile(t, `{"type":"string","pattern":"^(?!internal-)[a-z-]+$"}`)
 	if err := s.Validate("public-x"); err != nil {
@@ -254,6 +263,7 @@ func TestECMAScriptPattern(t *testing.T) {
 }
 
 func TestCacheBounded(t *testing.T) {
+	t.Parallel()
 	c := NewCompiler(2)
 	a1, err := c.Compile(json.RawMessage(`{"type":"string"}`))
 	if err != nil {
@@ -283,6 +293,7 @@ func TestCacheBounded(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
+	t.Parallel()
 	c := NewCompiler(4)
 	var wg sync.WaitGroup
 	for i := range 8 {

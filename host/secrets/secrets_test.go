@@ -11,6 +11,7 @@ import (
 )
 
 func TestSealOpen(t *testing.T) {
+	t.Parallel()
 	key, err := LoadKey(slog.New(slog.NewTextHandler(io.Discard, nil)), "", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -39,6 +40,7 @@ func TestSealOpen(t *testing.T) {
 }
 
 func TestKeyFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	k1, err := LoadKey(log, "", dir)

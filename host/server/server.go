@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
@@ -17,9 +18,16 @@ import (
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/api"
+	"github.com/cyrnel/cyrnel/host/approval"
+	"github.com/cyrnel/cyrnel/host/audit"
+	"github.com/cyrnel/cyrnel/host/console"
+	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/datadir"
+	"github.com/cyrnel/cyrnel/host/egress"
+	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/mcp"
 	"github.com/cyrnel/cyrnel/host/modules"
+	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/secrets"
 	"github.com/cyrnel/cyrnel/host/services"
@@ -41,18 +49,48 @@ type Config struct {
 	// Environment, when set, is activated instead of the stored choice, and
 	// not stored (cyrnel run FILE.ts on an embedded host).
 	Environment string
+	// Policies may refuse configuration changes (e.g. sandbox relaxation
+	// the operator did not allow at start-up); every change, through any
+	// route, is checked by each.
+	Policies []control.Policy
+	// Python is the Python environment's interpreter when its config names
+	// none (serve --python).
+	Python string
+	// AllowUnsandboxed lets module configs weaken the sandbox (serve
+	// --allow-unsandboxed): the operator's decision, never an API call's.
+	AllowUnsandboxed bool
+	// Announce records the listen URL in the data directory, so the CLI's
+	// commands on it send their work here (cyrnel serve; not the CLI's own
+	// embedded hosts).
+	Announce   bool
+	Governance Governance
+}
+
+// Governance configures tool policies, approvals and the audit (zero values
+// take the defaults).
+type Governance struct {
+	// DefaultPolicy applies until the operator stores policies (allow).
+	DefaultPolicy policy.Decision
+	// ApprovalTTL is how long an approval waits for a decision (10 min).
+	ApprovalTTL time.Duration
+	Audit       audit.Options
 }
 
 // Server is an assembled host.
 type Server struct {
 	log      *slog.Logger
 	cfg      Config
+	keyFile  string // the data directory's key file, when the key is from there
 	dir      *datadir.Dir
 	store    *store.Store
 	procs    *process.Manager
+	audit    *audit.Writer
+	gate     *gate.Gate
 	modules  *modules.Registry
 	services *services.Manager
 	handler  http.Handler
+	// egress learns the listen address, which tool calls never reach.
+	egress *egress.Guard
 }
 
 // ErrInsecure is returned when asked to listen beyond loopback unprotected.
@@ -96,8 +134,21 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 			dir.Close()
 		}
 	}()
-	if st, err = store.Open(ctx, cfg.DBURL, cfg.DataDir); err != nil {
+	if st, err = store.Open(ctx, cfg.DBURL, cfg.DataDir, store.Options{UsedDataDir: dir.Used}); err != nil {
 		return nil, err
+	}
+	keyFile := ""
+	if cfg.APIKey == "" {
+		// Nobody else on the machine may use a server started on its
+		// defaults: it makes a key only its operator can read (DESIGN §11).
+		var created bool
+		if cfg.APIKey, created, err = dir.APIKey(); err != nil {
+			return nil, err
+		}
+		keyFile = filepath.Join(cfg.DataDir, datadir.APIKeyFile)
+		if created {
+			log.Info("created an API key", "file", keyFile)
+		}
 	}
 	key, err := secrets.LoadKey(log, cfg.SecretsKey, cfg.DataDir)
 	if err != nil {
@@ -107,30 +158,51 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err != nil {
 		return nil, err
 	}
-	reg := modules.New(log.With("component", "modules"), st, box, map[string]modules.Factory{
-		"python":      func() module.Environment { return python.New(log) },
+	// One control plane for modules and services: every configuration
+	// change is applied one at a time, all or nothing.
+	plane := control.New(log.With("component", "control"), nil, cfg.Policies...)
+	reg := modules.New(log.With("component", "modules"), st, box, plane, map[string]modules.Factory{
+		"python":      func() module.Environment { return python.New(log, python.Options{Interpreter: cfg.Python}) },
 		typescript.ID: func() module.Environment { return typescript.New(log) },
 	})
-	svcs := services.New(log.With("component", "services"), st, box, map[string]adapter.Adapter{
-		openapi.ID: openapi.New(openapi.Options{}),
+	guard := &egress.Guard{}
+	svcs := services.New(log.With("component", "services"), st, box, plane, map[string]adapter.Adapter{
+		openapi.ID: openapi.New(openapi.Options{Guard: guard}),
 	})
+	reg.AllowUnsandboxed(cfg.AllowUnsandboxed)
 	for _, info := range svcs.Adapters() {
 		reg.AddInfo(info)
 	}
 	if err = svcs.Start(ctx); err != nil {
 		return nil, err
 	}
-	procs := process.New(log.With("component", "processes"), st, reg, cfg.Limits, dir.HostID)
+	procs := process.New(log.With("component", "processes"), st, reg, cfg.Limits, dir.HostID, 0)
 	if err = procs.Recover(ctx); err != nil {
 		return nil, err
 	}
-	reg.Start(ctx, &bindings{Manager: procs, tools: svcs}, cfg.Environment)
+	policies, err := policy.Load(ctx, st, cfg.Governance.DefaultPolicy)
+	if err != nil {
+		return nil, err
+	}
+	approvals := approval.New(log.With("component", "approvals"), st, cfg.Governance.ApprovalTTL)
+	if err = approvals.Recover(ctx); err != nil {
+		return nil, err
+	}
+	auditor := audit.New(log.With("component", "audit"), st, cfg.Governance.Audit)
+	g := &gate.Gate{Policies: policies, Approvals: approvals, Audit: auditor, Processes: procs, Tools: svcs}
+	if err = reg.Start(ctx, &bindings{Manager: procs, tools: svcs, gate: g}, cfg.Environment); err != nil {
+		return nil, err
+	}
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}})
-	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, MCP: mcpHandler})
-	return &Server{log: log, cfg: cfg, dir: dir, store: st, procs: procs, modules: reg, services: svcs, handler: handler}, nil
+	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, MCP: mcpHandler,
+		Policies: policies, Approvals: approvals, Audit: auditor, AuditStore: st, Gate: g})
+	// The console's assets and the API reference sit in front of the API
+	// (and its authentication): they hold no data.
+	handler = console.Handler(handler)
+	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, audit: auditor, gate: g, modules: reg, services: svcs, handler: handler, egress: guard}, nil
 }
 
-// Handler is the HTTP API.
+// Handler is the HTTP API with the console in front.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve listens on cfg.Addr until ctx ends, then shuts down: stop accepting,
@@ -142,9 +214,25 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 		s.Close()
 		return fmt.Errorf("listen: %w", err)
 	}
+	if err := s.egress.AddOwn(ln.Addr()); err != nil {
+		ln.Close()
+		s.Close()
+		return err
+	}
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	// How to use the key comes before "listening", which is what a
+	// supervisor (or a test) waits for.
+	if s.cfg.Announce {
+		if err := s.dir.Announce("http://" + ln.Addr().String()); err != nil {
+			s.log.Warn("the CLI will not find this server", "err", err)
+		}
+		if s.keyFile != "" {
+			// The path, never the key: logs travel further than the file.
+			s.log.Info(fmt.Sprintf(`every route but /health and the spec needs the API key: curl -H "Authorization: Bearer $(cat %s)" http://%s/processes`, s.keyFile, ln.Addr()), "keyFile", s.keyFile)
+		}
+	}
 	s.log.Info("cyrnel listening", "addr", ln.Addr().String(), "version", s.cfg.Version, "auth", s.cfg.APIKey != "")
 	if ready != nil {
 		ready(ln.Addr().String())
@@ -169,11 +257,16 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	if err := s.procs.Shutdown(sctx); err != nil {
 		s.log.Warn("shutdown", "err", err)
 	}
-	s.modules.Shutdown(sctx)
-	s.services.Stop(sctx)
+	if err := s.modules.Stop(sctx); err != nil {
+		s.log.Warn("shutdown", "err", err)
+	}
+	if err := s.services.Stop(sctx); err != nil {
+		s.log.Warn("shutdown", "err", err)
+	}
 	if err := <-httpDone; err != nil {
 		srv.Close()
 	}
+	s.audit.Close()
 	err = s.store.Close()
 	s.dir.Close()
 	return err
@@ -185,8 +278,9 @@ func (s *Server) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = s.procs.Shutdown(ctx)
-	s.modules.Shutdown(ctx)
-	s.services.Stop(ctx)
+	_ = s.modules.Stop(ctx)
+	_ = s.services.Stop(ctx)
+	s.audit.Close()
 	s.store.Close()
 	s.dir.Close()
 }
@@ -196,14 +290,36 @@ func (s *Server) Close() {
 type bindings struct {
 	*process.Manager
 	tools *services.Manager
+	gate  *gate.Gate
 }
 
 func (b *bindings) InvokeTool(ctx context.Context, in module.InvokeInput) (any, error) {
-	return b.tools.Invoke(ctx, in)
+	return b.gate.Invoke(ctx, gate.FromCode, in)
+}
+
+func (b *bindings) SearchTools(ctx context.Context, query string, limit int) ([]module.ToolMatch, error) {
+	enabled := true
+	items, err := b.tools.Find(ctx, query, &enabled, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]module.ToolMatch, 0, len(items))
+	for _, it := range items {
+		out = append(out, module.ToolMatch{ServiceID: it.ServiceID, ToolID: it.ID, Name: it.Name, Description: it.Description, Score: it.Score})
+	}
+	return out, nil
 }
 
 func (b *bindings) ListTools(ctx context.Context) ([]module.Tool, error) {
 	return b.tools.ListTools(ctx)
+}
+
+func (b *bindings) ToolDocsInput(ctx context.Context, serviceID, toolID string) (module.ToolDocsInput, error) {
+	t, err := b.tools.Tool(ctx, serviceID, toolID)
+	if err != nil {
+		return module.ToolDocsInput{}, err
+	}
+	return module.ToolDocsInput{ServiceID: t.ServiceID, ToolID: t.ID, Description: t.Description, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema}, nil
 }
 
 func (b *bindings) ListServiceTools(ctx context.Context, serviceID string) ([]module.Tool, error) {

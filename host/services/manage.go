@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/cyrnel/cyrnel/host/schema"
-	"github.com/cyrnel/cyrnel/host/secrets"
 	"time"
 
 	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/schema"
+	"github.com/cyrnel/cyrnel/host/secrets"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -111,59 +111,59 @@ func (m *Manager) List(ctx context.Context) ([]*Service, error) {
 	return out, nil
 }
 
+// existing fails a change to a service that does not exist.
+func existing(id string, prev *stored) error {
+	if prev.svc == nil {
+		return fmt.Errorf("service %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// edited is prev with its row copied, so a change never alters what runs
+// before it is swapped in.
+func edited(prev *stored) *stored {
+	svc := *prev.svc
+	svc.UpdatedAt = time.Now().UTC()
+	return &stored{svc: &svc, tools: prev.tools}
+}
+
 // SetEnabled enables or disables a service. Enabling needs its config and
 // secrets to validate.
 func (m *Manager) SetEnabled(ctx context.Context, id string, enabled bool) (*Service, error) {
-	m.writes.Lock()
-	defer m.writes.Unlock()
-	svc, err := m.get(ctx, id)
+	err := m.plane.Apply(ctx, m.change(id, nil, "body.enabled", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+		if err := existing(id, prev); err != nil {
+			return nil, nil, err
+		}
+		if enabled {
+			sec, err := m.box.Open(prev.svc.Secrets)
+			if err != nil {
+				return nil, nil, fmt.Errorf("service %s: open secrets: %w", id, err)
+			}
+			if err := m.check(prev.svc.ConfigSchema, prev.svc.Config, "config"); err != nil {
+				return nil, nil, &schema.FieldError{Field: "body.enabled", Message: "the service's config does not validate: " + err.Error()}
+			}
+			if err := m.check(prev.svc.SecretsSchema, sec, "secrets"); err != nil {
+				return nil, nil, &schema.FieldError{Field: "body.enabled", Message: "the service's secrets do not validate: " + schema.Redact(err).Error()}
+			}
+		}
+		next := edited(prev)
+		next.svc.Enabled = enabled
+		return next, func(ctx context.Context) error { return m.st.UpdateService(ctx, next.svc, "enabled", "updated_at") }, nil
+	}))
 	if err != nil {
 		return nil, err
 	}
-	if enabled {
-		sec, err := m.box.Open(svc.Secrets)
-		if err != nil {
-			return nil, err
-		}
-		if err := m.check(svc.ConfigSchema, svc.Config, "config"); err != nil {
-			return nil, &schema.FieldError{Field: "body.enabled", Message: "the service's config does not validate: " + err.Error()}
-		}
-		if err := m.check(svc.SecretsSchema, sec, "secrets"); err != nil {
-			return nil, &schema.FieldError{Field: "body.enabled", Message: "the service's secrets do not validate: " + schema.Redact(err).Error()}
-		}
-	}
-	svc.Enabled, svc.UpdatedAt = enabled, time.Now().UTC()
-	if err := m.st.UpdateService(ctx, svc, "enabled", "updated_at"); err != nil {
-		return nil, err
-	}
-	m.mu.Lock()
-	if l := m.live[id]; l != nil {
-		l.enabled = enabled
-	}
-	m.mu.Unlock()
 	return m.Get(ctx, id)
 }
 
 // Delete removes a service and its tools.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	m.writes.Lock()
-	defer m.writes.Unlock()
-	svc, err := m.get(ctx, id)
-	if err != nil {
-		return err
-	}
-	m.mu.Lock()
-	delete(m.live, id)
-	m.mu.Unlock()
-	if err := m.st.DeleteService(ctx, id); err != nil {
-		return err
-	}
-	if a, ok := m.adapters[svc.Adapter]; ok {
-		if err := a.Forget(ctx, id); err != nil {
-			m.log.Warn("adapter forget failed", "service", id, "err", err)
+	return m.plane.Apply(ctx, m.change(id, nil, "", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+		if err := existing(id, prev); err != nil {
+			return nil, nil, err
 		}
-	}
-	return nil
+		return nil, func(ctx context.Context) error { return m.st.DeleteService(ctx, id) }, nil
+	}))
 }
 
 // RefreshResult says what a refresh changed.
@@ -176,52 +176,48 @@ type RefreshResult struct {
 // Refresh re-reads the service's source; tools that survive keep their
 // enabled flags, new ones are enabled.
 func (m *Manager) Refresh(ctx context.Context, id string) (*RefreshResult, error) {
-	m.writes.Lock()
-	defer m.writes.Unlock()
-	svc, err := m.get(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	a, ok := m.adapters[svc.Adapter]
-	if !ok {
-		return nil, fmt.Errorf("service %s: adapter %q is not available", id, svc.Adapter)
-	}
-	var src adapter.Source
-	if err := json.Unmarshal(svc.Source, &src); err != nil {
-		return nil, fmt.Errorf("service %s: stored source: %w", id, err)
-	}
-	def, err := a.Definition(ctx, src)
-	if err != nil {
-		return nil, &schema.FieldError{Field: "source", Message: err.Error()}
-	}
-	old, err := m.st.ListTools(ctx, store.ToolFilter{ServiceID: id})
-	if err != nil {
-		return nil, err
-	}
-	flags := map[string]bool{}
-	for _, t := range old {
-		flags[t.ID] = t.Enabled
-	}
-	rows := toolRows(id, def.Tools, flags)
 	res := &RefreshResult{Added: []string{}, Removed: []string{}}
-	seen := map[string]bool{}
-	for _, t := range rows {
-		seen[t.ID] = true
-		if _, ok := flags[t.ID]; !ok {
-			res.Added = append(res.Added, t.ID)
+	err := m.plane.Apply(ctx, m.change(id, nil, "source", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+		if err := existing(id, prev); err != nil {
+			return nil, nil, err
 		}
-	}
-	for _, t := range old {
-		if !seen[t.ID] {
-			res.Removed = append(res.Removed, t.ID)
+		a, ok := m.adapters[prev.svc.Adapter]
+		if !ok {
+			return nil, nil, fmt.Errorf("service %s: adapter %q is not available", id, prev.svc.Adapter)
 		}
-	}
-	svc.Name, svc.Description, svc.Hash = noNUL(def.Name), noNUL(def.Description), hash(def)
-	svc.ConfigSchema, svc.SecretsSchema, svc.AdapterDomain, svc.UpdatedAt = def.ConfigSchema, def.SecretsSchema, def.AdapterDomain, time.Now().UTC()
-	if err := m.st.PutService(ctx, svc, rows); err != nil {
-		return nil, err
-	}
-	if err := m.hydrate(ctx, svc); err != nil {
+		var src adapter.Source
+		if err := json.Unmarshal(prev.svc.Source, &src); err != nil {
+			return nil, nil, fmt.Errorf("service %s: stored source: %w", id, err)
+		}
+		src.Config = prev.svc.Config // the adapter fetches the source by the service's rules
+		def, err := a.Definition(ctx, src)
+		if err != nil {
+			return nil, nil, &schema.FieldError{Field: "source", Message: err.Error()}
+		}
+		flags := map[string]bool{}
+		for _, t := range prev.tools {
+			flags[t.ID] = t.Enabled
+		}
+		next := edited(prev)
+		next.tools = toolRows(id, def.Tools, flags)
+		seen := map[string]bool{}
+		for _, t := range next.tools {
+			seen[t.ID] = true
+			if _, ok := flags[t.ID]; !ok {
+				res.Added = append(res.Added, t.ID)
+			}
+		}
+		for _, t := range prev.tools {
+			if !seen[t.ID] {
+				res.Removed = append(res.Removed, t.ID)
+			}
+		}
+		svc := next.svc
+		svc.Name, svc.Description, svc.Hash = noNUL(def.Name), noNUL(def.Description), hash(def)
+		svc.ConfigSchema, svc.SecretsSchema, svc.AdapterDomain = def.ConfigSchema, def.SecretsSchema, def.AdapterDomain
+		return next, func(ctx context.Context) error { return m.st.PutService(ctx, svc, next.tools) }, nil
+	}))
+	if err != nil {
 		return nil, err
 	}
 	if res.Service, err = m.Get(ctx, id); err != nil {
@@ -239,25 +235,25 @@ func (m *Manager) Config(ctx context.Context, id string) (map[string]any, error)
 	return orEmpty(svc.Config), nil
 }
 
-// SetConfig validates and stores a service's config, then re-hydrates it.
+// SetConfig validates a service's config, hands it to the adapter, and
+// stores it.
 func (m *Manager) SetConfig(ctx context.Context, id string, cfg map[string]any) (map[string]any, error) {
-	m.writes.Lock()
-	defer m.writes.Unlock()
-	svc, err := m.get(ctx, id)
+	cfg = orEmpty(cfg)
+	err := m.plane.Apply(ctx, m.change(id, cfg, "body", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+		if err := existing(id, prev); err != nil {
+			return nil, nil, err
+		}
+		if err := m.check(prev.svc.ConfigSchema, cfg, "body"); err != nil {
+			return nil, nil, err
+		}
+		next := edited(prev)
+		next.svc.Config = cfg
+		return next, func(ctx context.Context) error { return m.st.UpdateService(ctx, next.svc, "config", "updated_at") }, nil
+	}))
 	if err != nil {
 		return nil, err
 	}
-	if err := m.check(svc.ConfigSchema, cfg, "body"); err != nil {
-		return nil, err
-	}
-	svc.Config, svc.UpdatedAt = orEmpty(cfg), time.Now().UTC()
-	if err := m.st.UpdateService(ctx, svc, "config", "updated_at"); err != nil {
-		return nil, err
-	}
-	if err := m.hydrate(ctx, svc); err != nil {
-		return nil, err
-	}
-	return svc.Config, nil
+	return cfg, nil
 }
 
 // SecretsSet lists which secrets of a service are set.
@@ -274,27 +270,26 @@ func (m *Manager) SecretsSet(ctx context.Context, id string) ([]string, error) {
 }
 
 // SetSecrets validates, seals and stores a service's secrets (replacing
-// them), then re-hydrates it. It returns which are set.
+// them), handing them to the adapter. It returns which are set.
 func (m *Manager) SetSecrets(ctx context.Context, id string, sec map[string]any) ([]string, error) {
-	m.writes.Lock()
-	defer m.writes.Unlock()
-	svc, err := m.get(ctx, id)
+	sec = orEmpty(sec)
+	err := m.plane.Apply(ctx, m.change(id, nil, "", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+		if err := existing(id, prev); err != nil {
+			return nil, nil, err
+		}
+		if err := m.check(prev.svc.SecretsSchema, sec, "body"); err != nil {
+			return nil, nil, schema.Redact(err) // never echo secret values back
+		}
+		sealed, err := m.box.Seal(sec)
+		if err != nil {
+			return nil, nil, fmt.Errorf("service %s: seal secrets: %w", id, err)
+		}
+		next := edited(prev)
+		next.svc.Secrets = sealed
+		return next, func(ctx context.Context) error { return m.st.UpdateService(ctx, next.svc, "secrets", "updated_at") }, nil
+	}))
 	if err != nil {
 		return nil, err
 	}
-	if err := m.check(svc.SecretsSchema, sec, "body"); err != nil {
-		return nil, schema.Redact(err) // never echo secret values back
-	}
-	sealed, err := m.box.Seal(orEmpty(sec))
-	if err != nil {
-		return nil, err
-	}
-	svc.Secrets, svc.UpdatedAt = sealed, time.Now().UTC()
-	if err := m.st.UpdateService(ctx, svc, "secrets", "updated_at"); err != nil {
-		return nil, err
-	}
-	if err := m.hydrate(ctx, svc); err != nil {
-		return nil, err
-	}
-	return secrets.SetPaths(orEmpty(sec)), nil
+	return secrets.SetPaths(sec), nil
 }

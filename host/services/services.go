@@ -20,6 +20,7 @@ import (
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -40,20 +41,34 @@ type Sealer interface {
 	Open(sealed []byte) (map[string]any, error)
 }
 
-// Manager owns services and tools.
+// Store is what the manager needs from storage.
+type Store interface {
+	ListServices(ctx context.Context) ([]store.Service, error)
+	GetService(ctx context.Context, id string) (*store.Service, error)
+	InsertService(ctx context.Context, svc *store.Service, tools []store.Tool) error
+	PutService(ctx context.Context, svc *store.Service, tools []store.Tool) error
+	UpdateService(ctx context.Context, svc *store.Service, columns ...string) error
+	DeleteService(ctx context.Context, id string) error
+	ListTools(ctx context.Context, f store.ToolFilter) ([]store.Tool, error)
+	GetTool(ctx context.Context, serviceID, id string) (*store.Tool, error)
+	SetToolEnabled(ctx context.Context, serviceID, id string, enabled bool) error
+	SearchTools(ctx context.Context, f store.SearchFilter) ([]store.ScoredTool, error)
+}
+
+// Manager owns services and tools. Every change to them goes through the
+// control plane (one at a time, all or nothing); tool calls only read.
 type Manager struct {
 	log      *slog.Logger
-	st       *store.Store
+	st       Store
 	box      Sealer
+	plane    *control.Plane
 	adapters map[string]adapter.Adapter
 	compiler *schema.Compiler
 
-	// writes serialises changes to services (imports, refreshes, config,
-	// deletes): admin operations, rare, and racing each other they could
-	// bring back a deleted service.
-	writes sync.Mutex
-	mu     sync.RWMutex
-	live   map[string]*liveService // what tool calls need, without the database
+	mu   sync.RWMutex
+	live map[string]*liveService // what tool calls need, without the database
+
+	stopOnce sync.Once
 }
 
 type liveService struct {
@@ -68,12 +83,14 @@ type liveTool struct {
 	schema  *schema.Schema // compiled on first use; failures are not kept
 }
 
-// New returns a manager of services built by the given adapters (by id).
-func New(log *slog.Logger, st *store.Store, box Sealer, adapters map[string]adapter.Adapter) *Manager {
-	return &Manager{log: log, st: st, box: box, adapters: adapters, compiler: schema.NewCompiler(4096), live: map[string]*liveService{}}
+// New returns a manager of services built by the given adapters (by id),
+// changed through plane.
+func New(log *slog.Logger, st Store, box Sealer, plane *control.Plane, adapters map[string]adapter.Adapter) *Manager {
+	return &Manager{log: log, st: st, box: box, plane: plane, adapters: adapters, compiler: schema.NewCompiler(4096), live: map[string]*liveService{}}
 }
 
-// Start sets the adapters up and hydrates every stored service.
+// Start sets the adapters up and loads every stored service, the way a
+// change made by another host is loaded (Reload).
 func (m *Manager) Start(ctx context.Context) error {
 	for id, a := range m.adapters {
 		if err := a.Setup(ctx); err != nil {
@@ -82,28 +99,42 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	svcs, err := m.st.ListServices(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("list services: %w", err)
 	}
 	for i := range svcs {
-		svc, err := m.st.GetService(ctx, svcs[i].ID)
-		if err != nil {
-			return err
-		}
-		if err := m.hydrate(ctx, svc); err != nil {
+		if err := m.Reload(ctx, control.Event{Kind: control.KindService, ID: svcs[i].ID}); err != nil {
 			// One broken service must not keep the host down.
-			m.log.Error("service not hydrated", "service", svc.ID, "err", err)
+			m.log.Error("service not loaded", "service", svcs[i].ID, "err", err)
 		}
 	}
 	return nil
 }
 
-// Stop tears the adapters down.
-func (m *Manager) Stop(ctx context.Context) {
-	for id, a := range m.adapters {
-		if err := a.Teardown(ctx); err != nil {
-			m.log.Warn("adapter teardown failed", "adapter", id, "err", err)
+// Stop takes no more changes (once the one under way has ended) and tears
+// the adapters down. A second Stop does nothing.
+func (m *Manager) Stop(ctx context.Context) error {
+	err := m.plane.Stop(ctx)
+	m.stopOnce.Do(func() {
+		for id, a := range m.adapters {
+			if terr := a.Teardown(ctx); terr != nil {
+				err = errors.Join(err, fmt.Errorf("tear adapter %s down: %w", id, terr))
+			}
 		}
+	})
+	return err
+}
+
+// Reload applies the stored state of one service (a change another host
+// made, or start-up): hydrated as stored, forgotten when gone.
+func (m *Manager) Reload(ctx context.Context, ev control.Event) error {
+	if ev.Kind != control.KindService {
+		return nil
 	}
+	c := m.change(ev.ID, nil, "", func(_ context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+		return prev, nil, nil
+	})
+	c.Persist = nil // it is what is stored
+	return m.plane.Apply(ctx, c)
 }
 
 // Adapters lists the adapters' module infos.
@@ -116,33 +147,140 @@ func (m *Manager) Adapters() []module.Info {
 	return out
 }
 
-// hydrate hands the adapter the service's state and refreshes the cache.
-func (m *Manager) hydrate(ctx context.Context, svc *store.Service) error {
-	a, ok := m.adapters[svc.Adapter]
-	if !ok {
-		return fmt.Errorf("service %s: adapter %q is not available", svc.ID, svc.Adapter)
+// stored is a service as stored: its row and its tools (with their adapter
+// domains). A nil svc is no service.
+type stored struct {
+	svc   *store.Service
+	tools []store.Tool
+}
+
+// load reads service id as stored.
+func (m *Manager) load(ctx context.Context, id string) (*stored, error) {
+	svc, err := m.st.GetService(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return &stored{}, nil
 	}
-	tools, err := m.st.ListTools(ctx, store.ToolFilter{ServiceID: svc.ID, Schemas: true})
 	if err != nil {
+		return nil, fmt.Errorf("service %s: %w", id, err)
+	}
+	tools, err := m.st.ListTools(ctx, store.ToolFilter{ServiceID: id, Schemas: true})
+	if err != nil {
+		return nil, fmt.Errorf("service %s: tools: %w", id, err)
+	}
+	return &stored{svc: svc, tools: tools}, nil
+}
+
+// editFunc validates a change against the service as stored (prev.svc nil:
+// none) and returns the service as it will be (nil: deleted; the same prev:
+// unchanged) and how to store it (nil: nothing to store).
+type editFunc func(ctx context.Context, prev *stored) (next *stored, persist func(context.Context) error, err error)
+
+// change is a change to one service. Build hands the adapter the next
+// state (an adapter replaces a service's state only once it has read the
+// new one, so a failure leaves it as it was); Swap makes tool calls see it;
+// Unswap puts the previous state back in both; Commit makes the adapter
+// forget a deleted service. A state the adapter refuses is a FieldError on
+// field (when not empty: adapters read secrets without judging them, so
+// their errors are about config or domain and quote no secret).
+func (m *Manager) change(id string, cfg map[string]any, field string, edit editFunc) control.Change {
+	var prev, next *stored
+	var prevLive, nextLive *liveService
+	c := control.Change{Event: control.Event{Kind: control.KindService, ID: id}, Config: cfg}
+	var persist func(context.Context) error
+	c.Validate = func(ctx context.Context) error {
+		var err error
+		if prev, err = m.load(ctx, id); err != nil {
+			return err
+		}
+		next, persist, err = edit(ctx, prev)
 		return err
 	}
-	sec, err := m.box.Open(svc.Secrets)
-	if err != nil {
-		return fmt.Errorf("service %s: %w", svc.ID, err)
+	c.Build = func(ctx context.Context) error {
+		if next == nil || next.svc == nil {
+			return nil
+		}
+		var err error
+		if nextLive, err = m.hydrate(ctx, next); err != nil {
+			if field == "" {
+				return err
+			}
+			return &schema.FieldError{Field: field, Message: err.Error()}
+		}
+		return nil
 	}
-	st := adapter.ServiceState{ID: svc.ID, AdapterDomain: svc.AdapterDomain, Tools: map[string]json.RawMessage{}, Config: orEmpty(svc.Config), Secrets: sec}
-	live := &liveService{adapter: svc.Adapter, enabled: svc.Enabled, tools: map[string]*liveTool{}}
-	for _, t := range tools {
+	c.Swap = func() {
+		m.mu.Lock()
+		prevLive = m.live[id]
+		if nextLive != nil {
+			m.live[id] = nextLive
+		} else {
+			delete(m.live, id)
+		}
+		m.mu.Unlock()
+	}
+	c.Unswap = func() {
+		m.mu.Lock()
+		if prevLive != nil {
+			m.live[id] = prevLive
+		} else {
+			delete(m.live, id)
+		}
+		m.mu.Unlock()
+		ctx := context.Background()
+		switch {
+		case prev.svc != nil:
+			if _, err := m.hydrate(ctx, prev); err != nil {
+				m.log.Error("restore the adapter's state of a service", "service", id, "err", err)
+			}
+		case next != nil && next.svc != nil:
+			m.forget(ctx, next.svc.Adapter, id)
+		}
+	}
+	c.Commit = func(ctx context.Context) {
+		if (next == nil || next.svc == nil) && prevLive != nil {
+			m.forget(ctx, prevLive.adapter, id)
+		}
+	}
+	// persist is set by Validate, which Apply runs first.
+	c.Persist = func(ctx context.Context) error {
+		if persist == nil {
+			return nil
+		}
+		return persist(ctx)
+	}
+	return c
+}
+
+// forget drops a service from its adapter.
+func (m *Manager) forget(ctx context.Context, adapterID, id string) {
+	if a, ok := m.adapters[adapterID]; ok {
+		if err := a.Forget(ctx, id); err != nil {
+			m.log.Warn("adapter forget failed", "service", id, "err", err)
+		}
+	}
+}
+
+// hydrate hands the adapter a service's state and returns what tool calls
+// need of it.
+func (m *Manager) hydrate(ctx context.Context, s *stored) (*liveService, error) {
+	a, ok := m.adapters[s.svc.Adapter]
+	if !ok {
+		return nil, fmt.Errorf("service %s: adapter %q is not available", s.svc.ID, s.svc.Adapter)
+	}
+	sec, err := m.box.Open(s.svc.Secrets)
+	if err != nil {
+		return nil, fmt.Errorf("service %s: open secrets: %w", s.svc.ID, err)
+	}
+	st := adapter.ServiceState{ID: s.svc.ID, AdapterDomain: s.svc.AdapterDomain, Tools: map[string]json.RawMessage{}, Config: orEmpty(s.svc.Config), Secrets: sec}
+	live := &liveService{adapter: s.svc.Adapter, enabled: s.svc.Enabled, tools: map[string]*liveTool{}}
+	for _, t := range s.tools {
 		st.Tools[t.ID] = t.AdapterDomain
 		live.tools[t.ID] = &liveTool{enabled: t.Enabled}
 	}
 	if err := a.Hydrate(ctx, st); err != nil {
-		return fmt.Errorf("hydrate service %s: %w", svc.ID, err)
+		return nil, fmt.Errorf("hydrate service %s: %w", s.svc.ID, err)
 	}
-	m.mu.Lock()
-	m.live[svc.ID] = live
-	m.mu.Unlock()
-	return nil
+	return live, nil
 }
 
 func orEmpty(m map[string]any) map[string]any {
@@ -168,63 +306,67 @@ type CreateInput struct {
 // secrets validate (given or empty); given ones that do not validate are an
 // error.
 func (m *Manager) Create(ctx context.Context, in CreateInput) (*Service, error) {
-	m.writes.Lock()
-	defer m.writes.Unlock()
-	if !idPattern.MatchString(in.ID) || reserved[in.ID] {
-		return nil, &schema.FieldError{Field: "body.id", Message: "must be an identifier (letters, digits, _; not starting with a digit; at most 64; not a Python or TypeScript keyword)"}
-	}
-	a, ok := m.adapters[in.Adapter]
-	if !ok {
-		return nil, &schema.FieldError{Field: "body.adapter", Message: fmt.Sprintf("unknown adapter %q", in.Adapter)}
-	}
-	if (in.Source.URL == "") == (in.Source.Content == "") {
-		return nil, &schema.FieldError{Field: "body.source", Message: "give exactly one of url or content"}
-	}
-	if strings.ContainsRune(in.Source.Content, 0) || strings.ContainsRune(in.Source.URL, 0) {
-		return nil, &schema.FieldError{Field: "body.source", Message: "contains a NUL character"}
-	}
-	if _, err := m.st.GetService(ctx, in.ID); err == nil {
-		return nil, fmt.Errorf("service %s: %w", in.ID, ErrExists)
-	}
-	def, err := a.Definition(ctx, in.Source)
+	err := m.plane.Apply(ctx, m.change(in.ID, in.Config, "body.config", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+		if !idPattern.MatchString(in.ID) || module.Reserved(in.ID) {
+			return nil, nil, &schema.FieldError{Field: "body.id", Message: "must be an identifier (letters, digits, _; not starting with a digit; at most 64; not a Python or TypeScript reserved word)"}
+		}
+		a, ok := m.adapters[in.Adapter]
+		if !ok {
+			return nil, nil, &schema.FieldError{Field: "body.adapter", Message: fmt.Sprintf("unknown adapter %q", in.Adapter)}
+		}
+		if (in.Source.URL == "") == (in.Source.Content == "") {
+			return nil, nil, &schema.FieldError{Field: "body.source", Message: "give exactly one of url or content"}
+		}
+		if strings.ContainsRune(in.Source.Content, 0) || strings.ContainsRune(in.Source.URL, 0) {
+			return nil, nil, &schema.FieldError{Field: "body.source", Message: "contains a NUL character"}
+		}
+		if prev.svc != nil {
+			return nil, nil, fmt.Errorf("service %s: %w", in.ID, ErrExists)
+		}
+		src := in.Source
+		src.Config = in.Config // the adapter may fetch the source by the service's rules
+		def, err := a.Definition(ctx, src)
+		if err != nil {
+			return nil, nil, &schema.FieldError{Field: "body.source", Message: err.Error()}
+		}
+		enabled := true
+		if err := m.check(def.ConfigSchema, in.Config, "body.config"); err != nil {
+			if in.Config != nil {
+				return nil, nil, err
+			}
+			enabled = false
+		}
+		if err := m.check(def.SecretsSchema, in.Secrets, "body.secrets"); err != nil {
+			if in.Secrets != nil {
+				return nil, nil, schema.Redact(err)
+			}
+			enabled = false
+		}
+		sealed, err := m.box.Seal(orEmpty(in.Secrets))
+		if err != nil {
+			return nil, nil, fmt.Errorf("service %s: seal secrets: %w", in.ID, err)
+		}
+		source, _ := json.Marshal(in.Source)
+		now := time.Now().UTC()
+		next := &stored{svc: &store.Service{
+			ID: in.ID, Adapter: in.Adapter, Name: noNUL(def.Name), Description: noNUL(def.Description), Source: source, Hash: hash(def),
+			ConfigSchema: def.ConfigSchema, SecretsSchema: def.SecretsSchema, AdapterDomain: def.AdapterDomain,
+			Config: in.Config, Secrets: sealed, Enabled: enabled, CreatedAt: now, UpdatedAt: now,
+		}, tools: toolRows(in.ID, def.Tools, nil)}
+		return next, func(ctx context.Context) error {
+			if err := m.st.InsertService(ctx, next.svc, next.tools); err != nil {
+				if errors.Is(err, store.ErrExists) {
+					return fmt.Errorf("service %s: %w", in.ID, ErrExists)
+				}
+				return err
+			}
+			m.log.Info("service imported", "service", in.ID, "adapter", in.Adapter, "tools", len(next.tools), "enabled", enabled)
+			return nil
+		}, nil
+	}))
 	if err != nil {
-		return nil, &schema.FieldError{Field: "body.source", Message: err.Error()}
-	}
-	enabled := true
-	if err := m.check(def.ConfigSchema, in.Config, "body.config"); err != nil {
-		if in.Config != nil {
-			return nil, err
-		}
-		enabled = false
-	}
-	if err := m.check(def.SecretsSchema, in.Secrets, "body.secrets"); err != nil {
-		if in.Secrets != nil {
-			return nil, schema.Redact(err)
-		}
-		enabled = false
-	}
-	sealed, err := m.box.Seal(orEmpty(in.Secrets))
-	if err != nil {
 		return nil, err
 	}
-	src, _ := json.Marshal(in.Source)
-	now := time.Now().UTC()
-	svc := &store.Service{
-		ID: in.ID, Adapter: in.Adapter, Name: noNUL(def.Name), Description: noNUL(def.Description), Source: src, Hash: hash(def),
-		ConfigSchema: def.ConfigSchema, SecretsSchema: def.SecretsSchema, AdapterDomain: def.AdapterDomain,
-		Config: in.Config, Secrets: sealed, Enabled: enabled, CreatedAt: now, UpdatedAt: now,
-	}
-	tools := toolRows(in.ID, def.Tools, nil)
-	if err := m.st.InsertService(ctx, svc, tools); err != nil {
-		if errors.Is(err, store.ErrExists) {
-			return nil, fmt.Errorf("service %s: %w", in.ID, ErrExists)
-		}
-		return nil, err
-	}
-	if err := m.hydrate(ctx, svc); err != nil {
-		return nil, err
-	}
-	m.log.Info("service imported", "service", in.ID, "adapter", in.Adapter, "tools", len(tools), "enabled", enabled)
 	return m.Get(ctx, in.ID)
 }
 
@@ -273,23 +415,6 @@ func nonNull(raw json.RawMessage) json.RawMessage {
 		return json.RawMessage("{}")
 	}
 	return raw
-}
-
-// reserved are words that cannot name a service: Python keywords and
-// TypeScript/JavaScript reserved words.
-var reserved = map[string]bool{}
-
-func init() {
-	for _, w := range []string{
-		"False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del",
-		"elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is", "lambda", "nonlocal",
-		"not", "or", "pass", "raise", "return", "try", "while", "with", "yield",
-		"case", "catch", "const", "debugger", "default", "delete", "do", "enum", "export", "extends", "false",
-		"function", "implements", "instanceof", "interface", "let", "new", "null", "package", "private", "protected",
-		"public", "static", "super", "switch", "this", "throw", "true", "typeof", "var", "void",
-	} {
-		reserved[w] = true
-	}
 }
 
 // noNUL drops NUL characters, which documents may carry in their text and

@@ -13,12 +13,13 @@ import (
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
+	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/secrets"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
-func newManager(t *testing.T) *Manager {
+func newManager(t testing.TB) *Manager {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(context.Background(), "", dir)
@@ -26,30 +27,45 @@ func newManager(t *testing.T) *Manager {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return startManager(t, st, dir)
+}
+
+// startManager starts a manager on st, as a host does on its data
+// directory dir (a second one on the same store is a restart).
+func startManager(t testing.TB, st Store, dir string) *Manager {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	key, _ := secrets.LoadKey(log, "", dir)
-	box, _ := secrets.New(key)
-	m := New(log, st, box, map[string]adapter.Adapter{openapi.ID: openapi.New(openapi.Options{})})
+	key, err := secrets.LoadKey(log, "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, err := secrets.New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(log, st, box, control.New(log, nil), map[string]adapter.Adapter{openapi.ID: openapi.New(openapi.Options{})})
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { m.Stop(context.Background()) })
 	return m
 }
 
 func TestAFailedFirstCallDoesNotBreakTheTool(t *testing.T) {
+	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"id": 1}`))
 	}))
 	defer up.Close()
-	doc, err := os.ReadFile("../../../shared/fixtures/openapi/petstore-3.0.yaml")
+	doc, err := os.ReadFile("testdata/petstore-3.0.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := newManager(t)
 	ctx := context.Background()
 	if _, err := m.Create(ctx, CreateInput{ID: "pets", Adapter: openapi.ID, Source: adapter.Source{Content: string(doc)},
-		Config: map[string]any{"serverUrl": up.URL}}); err != nil {
+		Config: map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true}}); err != nil {
 		t.Fatal(err)
 	}
 	call := module.InvokeInput{ServiceID: "pets", ToolID: "showPetById", Parameters: map[string]any{"petId": "1"}}
@@ -70,5 +86,14 @@ func TestAFailedFirstCallDoesNotBreakTheTool(t *testing.T) {
 	var fe *schema.FieldError
 	if !errors.As(err, &fe) || len(fe.Problems) != 2 {
 		t.Fatalf("validation: %v", err)
+	}
+	// Runtimes read the kind of failure and the failing fields.
+	var te *module.ToolError
+	if !errors.As(err, &te) || te.Code != module.ToolInvalidParameters || len(te.Details.([]schema.Problem)) != 2 {
+		t.Fatalf("validation: %#v", te)
+	}
+	_, err = m.Invoke(ctx, module.InvokeInput{ServiceID: "pets", ToolID: "nope"})
+	if !errors.As(err, &te) || te.Code != module.ToolNotFound || !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown tool: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/schema"
@@ -22,14 +23,13 @@ type Tool struct {
 type ToolListInput struct {
 	ServiceID string
 	Enabled   *bool
-	Query     string
 	After     [2]string // (service id, tool id) of the last item of the previous page
 	Limit     int
 }
 
 // Tools lists tools ordered by service and id; more says whether more follow.
 func (m *Manager) Tools(ctx context.Context, in ToolListInput) (items []ToolSummary, more bool, err error) {
-	rows, err := m.st.ListTools(ctx, store.ToolFilter{ServiceID: in.ServiceID, Enabled: in.Enabled, Query: in.Query, AfterKey: in.After, Limit: in.Limit + 1})
+	rows, err := m.st.ListTools(ctx, store.ToolFilter{ServiceID: in.ServiceID, Enabled: in.Enabled, AfterKey: in.After, Limit: in.Limit + 1})
 	if err != nil {
 		return nil, false, err
 	}
@@ -57,19 +57,18 @@ func (m *Manager) Tool(ctx context.Context, serviceID, toolID string) (*Tool, er
 
 // SetToolEnabled enables or disables one tool.
 func (m *Manager) SetToolEnabled(ctx context.Context, serviceID, toolID string, enabled bool) (*Tool, error) {
-	m.writes.Lock()
-	defer m.writes.Unlock()
-	if err := m.st.SetToolEnabled(ctx, serviceID, toolID, enabled); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, fmt.Errorf("tool %s.%s: %w", serviceID, toolID, ErrNotFound)
+	err := m.plane.Apply(ctx, m.change(serviceID, nil, "", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+		next := &stored{svc: prev.svc, tools: slices.Clone(prev.tools)}
+		i := slices.IndexFunc(next.tools, func(t store.Tool) bool { return t.ID == toolID })
+		if i < 0 {
+			return nil, nil, fmt.Errorf("tool %s.%s: %w", serviceID, toolID, ErrNotFound)
 		}
+		next.tools[i].Enabled = enabled
+		return next, func(ctx context.Context) error { return m.st.SetToolEnabled(ctx, serviceID, toolID, enabled) }, nil
+	}))
+	if err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	if l := m.live[serviceID]; l != nil && l.tools[toolID] != nil {
-		l.tools[toolID].enabled = enabled
-	}
-	m.mu.Unlock()
 	return m.Tool(ctx, serviceID, toolID)
 }
 
@@ -120,7 +119,11 @@ func (m *Manager) inputSchema(ctx context.Context, serviceID, toolID string, t *
 func (m *Manager) Invoke(ctx context.Context, in module.InvokeInput) (any, error) {
 	l, t, err := m.callable(in.ServiceID, in.ToolID)
 	if err != nil {
-		return nil, err
+		code := module.ToolNotFound
+		if errors.Is(err, ErrUnavailable) {
+			code = module.ToolUnavailable
+		}
+		return nil, &module.ToolError{Code: code, Err: err}
 	}
 	s, err := m.inputSchema(ctx, in.ServiceID, in.ToolID, t)
 	if err != nil {
@@ -133,7 +136,8 @@ func (m *Manager) Invoke(ctx context.Context, in module.InvokeInput) (any, error
 	if err := s.Validate(params); err != nil {
 		var ve *schema.ValidationError
 		if errors.As(err, &ve) {
-			return nil, &schema.FieldError{Field: "parameters", Message: fmt.Sprintf("invalid parameters for %s.%s", in.ServiceID, in.ToolID), Problems: ve.Problems}
+			return nil, &module.ToolError{Code: module.ToolInvalidParameters, Details: ve.Problems,
+				Err: &schema.FieldError{Field: "parameters", Message: fmt.Sprintf("invalid parameters for %s.%s", in.ServiceID, in.ToolID), Problems: ve.Problems}}
 		}
 		return nil, err
 	}

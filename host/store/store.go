@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect"
@@ -30,11 +31,33 @@ var migrationFiles embed.FS
 // ErrNotFound is returned when a row does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrFull is returned when the database cannot grow: its disk is full (or,
+// on SQLite, it reached its max_page_count).
+var ErrFull = errors.New("the database's disk is full")
+
+// classify marks the errors callers act on by kind: a full disk (SQLite's
+// SQLITE_FULL; PostgreSQL's disk_full, class 53100) becomes ErrFull.
+func classify(err error) error {
+	var code interface{ Code() int } // modernc.org/sqlite's errors
+	var pg *pgconn.PgError
+	switch {
+	case err == nil, errors.Is(err, ErrFull):
+		return err
+	case errors.As(err, &code) && code.Code()&0xff == sqliteFull,
+		errors.As(err, &pg) && pg.Code == "53100":
+		return fmt.Errorf("%w: %w", ErrFull, err)
+	}
+	return err
+}
+
+// sqliteFull is SQLITE_FULL, the primary result code of a write that found
+// no room.
+const sqliteFull = 13
+
 // Store is the database handle shared by the host's services.
 type Store struct {
 	DB    *bun.DB
 	local bool // embedded SQLite
-	pids  pidRange
 
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared, by their text with ? placeholders
@@ -90,9 +113,33 @@ func (s *Store) hot(ctx context.Context) context.Context {
 	return ctx
 }
 
+// ErrCorrupt is returned by Open when SQLite finds the database damaged.
+var ErrCorrupt = errors.New("the database is corrupt")
+
+// ErrEmpty is returned by Open when the data directory was used before but
+// its SQLite database is empty: starting would silently drop its history.
+var ErrEmpty = errors.New("the database is empty although the data directory was used before")
+
+// Options tune Open.
+type Options struct {
+	// UsedDataDir says a host ran on the data directory before, so an empty
+	// SQLite database there is lost data (ErrEmpty), not a first start.
+	UsedDataDir bool
+}
+
 // Open connects to dbURL (empty: SQLite in dataDir) and runs the embedded
 // migrations.
-func Open(ctx context.Context, dbURL, dataDir string) (*Store, error) {
+func Open(ctx context.Context, dbURL, dataDir string, opts ...Options) (*Store, error) {
+	var o Options
+	for _, x := range opts {
+		o = x
+	}
+	if dbURL == "" && o.UsedDataDir {
+		path := filepath.Join(dataDir, sqliteFile)
+		if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
+			return nil, fmt.Errorf("%s: %w; restore it from a backup, or move the data directory away to start afresh", path, ErrEmpty)
+		}
+	}
 	db, tmpl, err := connect(dbURL, dataDir)
 	if err != nil {
 		return nil, err
@@ -100,9 +147,27 @@ func Open(ctx context.Context, dbURL, dataDir string) (*Store, error) {
 	s := &Store{DB: db, local: db.Dialect().Name() == dialect.SQLite, stmts: map[string]*sql.Stmt{}}
 	if err := s.migrate(ctx, tmpl); err != nil {
 		db.Close()
+		if s.local && corrupt(err) {
+			return nil, fmt.Errorf("%w (%v); restore it from a backup, or move it away to start afresh", ErrCorrupt, err)
+		}
+		return nil, err
+	}
+	if err := s.syncToolSearch(ctx); err != nil {
+		db.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// sqliteFile is the database's name in the data directory.
+const sqliteFile = "cyrnel.db"
+
+// corrupt reports SQLite's SQLITE_CORRUPT and SQLITE_NOTADB. Read from the
+// message, which SQLite fixes (sqlite3_errstr) and both drivers sqliteshim
+// may pick report; their error types differ.
+func corrupt(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "database disk image is malformed") || strings.Contains(msg, "file is not a database")
 }
 
 // dialectSQL fills the dialect-specific parts of the migration templates.
@@ -110,6 +175,9 @@ type dialectSQL struct {
 	PK   string
 	Time string
 	Blob string
+	// SQLite selects the embedded store's form where the two differ (tool
+	// search: FTS5 there, tsvector on PostgreSQL).
+	SQLite bool
 }
 
 func connect(dbURL, dataDir string) (*bun.DB, dialectSQL, error) {
@@ -122,15 +190,17 @@ func connect(dbURL, dataDir string) (*bun.DB, dialectSQL, error) {
 			PK: "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", Time: "TIMESTAMPTZ", Blob: "BYTEA",
 		}, nil
 	}
-	path := dbURL
+	path, extra := dbURL, ""
 	switch {
 	case path == "":
 		if err := os.MkdirAll(dataDir, 0o700); err != nil {
 			return nil, dialectSQL{}, fmt.Errorf("create data dir: %w", err)
 		}
-		path = filepath.Join(dataDir, "cyrnel.db")
+		path = filepath.Join(dataDir, sqliteFile)
 	case strings.HasPrefix(path, "sqlite://"):
-		path = strings.TrimPrefix(path, "sqlite://")
+		// sqlite://PATH?_pragma=…: the operator's pragmas follow ours
+		// (max_page_count, for one, bounds the database's size).
+		path, extra, _ = strings.Cut(strings.TrimPrefix(path, "sqlite://"), "?")
 	case strings.Contains(path, "://"):
 		return nil, dialectSQL{}, fmt.Errorf("unsupported database URL scheme in %q (use postgres:// or sqlite://PATH)", redact(dbURL))
 	}
@@ -139,6 +209,9 @@ func connect(dbURL, dataDir string) (*bun.DB, dialectSQL, error) {
 	// that would fail with SQLITE_BUSY instead of waiting.
 	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)" +
 		"&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate"
+	if extra != "" {
+		dsn += "&" + extra
+	}
 	sqldb, err := sql.Open(sqliteshim.ShimName, dsn)
 	if err != nil {
 		return nil, dialectSQL{}, fmt.Errorf("open sqlite %s: %w", path, err)
@@ -148,7 +221,7 @@ func connect(dbURL, dataDir string) (*bun.DB, dialectSQL, error) {
 	sqldb.SetMaxOpenConns(8)
 	sqldb.SetMaxIdleConns(8)
 	return bun.NewDB(sqldb, sqlitedialect.New()), dialectSQL{
-		PK: "INTEGER PRIMARY KEY AUTOINCREMENT", Time: "TIMESTAMP", Blob: "BLOB",
+		PK: "INTEGER PRIMARY KEY AUTOINCREMENT", Time: "TIMESTAMP", Blob: "BLOB", SQLite: true,
 	}, nil
 }
 

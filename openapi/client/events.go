@@ -19,12 +19,13 @@ import (
 // ProcessEvent is one event of GET /processes/{pid}/events; exactly one
 // payload field is set, the one Event names.
 type ProcessEvent struct {
-	Event  string // state, stdout, stderr, output or exit
-	State  *StateEvent
-	Stdout *StdoutEvent
-	Stderr *StderrEvent
-	Output *OutputEvent
-	Exit   *ExitEvent
+	Event    string // state, stdout, stderr, output, approval or exit
+	State    *StateEvent
+	Stdout   *StdoutEvent
+	Stderr   *StderrEvent
+	Output   *OutputEvent
+	Approval *ApprovalEvent
+	Exit     *ExitEvent
 }
 
 // ErrStreamEnded is returned by FollowProcess when the stream ends without an
@@ -34,7 +35,7 @@ var ErrStreamEnded = errors.New("event stream ended before the process exited")
 // FollowProcess streams a process's events (what happened so far, then
 // live) to fn until the stream ends, fn returns an error, or ctx ends.
 func (c *ClientWithResponses) FollowProcess(ctx context.Context, pid int64, fn func(ProcessEvent) error, reqEditors ...RequestEditorFn) error {
-	resp, err := c.ClientInterface.StreamProcessEvents(ctx, pid, reqEditors...)
+	resp, err := c.StreamProcessEvents(ctx, pid, reqEditors...)
 	if err != nil {
 		return fmt.Errorf("stream events of process %d: %w", pid, err)
 	}
@@ -117,6 +118,9 @@ func decodeEvent(name string, data []byte) (ProcessEvent, error) {
 	case "output":
 		ev.Output = &OutputEvent{}
 		target = ev.Output
+	case "approval":
+		ev.Approval = &ApprovalEvent{}
+		target = ev.Approval
 	case "exit":
 		ev.Exit = &ExitEvent{}
 		target = ev.Exit

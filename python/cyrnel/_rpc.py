@@ -2,22 +2,34 @@
 
 One reader thread owns fd 3: responses wake the caller waiting on them,
 requests from the host go to the main thread's queue. Writes are serialised
-by a lock so messages never interleave.
+by a lock so messages never interleave. When fd 3 reaches end-of-file every
+pending call fails, and so does every later one: nothing can answer them.
 """
+
+from __future__ import annotations
 
 import json
 import os
 import queue
 import threading
 
+TYPE_CHECKING = False  # typing costs every interpreter an import; mypy reads it as True
+if TYPE_CHECKING:
+    import asyncio
+    from typing import Any
+
 READ_FD = 3
 WRITE_FD = 4
 
+# The code of an RPCError raised locally when the host can no longer answer.
+DISCONNECTED = "disconnected"
+
 
 class RPCError(Exception):
-    """An error answer from the host."""
+    """An error answer from the host, or no answer at all (code
+    ``DISCONNECTED``)."""
 
-    def __init__(self, code, message, data=None):
+    def __init__(self, code: int | str | None, message: str, data: Any = None) -> None:
         super().__init__(message)
         self.code = code
         self.data = data
@@ -26,29 +38,32 @@ class RPCError(Exception):
 class _Pending:
     __slots__ = ("event", "result", "error", "loop", "future")
 
-    def __init__(self, loop=None, future=None):
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop | None = None, future: asyncio.Future[Any] | None = None
+    ) -> None:
         self.event = threading.Event()
-        self.result = None
-        self.error = None
+        self.result: Any = None
+        self.error: RPCError | None = None
         self.loop = loop
         self.future = future
 
 
 class Connection:
-    def __init__(self, read_fd=READ_FD, write_fd=WRITE_FD):
+    def __init__(self, read_fd: int = READ_FD, write_fd: int = WRITE_FD) -> None:
         self._reader = open(read_fd, "rb", buffering=1 << 16, closefd=False)
         self._write_fd = write_fd
         self._write_lock = threading.Lock()
         self._id_lock = threading.Lock()
         self._next_id = 0
-        self._pending = {}
-        self.requests = queue.Queue()
+        self._pending: dict[int, _Pending] = {}
+        self._closed = False  # fd 3 reached end-of-file (under _id_lock)
+        self.requests: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._read_loop, name="cyrnel-rpc", daemon=True)
 
-    def start(self):
+    def start(self) -> None:
         self._thread.start()
 
-    def _send(self, msg):
+    def _send(self, msg: dict[str, Any]) -> None:
         data = json.dumps(msg, separators=(",", ":"), allow_nan=False).encode() + b"\n"
         with self._write_lock:
             view = memoryview(data)
@@ -56,25 +71,27 @@ class Connection:
                 n = os.write(self._write_fd, view)
                 view = view[n:]
 
-    def notify(self, method, params):
+    def notify(self, method: str, params: Any) -> None:
         self._send({"jsonrpc": "2.0", "method": method, "params": params})
 
-    def reply(self, req_id, result=None, error=None):
-        msg = {"jsonrpc": "2.0", "id": req_id}
+    def reply(self, req_id: Any, result: Any = None, error: dict[str, Any] | None = None) -> None:
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": req_id}
         if error is not None:
             msg["error"] = error
         else:
             msg["result"] = result
         self._send(msg)
 
-    def _register(self, pending):
+    def _register(self, pending: _Pending) -> int:
         with self._id_lock:
+            if self._closed:
+                raise _disconnected()
             self._next_id += 1
             req_id = self._next_id
             self._pending[req_id] = pending
         return req_id
 
-    def call(self, method, params):
+    def call(self, method: str, params: Any) -> Any:
         """Blocking call; raises RPCError on an error answer."""
         p = _Pending()
         req_id = self._register(p)
@@ -84,7 +101,7 @@ class Connection:
             raise p.error
         return p.result
 
-    def acall(self, method, params):
+    def acall(self, method: str, params: Any) -> asyncio.Future[Any]:
         """Awaitable call: returns an asyncio future resolved by the reader."""
         import asyncio
 
@@ -94,39 +111,62 @@ class Connection:
         self._send({"jsonrpc": "2.0", "id": req_id, "method": method, "params": params})
         return fut
 
-    def _resolve(self, msg):
+    def _resolve(self, msg: dict[str, Any]) -> None:
         with self._id_lock:
-            p = self._pending.pop(msg.get("id"), None)
+            p = self._pending.pop(msg.get("id"), None)  # type: ignore[arg-type]
         if p is None:
             return
         err = msg.get("error")
-        if err is not None:
-            p.error = RPCError(err.get("code"), err.get("message", "error"), err.get("data"))
+        if isinstance(err, dict):
+            p.error = RPCError(err.get("code"), str(err.get("message", "error")), err.get("data"))
+        elif err is not None:
+            p.error = RPCError(None, str(err))
         else:
             p.result = msg.get("result")
-        if p.future is not None:
-            try:
-                p.loop.call_soon_threadsafe(_settle, p)
-            except RuntimeError:
-                pass  # its event loop is closed: nobody awaits the answer
-        else:
-            p.event.set()
+        _wake(p)
 
-    def _read_loop(self):
-        for line in self._reader:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if "method" in msg:
-                self.requests.put(msg)
-            else:
-                self._resolve(msg)
-        # The host closed the pipe: nothing more will arrive.
+    def _read_loop(self) -> None:
+        try:
+            for line in self._reader:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(msg, dict):
+                    continue
+                if "method" in msg:
+                    self.requests.put(msg)
+                else:
+                    self._resolve(msg)
+        except (OSError, ValueError):
+            pass  # fd 3 closed under the reader (by the program): the same as end-of-file
+        # The host closed the pipe: nothing more will arrive, so nothing
+        # waiting for an answer may wait on.
+        with self._id_lock:
+            self._closed = True
+            pending, self._pending = self._pending, {}
+        for p in pending.values():
+            p.error = _disconnected()
+            _wake(p)
         self.requests.put(None)
 
 
-def _settle(p):
+def _disconnected() -> RPCError:
+    return RPCError(DISCONNECTED, "the connection to the cyrnel host is closed: the call got no answer")
+
+
+def _wake(p: _Pending) -> None:
+    if p.future is not None and p.loop is not None:
+        try:
+            p.loop.call_soon_threadsafe(_settle, p)
+        except RuntimeError:
+            pass  # its event loop is closed: nobody awaits the answer
+    else:
+        p.event.set()
+
+
+def _settle(p: _Pending) -> None:
+    assert p.future is not None
     if p.future.done():
         return
     if p.error is not None:
@@ -135,10 +175,10 @@ def _settle(p):
         p.future.set_result(p.result)
 
 
-conn = None  # set by the worker before user code runs
+conn: Connection | None = None  # set by the worker before user code runs
 
 
-def output(patch):
+def output(patch: dict[str, Any]) -> None:
     """Merge ``patch`` (a JSON object) into the process's structured output.
 
     Later keys overwrite earlier ones; new keys are added.

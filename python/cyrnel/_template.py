@@ -23,6 +23,7 @@ import base64
 import ctypes
 import fcntl
 import gc
+import io
 import json
 import os
 import resource
@@ -351,11 +352,17 @@ def main(preload):
     cfg = json.loads(ctl.recv(1 << 20))
     cfg["seccomp"] = [base64.b64decode(p) for p in cfg["seccomp"]]
     own_filter = [base64.b64decode(p) for p in cfg.pop("templateSeccomp")]
+    # warm() names a failing preload module on stderr (the host maps that
+    # line to the config field): keep it for the answer.
+    real_stderr, sys.stderr = sys.stderr, io.StringIO()
     try:
         _worker.warm(preload)
     except BaseException as e:  # noqa: BLE001 - any failure of a preload is reported
-        ctl.send(json.dumps({"error": f"preload failed: {type(e).__name__}: {e}"}).encode())
+        said = sys.stderr.getvalue().strip()
+        ctl.send(json.dumps({"error": said or f"preload failed: {type(e).__name__}: {e}"}).encode())
         return 1
+    finally:
+        sys.stderr = real_stderr
     threads = os.listdir("/proc/self/task")
     if len(threads) > 1:
         threading = sys.modules.get("threading")

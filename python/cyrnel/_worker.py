@@ -6,8 +6,11 @@ the ``preload`` modules) is imported here, before ``ready``, so an execution
 pays none of it.
 """
 
+from __future__ import annotations
+
 import builtins
 import importlib
+import io
 import linecache
 import os
 import sys
@@ -16,7 +19,14 @@ import traceback
 import cyrnel
 from cyrnel import _rpc
 
+TYPE_CHECKING = False  # typing costs every interpreter an import; mypy reads it as True
+if TYPE_CHECKING:
+    from types import TracebackType
+    from typing import Any
+
 FILENAME = "<process>"
+# The runtime's own files: their frames are cut from user tracebacks.
+_RUNTIME_DIR = os.path.dirname(os.path.abspath(cyrnel.__file__)) + os.sep
 
 # ast.PyCF_ALLOW_TOP_LEVEL_AWAIT and inspect.CO_COROUTINE, stable since 3.8:
 # importing ast and inspect for two constants would cost every fresh
@@ -25,28 +35,60 @@ PYCF_ALLOW_TOP_LEVEL_AWAIT = 0x2000
 CO_COROUTINE = 0x0080
 
 
-def _help(*args, **kwargs):
+def _help(*args: Any, **kwargs: Any) -> None:
     # `help` normally comes from `site`, which the interpreter skips (-S).
     import pydoc
 
-    return pydoc.help(*args, **kwargs)
+    from cyrnel import _tools
+
+    for a in args:
+        _tools.load_docs(a)
+    pydoc.help(*args, **kwargs)
 
 
-def _failure(exc, reason="exception"):
+def _failure(exc: BaseException) -> dict[str, Any]:
+    # A runtime reports only success or failed: every other end (timeout,
+    # memory_limit, ...) is the host's to decide (docs/protocol.md).
     name = type(exc).__name__
     msg = str(exc)
-    return {"status": "failed", "error": f"{name}: {msg}" if msg else name, "reason": reason}
+    return {"status": "failed", "error": f"{name}: {msg}" if msg else name}
 
 
-def _print_traceback(exc):
-    tb = exc.__traceback__
-    # Drop this module's own frames so the traceback starts in user code.
-    while tb is not None and tb.tb_frame.f_code.co_filename != FILENAME:
+def _user_frames(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback without the runtime's frames: it starts in the program
+    (not in the runtime or asyncio that ran it), and frames of the cyrnel
+    package (a tool stub, the RPC client) are cut wherever they appear."""
+    start = tb
+    while start is not None and start.tb_frame.f_code.co_filename != FILENAME:
+        start = start.tb_next
+    if start is not None:
+        tb = start
+    frames = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_RUNTIME_DIR):
+            frames.append(tb)
         tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+    head = None
+    for t in reversed(frames):
+        head = type(t)(head, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return head
 
 
-def run(code):
+def _hide_runtime(exc: BaseException) -> None:
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = _user_frames(e.__traceback__)
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+
+
+def _print_traceback(exc: BaseException) -> None:
+    _hide_runtime(exc)
+    traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+
+
+def run(code: str) -> dict[str, Any]:
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     scope = {"__name__": "__main__", "__builtins__": builtins, "cyrnel": cyrnel}
     try:
@@ -65,10 +107,7 @@ def run(code):
         if e.code is None or e.code == 0:
             return {"status": "success"}
         _print_traceback(e)
-        return {"status": "failed", "error": f"SystemExit: {e.code}", "reason": "exception"}
-    except MemoryError as e:
-        _print_traceback(e)
-        return _failure(e, "memory_limit")
+        return {"status": "failed", "error": f"SystemExit: {e.code}"}
     except BaseException as e:  # noqa: BLE001 - every user failure is reported
         _print_traceback(e)
         return _failure(e)
@@ -81,7 +120,7 @@ def run(code):
     return {"status": "success"}
 
 
-def _release_output():
+def _release_output() -> None:
     """Point fds 1 and 2 at /dev/null so the host's output pipes reach
     end-of-file before the answer arrives: the host then has every byte
     without waiting for this interpreter to die."""
@@ -91,7 +130,7 @@ def _release_output():
     os.close(null)
 
 
-def main(preload=()):
+def main(preload: list[str] | tuple[str, ...] = ()) -> None:
     """Run the worker. ``preload`` names modules to import while warm."""
     warm(preload)
     serve()
@@ -100,10 +139,17 @@ def main(preload=()):
 def warm(preload=()):
     """Everything an execution should not pay: the preload imports."""
     sys.argv = [""]
-    for name in preload:
-        importlib.import_module(name)
+    for i, name in enumerate(preload):
+        try:
+            importlib.import_module(name)
+        except BaseException as e:  # noqa: BLE001 - any failure refuses the config
+            # The host reads this line to name the module in its answer.
+            why = f"{type(e).__name__}: {e}".replace("\n", " ")
+            sys.stderr.write(f"cyrnel: preload[{i}] {name}: {why}\n")
+            sys.exit(1)
     # Line buffering: output reaches the host as it is printed, not at exit.
-    sys.stdout.reconfigure(line_buffering=True)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
     builtins.help = _help
 
 
@@ -123,10 +169,6 @@ def serve():
             result = run(params.get("code", ""))
             _release_output()
             conn.reply(req_id, result)
-        elif method == "shutdown":
-            if req_id is not None:
-                conn.reply(req_id, None)
-            return
         elif req_id is not None:
             conn.reply(req_id, error={"code": -32601, "message": f"method not found: {method}"})
 

@@ -16,6 +16,7 @@ func defsOf(t *testing.T, sch map[string]any) map[string]any {
 }
 
 func TestRecursiveTree(t *testing.T) {
+	t.Parallel()
 	tl := toolByID(t, fixture(t, "recursive-tree-3.0.yaml"), "get_tree")
 	out := decodeJSON(t, tl.OutputSchema)
 	node := defsOf(t, out)["TreeNode"].(map[string]any)
@@ -38,6 +39,7 @@ func TestRecursiveTree(t *testing.T) {
 }
 
 func TestRecursiveMutualShared(t *testing.T) {
+	t.Parallel()
 	def := fixture(t, "recursive-mutual-shared-3.0.yaml")
 	var schemas []map[string]any
 	for _, id := range []string{"post_foo", "put_bar"} {
@@ -67,6 +69,7 @@ func TestRecursiveMutualShared(t *testing.T) {
 }
 
 func TestStripeComponents(t *testing.T) {
+	t.Parallel()
 	def := fixture(t, "stripe-2022-04-3.0.json")
 	// Dotted component names stay as they are and are valid pointers.
 	out := decodeJSON(t, toolByID(t, def, "GetCheckoutSessionsSession").OutputSchema)
@@ -104,6 +107,7 @@ func TestStripeComponents(t *testing.T) {
 }
 
 func TestOutputSchemaBranches(t *testing.T) {
+	t.Parallel()
 	tl := toolByID(t, fixture(t, "petstore-3.0.yaml"), "showPetById")
 	out := decodeJSON(t, tl.OutputSchema)
 	branches := out["anyOf"].([]any)
@@ -140,6 +144,7 @@ func TestOutputSchemaBranches(t *testing.T) {
 }
 
 func TestConfigAndSecretsSchemas(t *testing.T) {
+	t.Parallel()
 	uspto := decodeJSON(t, fixture(t, "uspto-3.0.yaml").ConfigSchema)
 	props := uspto["properties"].(map[string]any)
 	scheme := props["variables"].(map[string]any)["properties"].(map[string]any)["scheme"]
@@ -206,6 +211,7 @@ func TestConfigAndSecretsSchemas(t *testing.T) {
 }
 
 func TestDefNames(t *testing.T) {
+	t.Parallel()
 	def := defineDoc(t, `{
 	  "swagger": "2.0",
 	  "info": {"title": "names", "version": "1"},

@@ -537,8 +537,8 @@ func (d *definer) recordVariable(name string, v *openapi3.ServerVariable) {
 	}
 }
 
-// configSchema is the service's config: serverUrl, the servers' variables
-// and timeoutMs.
+// configSchema is the service's config: serverUrl, the servers' variables,
+// timeoutMs and allowPrivateNetwork.
 func (d *definer) configSchema(doc *openapi3.T) map[string]any {
 	var urls []string
 	for _, s := range doc.Servers {
@@ -567,7 +567,7 @@ func (d *definer) configSchema(doc *openapi3.T) map[string]any {
 		"type":                 "object",
 		"additionalProperties": false,
 		"properties": map[string]any{
-			"serverUrl": map[string]any{"type": "string", "minLength": 1, "description": serverDesc},
+			"serverUrl": map[string]any{"type": "string", "minLength": 1, "maxLength": 8192, "description": serverDesc},
 			"variables": map[string]any{
 				"type":                 "object",
 				"description":          "Values of the server URL variables; a variable left out takes its default.",
@@ -575,8 +575,12 @@ func (d *definer) configSchema(doc *openapi3.T) map[string]any {
 				"additionalProperties": map[string]any{"type": "string"},
 			},
 			"timeoutMs": map[string]any{
-				"type": "integer", "minimum": 1, "default": defaultTimeoutMs,
+				"type": "integer", "minimum": 1, "maximum": maxTimeoutMs, "default": defaultTimeoutMs,
 				"description": "Timeout of one tool call, in milliseconds.",
+			},
+			"allowPrivateNetwork": map[string]any{
+				"type": "boolean", "default": false,
+				"description": "Let tool calls (and the document's fetch) reach loopback, private, link-local and other non-public addresses. The host's own API stays unreachable.",
 			},
 		},
 	}

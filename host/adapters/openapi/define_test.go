@@ -14,6 +14,7 @@ import (
 )
 
 func TestIdentifier(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"repos/list-for-org": "repos_list_for_org",
 		"find pet by id":     "find_pet_by_id",
@@ -49,6 +50,7 @@ func TestIdentifier(t *testing.T) {
 }
 
 func TestFixtureToolIDs(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		fixture string
 		ids     map[string]string // id → name
@@ -96,6 +98,7 @@ func toolIDsOf(def adapter.ServiceDefinition) []string {
 }
 
 func TestToolIDUniqueness(t *testing.T) {
+	t.Parallel()
 	def := defineDoc(t, `
 openapi: 3.0.3
 info: {title: t, version: "1"}
@@ -160,6 +163,7 @@ paths:
 `
 
 func TestPropertyNamesAndClashes(t *testing.T) {
+	t.Parallel()
 	tl := toolByID(t, defineDoc(t, clashDoc), "update")
 	in := decodeJSON(t, tl.InputSchema)
 	props := in["properties"].(map[string]any)
@@ -206,6 +210,7 @@ func TestPropertyNamesAndClashes(t *testing.T) {
 }
 
 func TestSchemaConversion30(t *testing.T) {
+	t.Parallel()
 	def := defineDoc(t, `
 openapi: 3.0.3
 info: {title: conv, version: "1"}
@@ -309,6 +314,7 @@ components:
 }
 
 func TestSchemaConversion31(t *testing.T) {
+	t.Parallel()
 	def := defineDoc(t, `
 openapi: 3.1.0
 info: {title: conv31, version: "1"}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/schema"
 )
 
@@ -42,6 +43,7 @@ var fixtureTools = map[string]int{
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func TestFixtureListIsComplete(t *testing.T) {
+	t.Parallel()
 	entries, err := os.ReadDir(fixtureDir(t))
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +69,7 @@ func TestFixtureListIsComplete(t *testing.T) {
 // host/schema, input properties are identifiers (Python keyword arguments),
 // references point into $defs, and the adapter domains read back.
 func TestFixturesImport(t *testing.T) {
+	t.Parallel()
 	for name, want := range fixtureTools {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -85,7 +88,7 @@ func TestFixturesImport(t *testing.T) {
 			}
 			seen := map[string]bool{}
 			for _, tl := range def.Tools {
-				if !identRE.MatchString(tl.ID) || reserved[tl.ID] || seen[tl.ID] {
+				if !identRE.MatchString(tl.ID) || module.Reserved(tl.ID) || seen[tl.ID] {
 					t.Errorf("tool id %q is not a unique identifier", tl.ID)
 				}
 				seen[tl.ID] = true
@@ -101,7 +104,7 @@ func TestFixturesImport(t *testing.T) {
 				in := decodeJSON(t, tl.InputSchema)
 				props, _ := in["properties"].(map[string]any)
 				for p := range props {
-					if !identRE.MatchString(p) || reserved[p] {
+					if !identRE.MatchString(p) || module.Reserved(p) {
 						t.Errorf("%s: property %q is not an identifier", tl.ID, p)
 					}
 				}

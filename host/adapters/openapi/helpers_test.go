@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,15 +18,14 @@ import (
 	"github.com/cyrnel/cyrnel/host/schema"
 )
 
-// fixtureDir is the shared fixtures directory, found from this file so tests
-// run from any working directory.
+// fixtureDir holds real public OpenAPI documents (sources in SOURCES.md).
 func fixtureDir(t testing.TB) string {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		t.Fatal("cannot locate the test file")
 	}
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "shared", "fixtures", "openapi")
+	dir := filepath.Join(filepath.Dir(file), "testdata")
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("fixtures: %v", err)
 	}
@@ -156,12 +156,20 @@ func (r *recorder) last(t testing.TB) recorded {
 	}
 }
 
+// privateOK is the config of a service whose upstream is a mock on loopback.
+var privateOK = map[string]any{"allowPrivateNetwork": true}
+
 // hydrate hydrates def as service id, after checking config and secrets
-// against the definition's schemas as the host does.
+// against the definition's schemas as the host does. The mock upstreams are
+// on loopback, so allowPrivateNetwork defaults to true here.
 func hydrate(t testing.TB, a *Adapter, id string, def adapter.ServiceDefinition, config, secrets map[string]any) {
 	t.Helper()
+	config = maps.Clone(config)
 	if config == nil {
 		config = map[string]any{}
+	}
+	if _, ok := config["allowPrivateNetwork"]; !ok {
+		config["allowPrivateNetwork"] = true
 	}
 	if secrets == nil {
 		secrets = map[string]any{}

@@ -41,16 +41,19 @@ func (a *Adapter) Invoke(ctx context.Context, in module.InvokeInput) (any, error
 	defer cancel()
 	req, secretHeaders, err := svc.request(ctx, td, params)
 	if err != nil {
-		return nil, fmt.Errorf("openapi: %s.%s: %w", in.ServiceID, in.ToolID, err)
+		return nil, &module.ToolError{Code: module.ToolInvalidParameters, Err: fmt.Errorf("openapi: %s.%s: %w", in.ServiceID, in.ToolID, err)}
 	}
 	label := req.Method + " " + redact(req.URL)
+	// No usable answer arrived: a transport error, whatever the cause.
 	fail := func(err error) error {
 		if context.Cause(ctx) == errCallTimeout {
-			return fmt.Errorf("%s: timed out after %s: %w", label, svc.timeout, context.DeadlineExceeded)
+			err = fmt.Errorf("%s: timed out after %s: %w", label, svc.timeout, context.DeadlineExceeded)
+		} else {
+			err = fmt.Errorf("%s: %w", label, err)
 		}
-		return fmt.Errorf("%s: %w", label, err)
+		return &module.ToolError{Code: module.ToolTransportError, Err: err}
 	}
-	resp, err := a.clientFor(secretHeaders).Do(req)
+	resp, err := a.clientFor(svc.allowPrivate, secretHeaders).Do(req)
 	if err != nil {
 		return nil, fail(unwrapURLError(err))
 	}
@@ -60,7 +63,8 @@ func (a *Adapter) Invoke(ctx context.Context, in module.InvokeInput) (any, error
 		return nil, fail(fmt.Errorf("reading response: %w", err))
 	}
 	if int64(len(data)) > a.opts.MaxResponseBytes {
-		return nil, fmt.Errorf("%s: response body larger than the %d-byte limit", label, a.opts.MaxResponseBytes)
+		return nil, &module.ToolError{Code: module.ToolUpstreamError, Status: resp.StatusCode,
+			Err: fmt.Errorf("%s: response body larger than the %d-byte limit", label, a.opts.MaxResponseBytes)}
 	}
 	out := map[string]any{
 		"status":  resp.StatusCode,
@@ -77,11 +81,11 @@ func (a *Adapter) Invoke(ctx context.Context, in module.InvokeInput) (any, error
 // clientFor returns the client for a call whose credentials travel in the
 // headers named: net/http drops Authorization and Cookie when a redirect
 // leaves the host, but not an API key's own header, so this client does.
-func (a *Adapter) clientFor(secretHeaders []string) *http.Client {
+func (a *Adapter) clientFor(allowPrivate bool, secretHeaders []string) *http.Client {
 	if len(secretHeaders) == 0 {
-		return a.client
+		return a.client(allowPrivate)
 	}
-	c := *a.client
+	c := *a.client(allowPrivate)
 	next := c.CheckRedirect
 	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
 		if req.URL.Host != via[0].URL.Host {

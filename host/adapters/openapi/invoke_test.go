@@ -21,6 +21,7 @@ import (
 )
 
 func TestInvokePetstore(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/v1/pets/missing":
@@ -100,6 +101,7 @@ func TestInvokePetstore(t *testing.T) {
 
 // TestStyleExplode sends the style-explode fixture's arrays.
 func TestStyleExplode(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	def := fixture(t, "style-explode-3.0.yaml")
 	a := New(Options{})
@@ -187,6 +189,7 @@ paths:
 // TestParameterStyles checks every style/explode combination on the wire,
 // with the examples of the OpenAPI specification's style table.
 func TestParameterStyles(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	def := defineDoc(t, stylesDoc)
 	a := New(Options{})
@@ -236,6 +239,7 @@ func TestParameterStyles(t *testing.T) {
 }
 
 func TestCookieParamsFixture(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	def := fixture(t, "cookie-params-3.0.json")
 	a := New(Options{})
@@ -271,6 +275,7 @@ func TestCookieParamsFixture(t *testing.T) {
 }
 
 func TestStripeFormAndAuth(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	def := fixture(t, "stripe-2022-04-3.0.json")
 	a := New(Options{})
@@ -349,6 +354,7 @@ func multipartParts(t *testing.T, req recorded) []part {
 }
 
 func TestMultipart(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 
 	// Swagger 2.0 formData with a file, converted to a multipart body.
@@ -422,6 +428,7 @@ paths:
 }
 
 func TestFormBodyAndBodyMediaTypes(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	def := fixture(t, "uspto-3.0.yaml")
 	a := New(Options{})
@@ -454,6 +461,7 @@ func TestFormBodyAndBodyMediaTypes(t *testing.T) {
 }
 
 func TestServerSelection(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	host := strings.TrimPrefix(rec.URL, "http://")
 	doc := `
@@ -525,7 +533,7 @@ paths:
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"id": 1}`)
 	})
-	fetched, err := a.Definition(context.Background(), adapter.Source{URL: docSrv.URL + "/specs/petstore.yaml"})
+	fetched, err := a.Definition(context.Background(), adapter.Source{URL: docSrv.URL + "/specs/petstore.yaml", Config: privateOK})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -581,6 +589,7 @@ paths:
 `
 
 func TestSecurity(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	def := defineDoc(t, securityDoc)
 	a := New(Options{})
@@ -668,6 +677,7 @@ paths: {/x: {get: {operationId: x, responses: {"200": {description: ok}}}}}
 }
 
 func TestInvokeFailures(t *testing.T) {
+	t.Parallel()
 	def := fixture(t, "petstore-3.0.yaml")
 	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -684,7 +694,7 @@ func TestInvokeFailures(t *testing.T) {
 	// Timeout from config.
 	hydrate(t, a, "slow", def, map[string]any{"serverUrl": rec.URL + "/slow", "timeoutMs": 50}, nil)
 	_, err := call(t, a, def, "slow", "listPets", nil)
-	if err == nil || !strings.Contains(err.Error(), "GET "+rec.URL+"/slow/pets: timed out after 50ms") || !errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || !strings.Contains(err.Error(), "GET "+rec.URL+"/slow/pets: timed out after 50ms") || !errors.Is(err, context.DeadlineExceeded) || toolErrorOf(err).Code != module.ToolTransportError {
 		t.Errorf("timeout: %v", err)
 	}
 	rec.last(t)
@@ -697,8 +707,9 @@ func TestInvokeFailures(t *testing.T) {
 
 	// Oversize response.
 	hydrate(t, a, "big", def, map[string]any{"serverUrl": rec.URL + "/big"}, nil)
-	if _, err := call(t, a, def, "big", "listPets", nil); err == nil || !strings.Contains(err.Error(), "response body larger than the 1024-byte limit") {
-		t.Errorf("oversize: %v", err)
+	if _, err := call(t, a, def, "big", "listPets", nil); err == nil || !strings.Contains(err.Error(), "response body larger than the 1024-byte limit") ||
+		toolErrorOf(err).Code != module.ToolUpstreamError || toolErrorOf(err).Status != 200 {
+		t.Errorf("oversize: %v %+v", err, toolErrorOf(err))
 	}
 	rec.last(t)
 
@@ -707,7 +718,8 @@ func TestInvokeFailures(t *testing.T) {
 	hydrate(t, a, "dead", sec, map[string]any{"serverUrl": rec.URL + "/dead"}, map[string]any{"qKey": "SECRET-KEY"})
 	rec.Close()
 	_, err = call(t, a, sec, "dead", "q", map[string]any{"a": "1"})
-	if err == nil || !strings.HasPrefix(err.Error(), "GET "+rec.URL+"/dead/q: ") || !strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "SECRET") {
+	if err == nil || !strings.HasPrefix(err.Error(), "GET "+rec.URL+"/dead/q: ") || !strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "SECRET") ||
+		toolErrorOf(err).Code != module.ToolTransportError {
 		t.Errorf("transport: %v", err)
 	}
 
@@ -719,7 +731,7 @@ func TestInvokeFailures(t *testing.T) {
 	if _, err := a.Invoke(ctx, module.InvokeInput{ServiceID: "big", ToolID: "nope"}); err == nil || !strings.Contains(err.Error(), `has no tool "nope"`) {
 		t.Errorf("unknown tool: %v", err)
 	}
-	if _, err := a.Invoke(ctx, module.InvokeInput{ServiceID: "big", ToolID: "showPetById"}); err == nil || !strings.Contains(err.Error(), `missing path parameter "petId"`) {
+	if _, err := a.Invoke(ctx, module.InvokeInput{ServiceID: "big", ToolID: "showPetById"}); err == nil || !strings.Contains(err.Error(), `missing path parameter "petId"`) || toolErrorOf(err).Code != module.ToolInvalidParameters {
 		t.Errorf("missing path parameter: %v", err)
 	}
 	if err := a.Forget(ctx, "big"); err != nil {
@@ -738,6 +750,7 @@ func TestInvokeFailures(t *testing.T) {
 }
 
 func TestNonJSONParameters(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	def := defineDoc(t, stylesDoc)
 	a := New(Options{})
@@ -755,6 +768,7 @@ func TestNonJSONParameters(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "{}") })
 	go func() {
 		for range rec.reqs { // drain: this test checks races, not the wire
@@ -784,6 +798,7 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func TestInfo(t *testing.T) {
+	t.Parallel()
 	a := New(Options{})
 	info := a.Info()
 	if info.ID != "openapi" || info.Type != module.TypeAdapter || info.Version == "" || info.Name == "" || info.Description == "" {
@@ -805,6 +820,7 @@ func TestInfo(t *testing.T) {
 // TestRedirectDropsAPIKey: an API key header follows a redirect on the same
 // host but not to another one.
 func TestRedirectDropsAPIKey(t *testing.T) {
+	t.Parallel()
 	other := newRecorder(t, nil)
 	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -834,4 +850,13 @@ func TestRedirectDropsAPIKey(t *testing.T) {
 	if req := other.last(t); req.RequestURI != "/elsewhere" || req.Header.Get("X-Api-Key") != "" {
 		t.Errorf("other host: %s %q", req.RequestURI, req.Header.Get("X-Api-Key"))
 	}
+}
+
+// toolErrorOf is the module.ToolError in err (a zero one when there is none).
+func toolErrorOf(err error) module.ToolError {
+	var te *module.ToolError
+	if errors.As(err, &te) {
+		return *te
+	}
+	return module.ToolError{}
 }

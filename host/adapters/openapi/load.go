@@ -18,8 +18,9 @@ import (
 	"github.com/oasdiff/yaml"
 )
 
-// fetch reads a document from an http(s) URL, bounded in size and time.
-func (a *Adapter) fetch(ctx context.Context, rawURL string) ([]byte, error) {
+// fetch reads a document from an http(s) URL, bounded in size and time,
+// through the same guard as the service's tool calls.
+func (a *Adapter) fetch(ctx context.Context, rawURL string, allowPrivate bool) ([]byte, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("source url: %w", err)
@@ -37,7 +38,7 @@ func (a *Adapter) fetch(ctx context.Context, rawURL string) ([]byte, error) {
 		return nil, fmt.Errorf("fetch %s: %w", label, err)
 	}
 	req.Header.Set("Accept", "application/json, application/yaml;q=0.9, */*;q=0.8")
-	resp, err := a.client.Do(req)
+	resp, err := a.client(allowPrivate).Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: %w", label, unwrapURLError(err))
 	}
@@ -162,7 +163,16 @@ func newLoader(ctx context.Context) *openapi3.Loader {
 	return l
 }
 
-func loadJSON(ctx context.Context, data []byte, major int) (*openapi3.T, error) {
+// loadJSON hands the document to kin-openapi. Documents are untrusted and the
+// library has panicked on malformed ones (a null path item in a 2.0
+// document, found by FuzzDefinition), so a panic is a refused document, not a
+// failed request.
+func loadJSON(ctx context.Context, data []byte, major int) (doc *openapi3.T, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			doc, err = nil, fmt.Errorf("the document is malformed (the OpenAPI loader failed: %v)", r)
+		}
+	}()
 	if major == 3 {
 		return newLoader(ctx).LoadFromData(data)
 	}

@@ -24,6 +24,7 @@ func definitionErr(t *testing.T, a *Adapter, src adapter.Source) error {
 }
 
 func TestExternalRefsRefused(t *testing.T) {
+	t.Parallel()
 	var hits atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
@@ -69,6 +70,7 @@ i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h,*h]
 `
 
 func TestDocumentsRefused(t *testing.T) {
+	t.Parallel()
 	a := New(Options{})
 	for doc, want := range map[string]string{
 		"":                                 "neither url nor content",
@@ -89,6 +91,7 @@ func TestDocumentsRefused(t *testing.T) {
 }
 
 func TestUnquotedSwaggerVersion(t *testing.T) {
+	t.Parallel()
 	def := defineDoc(t, `
 swagger: 2.0
 info: {title: yaml, version: "1"}
@@ -103,6 +106,7 @@ paths:
 }
 
 func TestFetchSource(t *testing.T) {
+	t.Parallel()
 	doc := readFixture(t, "petstore-3.0.yaml")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -116,7 +120,7 @@ func TestFetchSource(t *testing.T) {
 	}))
 	defer srv.Close()
 	a := New(Options{MaxDocumentBytes: 1 << 20})
-	def, err := a.Definition(context.Background(), adapter.Source{URL: srv.URL + "/petstore.yaml"})
+	def, err := a.Definition(context.Background(), adapter.Source{URL: srv.URL + "/petstore.yaml", Config: privateOK})
 	if err != nil || len(def.Tools) != 3 {
 		t.Fatalf("%v %d", err, len(def.Tools))
 	}
@@ -129,26 +133,27 @@ func TestFetchSource(t *testing.T) {
 		"file:///etc/passwd": "only http and https",
 		"ftp://example.com/": "only http and https",
 	} {
-		if err := definitionErr(t, a, adapter.Source{URL: src}); !strings.Contains(err.Error(), want) {
+		if err := definitionErr(t, a, adapter.Source{URL: src, Config: privateOK}); !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v", src, err)
 		}
 	}
 	small := New(Options{MaxDocumentBytes: 1024})
-	if err := definitionErr(t, small, adapter.Source{URL: srv.URL + "/big.yaml"}); !strings.Contains(err.Error(), "larger than 1024 bytes") {
+	if err := definitionErr(t, small, adapter.Source{URL: srv.URL + "/big.yaml", Config: privateOK}); !strings.Contains(err.Error(), "larger than 1024 bytes") {
 		t.Errorf("big: %v", err)
 	}
 	srv.Close()
-	if err := definitionErr(t, a, adapter.Source{URL: srv.URL + "/petstore.yaml"}); !strings.Contains(err.Error(), "fetch "+srv.URL) {
+	if err := definitionErr(t, a, adapter.Source{URL: srv.URL + "/petstore.yaml", Config: privateOK}); !strings.Contains(err.Error(), "fetch "+srv.URL) {
 		t.Errorf("closed: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := a.Definition(ctx, adapter.Source{URL: "http://127.0.0.1:1/x"}); !errors.Is(err, context.Canceled) {
+	if _, err := a.Definition(ctx, adapter.Source{URL: "http://127.0.0.1:1/x", Config: privateOK}); !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled: %v", err)
 	}
 }
 
 func TestCompatRewrites(t *testing.T) {
+	t.Parallel()
 	in := `{
 	  "a": {"$ref": null, "type": "string"},
 	  "b": {"type": "array", "items": [{"type": "string"}, {"type": "null"}]},

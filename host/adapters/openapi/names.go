@@ -3,26 +3,9 @@ package openapi
 import (
 	"strconv"
 	"strings"
-)
 
-// reserved holds the words that cannot name a tool or a keyword argument:
-// Python keywords, JavaScript/TypeScript reserved words (strict mode
-// included), and the few globals a binding must never shadow.
-var reserved = func() map[string]bool {
-	words := strings.Fields(`
-		False None True and as assert async await break class continue def del
-		elif else except finally for from global if import in is lambda
-		nonlocal not or pass raise return try while with yield
-		case catch const debugger default delete do enum export extends false
-		function instanceof let new null package private protected public
-		implements interface static super switch this throw true typeof var
-		void arguments eval undefined NaN Infinity`)
-	m := make(map[string]bool, len(words))
-	for _, w := range words {
-		m[w] = true
-	}
-	return m
-}()
+	"github.com/cyrnel/cyrnel/envs/module"
+)
 
 func isIdentChar(r rune) bool {
 	return r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
@@ -55,7 +38,7 @@ func identifier(s, fallback string) string {
 	if id[0] >= '0' && id[0] <= '9' {
 		id = "_" + id
 	}
-	if reserved[id] {
+	if module.Reserved(id) {
 		id += "_"
 	}
 	return id

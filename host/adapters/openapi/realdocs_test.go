@@ -8,6 +8,7 @@ import (
 // TestRealDocumentsOnTheWire covers the awkward cases SOURCES.md lists for
 // the real documents, on the wire where there is a request to make.
 func TestRealDocumentsOnTheWire(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, nil)
 	a := New(Options{})
 	cfg := map[string]any{"serverUrl": rec.URL}

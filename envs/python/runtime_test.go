@@ -1,0 +1,208 @@
+package python
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cyrnel/cyrnel/envs/envtest"
+	"github.com/cyrnel/cyrnel/envs/module"
+)
+
+// petTools are bindings whose ListTools describes one tool with typed
+// parameters and a result schema, as the host's services do.
+type petTools struct {
+	*envtest.Recorder
+}
+
+var showPet = module.Tool{ServiceID: "pets", ToolID: "show", Name: "show", Description: "Show one pet.",
+	InputSchema: json.RawMessage(`{"type":"object","required":["petId"],"properties":{` +
+		`"petId":{"type":"integer","description":"the pet's id"},"verbose":{"type":"boolean"},"class":{"type":"string"}}}`),
+}
+
+var showPetOutput = json.RawMessage(`{"type":"object","properties":{"status":{"type":"integer"},"body":{"type":"object"}}}`)
+
+var showPetDocs = module.ToolDocsInput{ServiceID: "pets", ToolID: "show", Description: showPet.Description, InputSchema: showPet.InputSchema, OutputSchema: showPetOutput}
+
+func (petTools) ListTools(context.Context) ([]module.Tool, error) { return []module.Tool{showPet}, nil }
+
+func (petTools) ToolDocsInput(_ context.Context, serviceID, toolID string) (module.ToolDocsInput, error) {
+	if serviceID != "pets" || toolID != "show" {
+		return module.ToolDocsInput{}, errors.New("no such tool")
+	}
+	return showPetDocs, nil
+}
+
+var eids atomic.Int64
+
+// runProgram runs code in a fresh environment bound to b and returns how it
+// ended and what it left.
+func runProgram(t *testing.T, b module.Bindings, rec *envtest.Recorder, code string) (module.Result, envtest.Run) {
+	t.Helper()
+	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	if err := e.Setup(context.Background(), module.SetupContext{Bindings: b, Config: map[string]any{"poolSize": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Teardown(context.Background()) })
+	eid := eids.Add(1)
+	res, err := e.Execute(context.Background(), module.ExecutionInput{EID: eid, Code: code, Options: module.Options{TimeoutMs: 20000, OutputLimitBytes: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, rec.Get(eid)
+}
+
+func TestToolErrorSaysWhatFailed(t *testing.T) {
+	t.Parallel()
+	rec := envtest.NewRecorder()
+	fail := func(err error) func(map[string]any) (any, error) {
+		return func(map[string]any) (any, error) { return nil, err }
+	}
+	rec.Tools["t.invalid"] = fail(&module.ToolError{Code: module.ToolInvalidParameters,
+		Details: []map[string]string{{"path": "/x", "message": "want integer"}}, Err: errors.New("invalid parameters for t.invalid")})
+	rec.Tools["t.upstream"] = fail(&module.ToolError{Code: module.ToolUpstreamError, Status: 502, Err: errors.New("response too large")})
+	rec.Tools["t.transport"] = fail(&module.ToolError{Code: module.ToolTransportError, Err: errors.New("connection refused")})
+	rec.Tools["t.plain"] = fail(errors.New("something else"))
+	res, r := runProgram(t, rec, rec, `
+import asyncio
+out = {}
+for name in ("invalid", "upstream", "transport", "plain"):
+    try:
+        cyrnel.services.t.tools[name].invoke({})
+    except cyrnel.ToolError as e:
+        out[name] = [e.code, e.status, e.details, str(e)]
+try:
+    await cyrnel.services.t.upstream.aio()
+except cyrnel.ToolError as e:
+    out["aio"] = [e.code, e.status]
+cyrnel.output(out)`)
+	if res.Exit != module.ExitSuccess {
+		t.Fatalf("%+v %q", res, r.Stderr)
+	}
+	want := map[string]any{
+		"invalid":   []any{"invalid_parameters", nil, []any{map[string]any{"path": "/x", "message": "want integer"}}, "invalid parameters for t.invalid"},
+		"upstream":  []any{"upstream_error", 502.0, nil, "response too large"},
+		"transport": []any{"transport_error", nil, nil, "connection refused"},
+		"plain":     []any{"tool_error", nil, nil, "something else"},
+		"aio":       []any{"upstream_error", 502.0},
+	}
+	got, _ := json.Marshal(r.Output)
+	exp, _ := json.Marshal(want)
+	if string(got) != string(exp) {
+		t.Fatalf("got  %s\nwant %s", got, exp)
+	}
+}
+
+func TestTracebacksHideTheRuntime(t *testing.T) {
+	t.Parallel()
+	rec := envtest.NewRecorder()
+	rec.Tools["t.plain"] = func(map[string]any) (any, error) { return nil, errors.New("upstream said no") }
+	for name, code := range map[string]string{
+		"call":  "def f():\n    cyrnel.services.t.plain()\nf()",
+		"await": "async def f():\n    await cyrnel.services.t.plain.aio()\nawait f()",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			res, r := runProgram(t, rec, rec, code)
+			if res.Exit != module.ExitFailed || res.Reason != module.ReasonException || len(r.Errors) != 1 || r.Errors[0] != "ToolError: upstream said no" {
+				t.Fatalf("%+v %q", res, r.Errors)
+			}
+			stderr := string(r.Stderr)
+			if !strings.Contains(stderr, `File "<process>", line 2, in f`) {
+				t.Fatalf("the program's frames are missing:\n%s", stderr)
+			}
+			for _, leak := range []string{"cyrnel-runtime", "_tools.py", "_rpc.py", "_worker.py", "asyncio"} {
+				if strings.Contains(stderr, leak) {
+					t.Fatalf("runtime frame %q in the traceback:\n%s", leak, stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestHelpShowsTheRenderedDocs(t *testing.T) {
+	t.Parallel()
+	rec := envtest.NewRecorder()
+	res, r := runProgram(t, petTools{rec}, rec, `
+import inspect
+tool = cyrnel.services.pets.show
+help(tool)
+cyrnel.output({"signature": str(inspect.signature(tool)), "doc": tool.__doc__})`)
+	if res.Exit != module.ExitSuccess {
+		t.Fatalf("%+v %q", res, r.Stderr)
+	}
+	// "class" is no keyword argument in Python: invoke({...}) still takes it.
+	if sig := r.Output["signature"]; sig != "(*, petId: int, verbose: bool | None = None) -> dict" {
+		t.Fatalf("signature %q", sig)
+	}
+	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	doc, err := e.ToolDocs(context.Background(), showPetDocs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Output["doc"] != doc {
+		t.Fatalf("__doc__ differs from the tool's docs:\n%v\n---\n%s", r.Output["doc"], doc)
+	}
+	if help := string(r.Stdout); !strings.Contains(help, "show(*, petId: int") || !strings.Contains(help, `"status"`) {
+		t.Fatalf("help() shows no types or no result shape:\n%s", help)
+	}
+}
+
+// TestPendingCallsFailAtEndOfFile drives the runtime's RPC client in a real
+// interpreter over pipes the test holds, and closes the host's end while a
+// call waits.
+func TestPendingCallsFailAtEndOfFile(t *testing.T) {
+	t.Parallel()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatal("this test needs python3:", err)
+	}
+	dir, err := extractRuntime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	script := `
+import os, sys, threading
+sys.path.insert(0, sys.argv[1])
+from cyrnel import _rpc, _tools
+host_w_r, host_w = os.pipe()  # host to runtime
+rt_r, rt_w = os.pipe()        # runtime to host
+_rpc.conn = conn = _rpc.Connection(read_fd=host_w_r, write_fd=rt_w)
+conn.start()
+got = {}
+def caller():
+    try:
+        _tools._call("s", "t", {})
+    except _tools.ToolError as e:
+        got["code"] = e.code
+t = threading.Thread(target=caller, daemon=True)
+t.start()
+os.read(rt_r, 65536)  # the call is on its way: it waits for an answer
+os.close(host_w)      # the host's end closes
+t.join(10)
+try:
+    _tools._call("s", "t", {})
+except _tools.ToolError as e:
+    got["later"] = e.code
+print(got.get("code"), t.is_alive(), got.get("later"))
+`
+	// A runtime that waits forever fails here instead of hanging the suite.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, python, "-I", "-S", "-c", script, dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "disconnected False disconnected" {
+		t.Fatalf("got %q, want the pending and the later call to fail with code disconnected", got)
+	}
+}

@@ -1,0 +1,192 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+)
+
+func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// failingWorker starts a real interpreter that dies before it is ready, as
+// one does whose preload module is missing.
+func failingWorker(t *testing.T) SpawnFunc {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatal("python3 is needed: ", err)
+	}
+	return func(ctx context.Context) (*Worker, error) {
+		w, err := Start(ctx, discard(), Plain{}, Command{Path: python, Args: []string{"-I", "-S", "-c", "import no_such_module_here"}})
+		if err != nil {
+			return nil, err
+		}
+		if err := w.WaitReady(ctx); err != nil {
+			w.Close()
+			return nil, err
+		}
+		return w, nil
+	}
+}
+
+// A pool whose workers cannot start says so at Start, with the worker's
+// own error, instead of at every Get.
+func TestStartFailsWhenNoWorkerCanStart(t *testing.T) {
+	t.Parallel()
+	p := NewPool(discard(), PoolConfig{Size: 1, StartTimeout: 10 * time.Second}, failingWorker(t))
+	defer p.Stop(context.Background())
+	err := p.Start(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "no_such_module_here") {
+		t.Fatalf("start: %v", err)
+	}
+}
+
+// Start waits for a warm worker; Get before Start fails instead of waiting
+// forever; Stop twice is harmless; Get after Stop says the pool is closed.
+func TestPoolLifecycle(t *testing.T) {
+	t.Parallel()
+	p := NewPool(discard(), PoolConfig{Size: 1, StartTimeout: 30 * time.Second}, func(ctx context.Context) (*Worker, error) { return idleWorker(t, ctx) })
+	ctx := context.Background()
+	if _, err := p.Get(ctx); !errors.Is(err, ErrNotStarted) {
+		t.Fatalf("get before start: %v", err)
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Ready != 1 || st.Started != 1 {
+		t.Fatalf("after start: %+v", st)
+	}
+	for range 2 {
+		if err := p.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.Get(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("get after stop: %v", err)
+	}
+}
+
+// slowKill launches plain workers whose Kill blocks until released, the way
+// a sandbox teardown can take its time.
+type slowKill struct {
+	killing chan struct{}
+	release chan struct{}
+}
+
+func (s slowKill) Launch(ctx context.Context, c Command, f Files) (Handle, error) {
+	h, err := Plain{}.Launch(ctx, c, f)
+	if err != nil {
+		return nil, err
+	}
+	return slowHandle{Handle: h, s: s}, nil
+}
+
+type slowHandle struct {
+	Handle
+	s slowKill
+}
+
+func (h slowHandle) Kill() {
+	select {
+	case h.s.killing <- struct{}{}:
+	default:
+	}
+	<-h.s.release
+	h.Handle.Kill()
+}
+
+// A spawn that lands on a stopped pool closes its worker without holding
+// the pool's lock: Stats (and Get, Return) do not wait for the reaping.
+func TestSurplusWorkerClosedOutsideTheLock(t *testing.T) {
+	t.Parallel()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatal("python3 is needed: ", err)
+	}
+	sk := slowKill{killing: make(chan struct{}, 1), release: make(chan struct{})}
+	spawned := make(chan struct{})
+	p := NewPool(discard(), PoolConfig{Size: 1, StartTimeout: 30 * time.Second}, func(ctx context.Context) (*Worker, error) {
+		close(spawned)
+		<-ctx.Done() // held until the pool stops, then lands all the same
+		w, err := Start(context.Background(), discard(), sk, Command{Path: python, Args: []string{"-I", "-S", "-c",
+			"import os, time\nos.write(4, b'{\"jsonrpc\":\"2.0\",\"method\":\"ready\",\"params\":{}}\\n')\ntime.sleep(60)"}})
+		if err != nil {
+			return nil, err
+		}
+		return w, w.WaitReady(context.Background())
+	})
+	go p.Start(context.Background())
+	<-spawned
+	stopped := make(chan struct{})
+	go func() { p.Stop(context.Background()); close(stopped) }()
+	<-sk.killing // the surplus worker is being closed
+	stats := make(chan Stats)
+	go func() { stats <- p.Stats() }()
+	select {
+	case <-stats:
+	case <-time.After(10 * time.Second):
+		t.Error("Stats waited for a worker being closed")
+	}
+	close(sk.release)
+	<-stopped
+}
+
+// Once a plain worker is reaped its pid may be recycled: a later Kill must
+// not signal whatever process group now has that id. The recycling is
+// simulated by pointing the spent handle at a live group of our own.
+func TestPlainKillAfterReapSparesARecycledPid(t *testing.T) {
+	t.Parallel()
+	h, err := Plain{}.Launch(context.Background(), Command{Path: "/bin/true"}, Files{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-h.Done()
+	stranger := exec.Command("/bin/sleep", "60")
+	stranger.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ph := h.(*plainHandle)
+	ph.pid = stranger.Process.Pid
+	h.Kill()
+	// Then we end the stranger ourselves, gently: it dies of SIGTERM unless
+	// the kill above reached it (a pending SIGKILL wins).
+	if err := stranger.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = stranger.Wait()
+	if sig := stranger.ProcessState.Sys().(syscall.WaitStatus).Signal(); sig != syscall.SIGTERM {
+		t.Fatalf("the kill of a reaped worker hit the group that took its pid (%v)", sig)
+	}
+}
+
+// A runner starts its pool, stops twice without harm, and refuses work
+// once stopped; a nil runner (an environment not set up) stops too.
+func TestRunnerLifecycle(t *testing.T) {
+	t.Parallel()
+	r := NewRunner(discard(), RunnerConfig{PoolSize: 1, Concurrency: 1, StartTimeout: 30 * time.Second},
+		func(ctx context.Context) (*Worker, error) { return idleWorker(t, ctx) })
+	ctx := context.Background()
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := r.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.Execute(ctx, nil, module.ExecutionInput{EID: 1}); !errors.Is(err, ErrTornDown) {
+		t.Fatalf("execute after stop: %v", err)
+	}
+	var none *Runner
+	if err := none.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

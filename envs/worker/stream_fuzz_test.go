@@ -1,0 +1,79 @@
+package worker
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"testing"
+)
+
+// nopCloser gives a reader and writer the stream's Close.
+type nopCloser struct {
+	io.Reader
+	io.Writer
+}
+
+func (nopCloser) Close() error { return nil }
+
+// FuzzLineStreamRead feeds arbitrary bytes from the untrusted worker side to
+// the framing: it must never panic, every message it yields must be one line
+// of valid JSON no larger than maxMessage, and it must end on an error.
+func FuzzLineStreamRead(f *testing.F) {
+	for _, seed := range []string{
+		`{"jsonrpc":"2.0","method":"ready","params":{}}` + "\n",
+		`{"jsonrpc":"2.0","id":0,"result":{"exit":"success"}}` + "\n" + `{"jsonrpc":"2.0","method":"output","params":{"patch":{"a":1}}}`,
+		"\n\n{}\n",
+		`{"unterminated":`,
+		"\xff\xfe\x00garbage\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := newLineStream(nopCloser{Reader: bytes.NewReader(data), Writer: io.Discard})
+		for i := 0; ; i++ {
+			var m json.RawMessage
+			err := s.ReadObject(&m)
+			if err != nil {
+				if errors.Is(err, errMessageTooLarge) && len(data) <= maxMessage {
+					t.Fatalf("a %d-byte input cannot hold an over-long message", len(data))
+				}
+				return
+			}
+			if !json.Valid(m) || len(m) > maxMessage {
+				t.Fatalf("message %d is not one valid JSON value: %q", i, m)
+			}
+			if i > len(data) {
+				t.Fatalf("more messages than input bytes")
+			}
+		}
+	})
+}
+
+// FuzzLineStreamRoundTrip writes any JSON value through the framing and reads
+// it back unchanged.
+func FuzzLineStreamRoundTrip(f *testing.F) {
+	f.Add(`{"patch":{"a":"line\nbreak"}}`)
+	f.Add(`"\u2028"`)
+	f.Add(`[1,2,{"x":null}]`)
+	f.Fuzz(func(t *testing.T, in string) {
+		var v any
+		if json.Unmarshal([]byte(in), &v) != nil {
+			return
+		}
+		var buf bytes.Buffer
+		w := newLineStream(nopCloser{Reader: &buf, Writer: &buf})
+		if err := w.WriteObject(v); err != nil {
+			t.Fatal(err)
+		}
+		var got any
+		if err := w.ReadObject(&got); err != nil {
+			t.Fatalf("read back %q: %v", buf.String(), err)
+		}
+		want, _ := json.Marshal(v)
+		back, _ := json.Marshal(got)
+		if !bytes.Equal(want, back) {
+			t.Fatalf("round trip changed %s into %s", want, back)
+		}
+	})
+}
