@@ -44,7 +44,7 @@ func startTemplateWith(t testing.TB, py python, limits Limits, readPaths []strin
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tpl, err := StartTemplate(ctx, TemplateSpec{
-		Argv:      append([]string{py.exe, "-I", "-S", "-c", templateBoot, runtimeDir + ":/usr/lib/python3/dist-packages"}, preload...),
+		Argv: append([]string{py.exe, "-I", "-S", "-c", templateBoot, runtimeDir + ":/usr/lib/python3/dist-packages"}, preload...),
 		// /etc/alternatives: Debian's numpy reaches libblas through it.
 		ReadPaths: append([]string{py.prefix, runtimeDir, "/usr/lib/python3/dist-packages", "/etc/alternatives"}, readPaths...),
 		Limits:    limits,
