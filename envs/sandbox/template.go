@@ -102,9 +102,10 @@ type templateConfig struct {
 
 // templateAllowed are the denied system calls a child makes while it locks
 // itself down, which the template's own filter (inherited by every child,
-// filters stack) must therefore allow; the template also clones with
-// namespace flags.
-var templateAllowed = []string{"mount", "open_tree", "move_mount", "sethostname"}
+// filters stack) must therefore allow (unshare: its cgroup namespace, made
+// once it is in its own cgroups); the template also clones with namespace
+// flags.
+var templateAllowed = []string{"unshare", "mount", "open_tree", "move_mount", "sethostname"}
 
 type landlockMasks struct {
 	ABI      int    `json:"abi"`

@@ -162,6 +162,7 @@ print(json.dumps({
     "proc_sys": os.path.exists("/proc/sys"), "kallsyms": os.path.exists("/proc/kallsyms"),
     "tmp": os.listdir("/tmp"), "cwd": os.getcwd(),
     "own_environ": b"HOME=/tmp" in open("/proc/self/environ", "rb").read(),
+    "cgroups": sorted({l.rstrip("\n").split(":", 2)[2] for l in open("/proc/self/cgroup")}),
     "visible": [p for p in ("/etc/passwd", "/home", "/var", "/root/.bash_history", "/work/wt-fork/envs") if os.path.exists(p)],
 }))
 `)
@@ -174,6 +175,7 @@ print(json.dumps({
 		Tmp           []string
 		Visible       []string
 		OwnEnviron    bool `json:"own_environ"`
+		Cgroups       []string
 	}
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("output %q: %v", out, err)
@@ -189,6 +191,10 @@ print(json.dumps({
 	}
 	if got.ProcSys || got.Kallsyms {
 		t.Errorf("/proc shows system files (sys %v, kallsyms %v)", got.ProcSys, got.Kallsyms)
+	}
+	// Its cgroup namespace is rooted at its own cgroups: no host path.
+	if len(got.Cgroups) != 1 || got.Cgroups[0] != "/" {
+		t.Errorf("/proc/self/cgroup paths %v, want only /", got.Cgroups)
 	}
 	// Its own /proc files are its own (a non-dumpable process's are root's).
 	if !got.OwnEnviron {

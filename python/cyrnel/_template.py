@@ -186,7 +186,6 @@ def _program(cfg, status, fds):
             _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "subset=pid,hidepid=invisible")
         except OSError:
             _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, None)
-        _own_tmp(cfg["readPaths"], limits["tmpBytes"])
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"mode=0700,size={limits['tmpBytes']}")
         _check(_libc.sethostname(b"sandbox", 7), "sethostname")
         os.chdir("/tmp")
@@ -210,18 +209,31 @@ def _program(cfg, status, fds):
     os._exit(0)
 
 
-def _own_tmp(read_paths, size):
-    """Mount the child's own /tmp over the template's, keeping the read
-    paths the template mirrored below /tmp (a runtime extracted there)."""
+def _clone_below_tmp(read_paths):
+    """Detached copies of the read paths the template mirrored below its
+    /tmp, which the child's own /tmp will cover. Taken before the child
+    drops to its uid: a test's 0700 temporary directory is root's."""
     kept = []
-    for path in read_paths:
+    for path in sorted(read_paths):  # ancestors first
+        if any(path.startswith(k + "/") for k, _ in kept):
+            continue  # visible through a kept ancestor already
         if path.startswith("/tmp/"):
             fd = _check(
                 _libc.syscall(_NR_OPEN_TREE, -100, path.encode(), OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC),
                 f"open_tree {path}",
             )
             kept.append((path, fd))
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,size={size}")
+    return kept
+
+
+def _own_tmp(kept, size, owner):
+    """Mount the child's own /tmp over the template's, putting back the
+    read paths below it (cloned by _clone_below_tmp)."""
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,size={size},uid={owner},gid={owner}")
+    # Mount points are created as the owner: the child's own uid (host
+    # root, which it still is, has no mapping here).
+    _libc.setfsgid(owner)
+    _libc.setfsuid(owner)
     for path, fd in kept:
         if os.path.isdir(f"/proc/self/fd/{fd}"):
             os.makedirs(path, exist_ok=True)
@@ -276,7 +288,9 @@ def _start_child(cfg, status, fds, cgroup_fds):
     cgroup (and network) namespaces; give it its uid/gid maps and cgroups
     before it runs; hand the host its pidfd. The program waits on a pipe
     until all of that is done."""
-    flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | signal.SIGCHLD
+    # The cgroup namespace comes later, from the child itself: its root is
+    # the cgroup the child is in when it is made, which must be its own.
+    flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | signal.SIGCHLD
     if not cfg["network"]:
         flags |= CLONE_NEWNET
     go_r, go_w = os.pipe()
@@ -333,7 +347,11 @@ def _child(cfg, status, fds, go):
         if os.read(go, 1) != b"g":
             os._exit(125)  # the template could not set it up, and said so
         os.close(go)
+        _check(_libc.unshare(CLONE_NEWCGROUP), "unshare cgroup namespace")
         inner = cfg["sandboxId"]
+        # Own /tmp first, while the child can still reach a read path below
+        # the template's (a test's 0700 temporary directory is root's).
+        _own_tmp(_clone_below_tmp(cfg["readPaths"]), cfg["limits"]["tmpBytes"], inner)
         os.setgroups([])
         os.setresgid(inner, inner, inner)
         os.setresuid(inner, inner, inner)
