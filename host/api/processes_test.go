@@ -61,6 +61,7 @@ func TestProcessErrorStatuses(t *testing.T) {
 		{fmt.Errorf("process 9: %w", process.ErrNotFound), http.StatusNotFound},
 		{fmt.Errorf("process 9 is running: %w", process.ErrConflict), http.StatusConflict},
 		{fmt.Errorf("apply: %w", control.ErrStopped), http.StatusServiceUnavailable},
+		{fmt.Errorf("write process: %w", process.ErrFull), http.StatusInsufficientStorage},
 		{secret, http.StatusInternalServerError},
 	} {
 		for _, req := range []struct{ method, path string }{
