@@ -63,6 +63,14 @@ func (f *fakeProcesses) Kill(_ context.Context, pid int64) (*process.Process, er
 	return &process.Process{ProcessSummary: process.ProcessSummary{PID: pid}}, nil
 }
 
+// seen is what the endpoint asked, read under the lock the handlers write
+// under.
+func (f *fakeProcesses) seen() (created []process.CreateInput, waited []time.Duration, killed []int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.created), slices.Clone(f.waited), slices.Clone(f.killed)
+}
+
 func (f *fakeProcesses) Follow(context.Context, int64) ([]process.Event, <-chan process.Event, func(), error) {
 	next := make(chan process.Event, len(f.live))
 	for _, ev := range f.live {
@@ -104,7 +112,21 @@ func (f *fakeTools) SearchTools(_ context.Context, query string, limit int) ([]T
 	return f.tools[:min(limit, len(f.tools))], nil
 }
 
+func (f *fakeTools) asked() (string, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.query, f.limit
+}
+
+func (f *fakeTools) failDocs(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.docsErr = err
+}
+
 func (f *fakeTools) ToolDocs(_ context.Context, serviceID, toolID string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.docsErr != nil {
 		return "", f.docsErr
 	}
@@ -159,11 +181,12 @@ func TestRunCodeReportsHowItEnded(t *testing.T) {
 	if res.IsError {
 		t.Fatalf("success reported as an error: %s", text)
 	}
-	if in := procs.created[0]; in.Code != "print('hello')" || in.Ref != "mcp" || in.TimeoutMs != 2000 || !in.Autorun {
+	created, waited, _ := procs.seen()
+	if in := created[0]; in.Code != "print('hello')" || in.Ref != "mcp" || in.TimeoutMs != 2000 || !in.Autorun {
 		t.Errorf("create %+v", in)
 	}
-	if len(procs.waited) == 0 || procs.waited[0] != 2*time.Second+waitGrace {
-		t.Errorf("waited %v, want the timeout and the grace first", procs.waited)
+	if len(waited) == 0 || waited[0] != 2*time.Second+waitGrace {
+		t.Errorf("waited %v, want the timeout and the grace first", waited)
 	}
 	if !strings.Contains(text, "exit: success (completed)") || !strings.Contains(text, `output: {"n":2}`) || !strings.Contains(text, "stdout:\nhello") {
 		t.Errorf("text %q", text)
@@ -192,8 +215,8 @@ func TestRunCodeReportsPendingApprovals(t *testing.T) {
 	procs := &fakeProcesses{live: []process.Event{{Type: process.EventStdout, Text: "asking"}, {Type: process.EventApproval, Approval: apr}}}
 	s := connect(t, Deps{Processes: procs, Environments: fakeEnvironments{}, Tools: &fakeTools{}})
 	res, text := call(t, s, "run_code", map[string]any{"code": "cyrnel.services.pets.addPet()"})
-	if res.IsError || !strings.Contains(text, "process 1 is suspended") || !strings.Contains(text, `"id":"apr_1"`) || len(procs.killed) != 0 {
-		t.Errorf("isError %v, killed %v, text %q", res.IsError, procs.killed, text)
+	if _, _, killed := procs.seen(); res.IsError || !strings.Contains(text, "process 1 is suspended") || !strings.Contains(text, `"id":"apr_1"`) || len(killed) != 0 {
+		t.Errorf("isError %v, killed %v, text %q", res.IsError, killed, text)
 	}
 	got, _ := res.StructuredContent.(map[string]any)
 	if fmt.Sprint(got["pendingApprovals"]) != "[map[id:apr_1 serviceId:pets toolId:addPet]]" {
@@ -213,8 +236,8 @@ func TestRunCodeNamesBadArguments(t *testing.T) {
 		t.Errorf("isError %v, text %q", res.IsError, text)
 	}
 	res, text = call(t, s, "run_code", map[string]any{"code": "  \n"})
-	if !res.IsError || !strings.Contains(text, "code is empty") || len(procs.created) != 1 {
-		t.Errorf("empty code: isError %v, text %q, %d created", res.IsError, text, len(procs.created))
+	if created, _, _ := procs.seen(); !res.IsError || !strings.Contains(text, "code is empty") || len(created) != 1 {
+		t.Errorf("empty code: isError %v, text %q, %d created", res.IsError, text, len(created))
 	}
 }
 
@@ -231,8 +254,8 @@ func TestRunCodeKillsWhatItGaveUpOn(t *testing.T) {
 		if !res.IsError || !strings.Contains(text, "process 1") {
 			t.Errorf("isError %v, text %q", res.IsError, text)
 		}
-		if !slices.Equal(procs.killed, []int64{1}) {
-			t.Errorf("killed %v, want [1]", procs.killed)
+		if _, _, killed := procs.seen(); !slices.Equal(killed, []int64{1}) {
+			t.Errorf("killed %v, want [1]", killed)
 		}
 	}
 }
@@ -283,16 +306,17 @@ func TestSearchTools(t *testing.T) {
 	}}
 	s := connect(t, Deps{Processes: &fakeProcesses{}, Environments: fakeEnvironments{}, Tools: tools})
 	res, _ := call(t, s, "search_tools", map[string]any{"query": "pet by id", "limit": 2})
-	if got := ids(t, res); fmt.Sprint(got) != "[pets.getPetById pets.addPet]" || tools.query != "pet by id" || tools.limit != 2 {
-		t.Errorf("results %v for %q limit %d", got, tools.query, tools.limit)
+	q, limit := tools.asked()
+	if got := ids(t, res); fmt.Sprint(got) != "[pets.getPetById pets.addPet]" || q != "pet by id" || limit != 2 {
+		t.Errorf("results %v for %q limit %d", got, q, limit)
 	}
 	if first := res.StructuredContent.(map[string]any)["tools"].([]any)[0].(map[string]any); first["score"] != 2.5 {
 		t.Errorf("first result %v lacks its score", first)
 	}
 	for limit, want := range map[int]int{0: 10, 500: 50} {
 		call(t, s, "search_tools", map[string]any{"limit": limit})
-		if tools.limit != want {
-			t.Errorf("limit %d reached the host as %d, want %d", limit, tools.limit, want)
+		if _, got := tools.asked(); got != want {
+			t.Errorf("limit %d reached the host as %d, want %d", limit, got, want)
 		}
 	}
 	res, _ = call(t, s, "search_tools", map[string]any{"includeDocs": true})
@@ -302,14 +326,14 @@ func TestSearchTools(t *testing.T) {
 			t.Errorf("docs %v", m)
 		}
 	}
-	tools.docsErr = errors.New("no active environment")
+	tools.failDocs(errors.New("no active environment"))
 	if res, text := call(t, s, "search_tools", map[string]any{"includeDocs": true}); !res.IsError || !strings.Contains(text, "search_tools: no active environment") {
 		t.Errorf("docs failure: isError %v, text %q", res.IsError, text)
 	}
 	if res, text := call(t, s, "tool_docs", map[string]any{"serviceId": "pets", "toolId": "addPet"}); !res.IsError || text != "tool_docs: no active environment" {
 		t.Errorf("tool_docs failure: isError %v, text %q", res.IsError, text)
 	}
-	tools.docsErr = nil
+	tools.failDocs(nil)
 	if res, text := call(t, s, "tool_docs", map[string]any{"serviceId": "pets", "toolId": "addPet"}); res.IsError || text != "docs of pets.addPet" {
 		t.Errorf("tool_docs: isError %v, text %q", res.IsError, text)
 	}

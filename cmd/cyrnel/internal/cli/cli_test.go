@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -210,6 +211,14 @@ func (f *fakeServer) start(t *testing.T) string {
 	return srv.URL
 }
 
+// seen returns the Authorization headers and the count of waits, read
+// under the lock the handlers write under.
+func (f *fakeServer) seen() ([]string, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.auth), f.waits
+}
+
 // TestRemoteKey: the data directory's key goes to a server only when the
 // caller allows it (a server on this machine); CYRNEL_API_KEY wins. A
 // control: without the keyFile guard the key would reach the server.
@@ -239,8 +248,8 @@ func TestRemoteKey(t *testing.T) {
 		if _, err := client.Check(h.api.GetHealthWithResponse(context.Background())); err != nil {
 			t.Fatal(err)
 		}
-		if len(f.auth) != 1 || f.auth[0] != c.want {
-			t.Errorf("env %q keyFile %v: sent %q, want %q", c.env, c.keyFile, f.auth, c.want)
+		if auth, _ := f.seen(); len(auth) != 1 || auth[0] != c.want {
+			t.Errorf("env %q keyFile %v: sent %q, want %q", c.env, c.keyFile, auth, c.want)
 		}
 	}
 }
@@ -290,8 +299,9 @@ func TestWaitProcessPollsUntilIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.waits != 3 || res.exitState != "failed" || res.reason != "exception" || res.error != "ValueError: boom" || res.stdout != "hello" || res.output["k"] != 1.0 {
-		t.Errorf("after %d waits: %+v", f.waits, res)
+	_, waits := f.seen()
+	if waits != 3 || res.exitState != "failed" || res.reason != "exception" || res.error != "ValueError: boom" || res.stdout != "hello" || res.output["k"] != 1.0 {
+		t.Errorf("after %d waits: %+v", waits, res)
 	}
 }
 
