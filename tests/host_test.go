@@ -197,6 +197,7 @@ type proc struct {
 	Stdout          string         `json:"stdout"`
 	Stderr          string         `json:"stderr"`
 	StdoutTruncated bool           `json:"stdoutTruncated"`
+	OutputTruncated bool           `json:"outputTruncated"`
 	StartedAt       *time.Time     `json:"startedAt"`
 	FinishedAt      *time.Time     `json:"finishedAt"`
 	DurationMs      *int64         `json:"durationMs"`

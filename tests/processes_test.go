@@ -1,14 +1,18 @@
 package tests
 
 import (
+	"database/sql"
 	"fmt"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/uptrace/bun/driver/sqliteshim"
 )
 
 func TestRunPrintAndOutput(t *testing.T) {
@@ -298,6 +302,18 @@ func TestSplitUTF8AndOutputCap(t *testing.T) {
 	}
 }
 
+// TestADroppedOutputKeyIsSaid: an output value past the structured
+// output's cap (1 MiB) is dropped, and the process says so where the client
+// looks: outputTruncated and a line on stderr, not only the server log.
+func TestADroppedOutputKeyIsSaid(t *testing.T) {
+	h := start(t, "")
+	p := h.run("cyrnel.output({'small': 1})\ncyrnel.output({'big': 'x' * 1200000})\nprint('done')", nil)
+	if p.exit() != "success" || p.Stdout != "done\n" || p.Output["small"] != 1.0 || p.Output["big"] != nil || !p.OutputTruncated ||
+		!strings.Contains(p.Stderr, `cyrnel: output key "big" (1200009 bytes) dropped: the structured output is capped at 1048576 bytes`) {
+		t.Fatalf("exit %s truncated %v output keys %d stderr %q", p.exit(), p.OutputTruncated, len(p.Output), p.Stderr)
+	}
+}
+
 func TestRestartAfterSIGKILLFinishesOrphans(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -305,15 +321,79 @@ func TestRestartAfterSIGKILLFinishesOrphans(t *testing.T) {
 	var p proc
 	h.do("POST", "/processes", map[string]any{"code": "import time\nprint('up', flush=True)\ntime.sleep(60)"}, &p)
 	h.waitFor(p.PID, func(p proc) bool { return p.State == "running" && p.Stdout == "up\n" })
+	// What it printed reaches its row within the flush interval (a second),
+	// read from the database itself as a host that restarts would.
+	db, err := sql.Open(sqliteshim.ShimName, "file:"+filepath.Join(dir, "cyrnel.db")+"?mode=ro&_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var stdout string
+		if err := db.QueryRow("SELECT stdout FROM processes WHERE pid = ?", p.PID).Scan(&stdout); err != nil {
+			t.Fatal(err)
+		}
+		if stdout == "up\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stdout of a running process not stored within 10s: %q", stdout)
+		}
+		time.Sleep(10 * time.Millisecond) // polls the file: nothing to wait on
+	}
 	h.cmd.Process.Signal(syscall.SIGKILL)
 	<-h.exited
 	h2 := start(t, dir)
 	h2.do("GET", fmt.Sprintf("/processes/%d", p.PID), nil, &p)
-	if p.State != "idle" || p.exit() != "failed" || p.reason() != "host_restart" {
+	if p.State != "idle" || p.exit() != "failed" || p.reason() != "host_restart" || p.Stdout != "up\n" {
 		t.Fatalf("after restart: %+v", p)
 	}
 	if q := h2.run("print('again')", nil); q.exit() != "success" {
 		t.Fatalf("after restart: %+v", q)
+	}
+}
+
+// TestAFullDiskAnswers507AndDeleteFreesRoom: with the database out of room
+// (SQLite's max_page_count fails writes as a full disk does), a create
+// answers 507 saying the disk is full and stores nothing; deleting
+// processes makes room again.
+func TestAFullDiskAnswers507AndDeleteFreesRoom(t *testing.T) {
+	dir := t.TempDir()
+	h := start(t, dir) // migrates the database at full size
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	<-h.exited
+	h = start(t, dir, "CYRNEL_DB_URL=sqlite://"+filepath.Join(dir, "cyrnel.db")+"?_pragma=max_page_count(120)")
+	code := "# " + strings.Repeat("x", 200<<10)
+	var pids []int64
+	var prob problem
+	for {
+		var p proc
+		st, _ := h.do("POST", "/processes", map[string]any{"code": code, "autorun": false}, &p)
+		if st == http.StatusInsufficientStorage {
+			h.do("POST", "/processes", map[string]any{"code": code, "autorun": false}, &prob)
+			break
+		}
+		if st != http.StatusCreated || len(pids) > 100 {
+			t.Fatalf("create %d: status %d", len(pids), st)
+		}
+		pids = append(pids, p.PID)
+	}
+	if prob.Status != http.StatusInsufficientStorage || !strings.Contains(prob.Detail, "disk is full") {
+		t.Fatalf("problem %+v", prob)
+	}
+	var list struct {
+		Items []proc `json:"items"`
+	}
+	if h.do("GET", "/processes?limit=100", nil, &list); len(list.Items) != len(pids) {
+		t.Fatalf("%d processes stored, %d created", len(list.Items), len(pids))
+	}
+	for _, pid := range pids[:2] {
+		if st, _ := h.do("DELETE", fmt.Sprintf("/processes/%d", pid), nil, nil); st != http.StatusNoContent {
+			t.Fatalf("delete on a full disk: %d", st)
+		}
+	}
+	if p := h.run("print('room again')", nil); p.exit() != "success" || p.Stdout != "room again\n" {
+		t.Fatalf("after deletes: %+v", p)
 	}
 }
 

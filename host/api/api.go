@@ -146,6 +146,9 @@ func (s *server) problem(err error) error {
 		return huma.Error422UnprocessableEntity(err.Error(), &huma.ErrorDetail{Location: "body", Message: err.Error()})
 	case errors.Is(err, modules.ErrNoEnvironment), errors.Is(err, control.ErrStopped):
 		return huma.Error503ServiceUnavailable(err.Error())
+	case errors.Is(err, process.ErrFull):
+		// The detail says the disk is full, not the database's wording.
+		return huma.NewError(http.StatusInsufficientStorage, process.ErrFull.Error()+": delete processes or free space in the data directory")
 	}
 	s.Log.Error("request failed", "err", err)
 	return huma.Error500InternalServerError("internal error")

@@ -81,8 +81,8 @@ func textResponses(what string) map[string]*huma.Response {
 func (s *server) registerProcesses(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "createProcess", Method: http.MethodPost, Path: "/processes", Tags: []string{"processes"},
-		Summary: "Create a process", DefaultStatus: http.StatusCreated, MaxBodyBytes: 8 << 20,
-		Description: "Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends.",
+		Summary: "Create a process", DefaultStatus: http.StatusCreated, MaxBodyBytes: 8 << 20, Errors: []int{http.StatusInsufficientStorage},
+		Description: "Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.",
 	}, func(ctx context.Context, in *createProcessInput) (*processBody, error) {
 		b := in.Body
 		v, err := s.Processes.Create(ctx, process.CreateInput{
@@ -181,7 +181,7 @@ func (s *server) registerProcesses(api huma.API) {
 
 	huma.Register(api, huma.Operation{
 		OperationID: "runProcess", Method: http.MethodPost, Path: "/processes/{pid}/run", Tags: []string{"processes"},
-		Summary: "Run a process again", Errors: []int{http.StatusConflict},
+		Summary: "Run a process again", Errors: []int{http.StatusConflict, http.StatusInsufficientStorage},
 		Description: "Runs the stored code again. 409 unless the process is idle; a process that has results needs force.",
 	}, func(ctx context.Context, in *runInput) (*processBody, error) {
 		force := in.Body != nil && in.Body.Force

@@ -11,6 +11,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/schema"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +36,9 @@ var live = []string{string(Queued), string(Running), string(Terminating)}
 var (
 	ErrNotFound = errors.New("process not found")
 	ErrConflict = errors.New("conflict")
+	// ErrFull: the database had no room for a write (its disk is full);
+	// nothing of that write was stored.
+	ErrFull = store.ErrFull
 )
 
 // conflictError is an ErrConflict with its own message.
@@ -73,29 +77,83 @@ type Manager struct {
 	st     *store.Store
 	exec   Executor
 	limits Limits
+	w      *writer // every write to a process row goes through it
 
 	ctx      context.Context // cancelled at shutdown: kills every execution
 	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	wg       sync.WaitGroup // the executions
 	mu       sync.Mutex
 	runs     map[int64]*run
 	stopping bool
 
-	liveWriteDelay time.Duration // the constant liveWriteDelay, but for tests
+	stopFlush func() // stops the flusher, once
+	flushDone chan struct{}
 }
 
-// New returns a manager for the host with the given id; call Recover before
-// serving.
-func New(log *slog.Logger, st *store.Store, exec Executor, limits Limits, hostID string) *Manager {
+// FlushInterval is how often what running executions produced is written
+// to their rows: a host that dies loses at most this much of their output.
+const FlushInterval = time.Second
+
+// New returns a manager for the host with the given id, writing progress
+// every flush (0: FlushInterval); call Recover before serving and Shutdown
+// to stop.
+func New(log *slog.Logger, st *store.Store, exec Executor, limits Limits, hostID string, flush time.Duration) *Manager {
+	if flush <= 0 {
+		flush = FlushInterval
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{log: log, host: hostID, st: st, exec: exec, limits: limits, ctx: ctx, cancel: cancel, runs: map[int64]*run{},
-		liveWriteDelay: liveWriteDelay}
+	stop := make(chan struct{})
+	m := &Manager{log: log, host: hostID, st: st, exec: exec, limits: limits, w: newWriter(st),
+		ctx: ctx, cancel: cancel, runs: map[int64]*run{},
+		stopFlush: sync.OnceFunc(func() { close(stop) }), flushDone: make(chan struct{})}
+	go m.flushEvery(flush, stop)
+	return m
 }
 
-// Recover finishes what a previous host left looking alive.
-func (m *Manager) Recover(ctx context.Context) error {
-	n, err := m.st.FinishAll(ctx, m.host, live, string(module.ExitFailed), string(module.ReasonHostRestart),
-		"the host stopped while this process was running", time.Now().UTC())
+// flushEvery writes the progress of every live execution at each tick, each
+// execution's write queued at once so the writer commits them together.
+func (m *Manager) flushEvery(interval time.Duration, stop <-chan struct{}) {
+	defer close(m.flushDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		runs := slices.Collect(maps.Values(m.runs))
+		m.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, r := range runs {
+			apply, ok := r.progress()
+			if apply == nil {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := m.w.do(apply); err != nil {
+					m.log.Warn("record process progress", "pid", r.pid, "err", err)
+					return
+				}
+				ok()
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+// Recover finishes what a previous host left looking alive. Like every
+// process write it is bounded by the writer's own timeout, not a caller's.
+func (m *Manager) Recover(context.Context) error {
+	var n int64
+	err := m.w.do(func(ctx context.Context, tx *store.Tx) (err error) {
+		n, err = tx.FinishAll(ctx, m.host, live, string(module.ExitFailed), string(module.ReasonHostRestart),
+			"the host stopped while this process was running", time.Now().UTC())
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -146,53 +204,18 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) 
 	if stopping && in.Autorun {
 		return nil, conflict("the host is shutting down")
 	}
-	if in.Autorun && in.Wait > 0 {
-		pid, ok, err := m.st.ReservePID(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			// Started before its row is written, so a short execution is
-			// stored by one write, its final row: the row is inserted
-			// earlier only if the execution lasts (liveWriteDelay) or the
-			// wait ends first. Nobody knows the pid before Create returns.
-			p.PID = pid
-			return m.await(ctx, m.launch(p, true), in.Wait)
-		}
-	}
-	if err := m.st.InsertProcess(ctx, p); err != nil {
+	if err := m.w.do(func(ctx context.Context, tx *store.Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {
 		return nil, err
 	}
 	if !in.Autorun {
 		return m.view(p), nil
 	}
-	m.launch(p, false)
+	m.launch(p)
 	if in.Wait > 0 {
 		return m.Wait(ctx, p.PID, in.Wait)
 	}
 	return m.view(p), nil
 }
-
-// await waits for a run whose row may not be stored yet, and stores it
-// before returning if it is still live, so the pid it hands out can be read.
-func (m *Manager) await(ctx context.Context, r *run, wait time.Duration) (*Process, error) {
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-r.done:
-		return r.result()
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	ctx = context.WithoutCancel(ctx)
-	if _, err := m.save(ctx, r, true); err != nil {
-		return nil, err
-	}
-	return m.Get(ctx, r.pid)
-}
-
-// errNotStored is the answer about a process whose row could not be written.
-var errNotStored = errors.New("the host could not store the process")
 
 // Run starts a stored process again. Existing results need force.
 func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, error) {
@@ -217,24 +240,27 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 	p.Output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated = nil, "", "", false, false, false
 	p.StartedAt, p.FinishedAt, p.DurationMs, p.Environment = nil, nil, nil, ""
 	p.Runs, p.HostID = p.Runs+1, m.host
-	ok, err := m.st.TransitionProcess(ctx, p, []string{string(Idle)}, "state", "exit_state", "reason", "error",
-		"output", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "output_truncated", "started_at", "finished_at",
-		"duration_ms", "environment", "runs", "host_id")
+	p.CPUMs, p.PeakMemoryBytes = nil, nil
+	var ok bool
+	err = m.w.do(func(ctx context.Context, tx *store.Tx) (err error) {
+		ok, err = tx.TransitionProcess(ctx, p, []string{string(Idle)}, "state", "exit_state", "reason", "error",
+			"output", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "output_truncated", "started_at", "finished_at",
+			"duration_ms", "cpu_ms", "peak_memory_bytes", "environment", "runs", "host_id")
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, conflict("process %d changed state", pid)
 	}
-	m.launch(p, false)
+	m.launch(p)
 	return m.view(p), nil
 }
 
-// launch starts the execution of a process stored as queued or, unsaved, of
-// one whose row is written when it ends or lasts.
-func (m *Manager) launch(p *store.Process, unsaved bool) *run {
+// launch starts the execution of a process stored as queued.
+func (m *Manager) launch(p *store.Process) {
 	r := newRun(p, m.limits.OutputBytes)
-	r.unsaved = unsaved
 	// Its own context: a kill cancels it, so a kill that arrives before the
 	// environment has even seen the execution is not lost.
 	ctx, cancel := context.WithCancel(m.ctx)
@@ -242,23 +268,14 @@ func (m *Manager) launch(p *store.Process, unsaved bool) *run {
 	m.mu.Lock()
 	if m.stopping {
 		// Shutdown began after the caller checked: end it as Shutdown ends
-		// the rest (its wait may be over already).
+		// the rest.
 		m.mu.Unlock()
 		cancel()
 		m.finish(r, "", module.Result{Exit: module.ExitCanceled}, nil)
-		return r
+		return
 	}
 	m.runs[p.PID] = r
 	m.wg.Add(1)
-	if unsaved {
-		m.wg.Add(1)
-		r.saveTimer = time.AfterFunc(m.liveWriteDelay, func() {
-			defer m.wg.Done()
-			if _, err := m.save(context.Background(), r, false); err != nil {
-				m.log.Error("record process", "pid", r.pid, "err", err)
-			}
-		})
-	}
 	m.mu.Unlock()
 	go func() {
 		defer m.wg.Done()
@@ -268,137 +285,36 @@ func (m *Manager) launch(p *store.Process, unsaved bool) *run {
 			Options: module.Options{TimeoutMs: p.TimeoutMs, OutputLimitBytes: m.limits.OutputBytes},
 		}
 		envID, res, err := m.exec.Execute(ctx, in)
-		// The result is final once Execute returns: from here on the
-		// environment's reports are late and ignored.
-		r.mu.Lock()
-		r.ended = true
-		r.mu.Unlock()
 		m.finish(r, envID, res, err)
 	}()
-	return r
 }
 
-// save inserts the row of an unsaved run with its live state, and reports
-// whether it did (false: the row was stored already). With drop, a failed
-// insert also kills the run and keeps it from ever being stored: its client
-// is told it failed, so it must not run on.
-func (m *Manager) save(ctx context.Context, r *run, drop bool) (bool, error) {
-	r.saveMu.Lock()
-	defer r.saveMu.Unlock()
-	r.mu.Lock()
-	lost := r.lost
-	r.mu.Unlock()
-	if lost != nil {
-		// It ended first, and its final row could not be written either.
-		return false, fmt.Errorf("%w: %w", errNotStored, lost)
-	}
-	if !r.unsaved || r.dropped {
-		return false, nil
-	}
-	r.mu.Lock()
-	p := r.base
-	p.State = string(r.state)
-	if !r.startedAt.IsZero() {
-		started := r.startedAt
-		p.StartedAt = &started
-	}
-	r.mu.Unlock()
-	if err := m.st.InsertProcess(ctx, &p); err != nil {
-		if drop {
-			r.dropped = true
-			r.mu.Lock()
-			r.killed = true
-			r.mu.Unlock()
-			r.cancel()
-			if kerr := m.exec.Kill(ctx, r.pid); kerr != nil {
-				m.log.Warn("kill a process that could not be stored", "pid", r.pid, "err", kerr)
-			}
-		}
-		return false, fmt.Errorf("%w: %w", errNotStored, err)
-	}
-	r.unsaved = false
-	return true, nil
-}
-
+// finish writes the final row of an ended execution, then releases its
+// waiters and followers. A row that cannot take the result (a full disk)
+// is finished as failed without it, so it never stays looking alive.
 func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	m.mu.Lock()
 	stopping := m.stopping
 	m.mu.Unlock()
-	r.mu.Lock()
-	if err != nil {
-		res = module.Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError}
-		r.err = err.Error()
+	p := r.result(envID, res, err, stopping)
+	write := func(p *store.Process) error {
+		return m.w.do(func(ctx context.Context, tx *store.Tx) error {
+			ok, err := tx.FinishProcess(ctx, p, live)
+			if err == nil && !ok {
+				m.log.Warn("process result arrived for a process no longer live", "pid", p.PID)
+			}
+			return err
+		})
 	}
-	if !res.Exit.Valid() {
-		r.err = fmt.Sprintf("environment returned an invalid exit state %q", res.Exit)
-		res = module.Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError}
-	}
-	if res.Exit == module.ExitCanceled && stopping && !r.killed {
-		res.Reason = module.ReasonHostShutdown
-	}
-	if res.Reason == "" {
-		res.Reason = defaultReason(res.Exit)
-	}
-	for _, t := range []*time.Timer{r.runningWrite, r.saveTimer} {
-		if t != nil && t.Stop() {
-			m.wg.Done() // never written: the final row says it all
-		}
-	}
-	r.stdout.flush()
-	r.stderr.flush()
-	if res.Reason == module.ReasonOutputLimit {
-		// The environment stops a stream at the cap, so the host may never
-		// see a byte past it: a full stream is a cut one.
-		for _, s := range []*stream{&r.stdout, &r.stderr} {
-			s.truncated = s.truncated || (s.limit > 0 && s.size >= s.limit)
-		}
-	}
-	now := time.Now().UTC()
-	exit := string(res.Exit)
-	final := r.base
-	p := &final
-	p.State, p.ExitState, p.Reason, p.Error, p.Environment = string(Idle), &exit, clean(string(res.Reason)), clean(r.err), envID
-	p.Output, p.Stdout, p.Stderr = maps.Clone(r.output), r.stdout.text.String(), r.stderr.text.String()
-	p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated, p.FinishedAt = r.stdout.truncated, r.stderr.truncated, r.outputCut, &now
-	if !r.startedAt.IsZero() {
-		d := now.Sub(r.startedAt).Milliseconds()
-		started := r.startedAt
-		p.StartedAt, p.DurationMs = &started, &d
-	}
-	r.mu.Unlock()
-	// The write must land even while the host shuts down.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r.saveMu.Lock()
-	unsaved := r.unsaved
-	r.unsaved = false
-	write := func(p *store.Process) (bool, error) {
-		if unsaved {
-			return true, m.st.InsertProcess(ctx, p)
-		}
-		return m.st.FinishProcess(ctx, p, live)
-	}
-	if r.dropped {
-		m.log.Warn("process not stored: its row could not be written", "pid", r.pid)
-	} else if ok, err := write(p); err != nil {
-		// Never leave it looking alive: store the failure without the
-		// result that could not be stored.
+	if err := write(p); err != nil {
 		m.log.Error("record process result", "pid", r.pid, "err", err)
 		failed := string(module.ExitFailed)
 		p.ExitState, p.Reason, p.Error = &failed, string(module.ReasonEnvironmentError), "the host could not store the result: "+clean(err.Error())
 		p.Output, p.Stdout, p.Stderr = nil, "", ""
-		if _, err := write(p); err != nil {
+		if err := write(p); err != nil {
 			m.log.Error("record process failure", "pid", r.pid, "err", err)
-			if unsaved {
-				r.mu.Lock()
-				r.lost = err
-				r.mu.Unlock()
-			}
 		}
-	} else if !ok {
-		m.log.Warn("process result arrived for a process no longer live", "pid", r.pid)
 	}
-	r.saveMu.Unlock()
 	m.mu.Lock()
 	delete(m.runs, r.pid)
 	m.mu.Unlock()
@@ -440,9 +356,12 @@ func (m *Manager) Kill(ctx context.Context, pid int64) (*Process, error) {
 	r.mu.Unlock()
 	r.cancel()
 	if was == Queued || was == Running {
-		// From queued too: a short-lived running state may not be written yet.
+		// From queued too: the running state is written at the next flush.
 		p := &store.Process{PID: pid, State: string(Terminating)}
-		if _, err := m.st.TransitionProcess(ctx, p, []string{string(Queued), string(Running)}, "state"); err != nil {
+		if err := m.w.do(func(ctx context.Context, tx *store.Tx) error {
+			_, err := tx.TransitionProcess(ctx, p, []string{string(Queued), string(Running)}, "state")
+			return err
+		}); err != nil {
 			return nil, err
 		}
 	}
@@ -471,7 +390,7 @@ func (m *Manager) Wait(ctx context.Context, pid int64, timeout time.Duration) (*
 		defer t.Stop()
 		select {
 		case <-r.done:
-			return r.result()
+			return r.final, nil
 		case <-t.C:
 		case <-ctx.Done():
 		}
@@ -491,15 +410,7 @@ func (m *Manager) Get(ctx context.Context, pid int64) (*Process, error) {
 func (m *Manager) get(ctx context.Context, pid int64) (*store.Process, error) {
 	p, err := m.st.GetProcess(ctx, pid)
 	if errors.Is(err, store.ErrNotFound) {
-		if r := m.lookup(pid); r != nil {
-			// Running, its row not written yet.
-			base := r.base
-			return &base, nil
-		}
-		// Or it ended between the two reads, its row now written.
-		if p, err = m.st.GetProcess(ctx, pid); errors.Is(err, store.ErrNotFound) {
-			return nil, fmt.Errorf("%w: %d", ErrNotFound, pid)
-		}
+		return nil, fmt.Errorf("%w: %d", ErrNotFound, pid)
 	}
 	return p, err
 }
@@ -550,7 +461,11 @@ func (m *Manager) Delete(ctx context.Context, pid int64) error {
 	if busy {
 		return conflict("process %d is not idle", pid)
 	}
-	ok, err := m.st.DeleteProcess(ctx, pid, []string{string(Idle)})
+	var ok bool
+	err := m.w.do(func(ctx context.Context, tx *store.Tx) (err error) {
+		ok, err = tx.DeleteProcess(ctx, pid, []string{string(Idle)})
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -565,14 +480,21 @@ func (m *Manager) Delete(ctx context.Context, pid int64) error {
 }
 
 // Shutdown refuses new executions, kills the running ones (recorded as
-// canceled, reason host_shutdown) and waits for their results to be stored.
+// canceled, reason host_shutdown), waits for their results to be stored,
+// then stops writing. A second call is harmless.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	m.stopping = true
 	m.mu.Unlock()
 	m.cancel()
+	m.stopFlush()
 	done := make(chan struct{})
-	go func() { m.wg.Wait(); close(done) }()
+	go func() {
+		m.wg.Wait()
+		<-m.flushDone
+		m.w.stop()
+		close(done)
+	}()
 	select {
 	case <-done:
 		return nil

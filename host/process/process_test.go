@@ -5,6 +5,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,15 +42,35 @@ func (s *scripted) Kill(_ context.Context, eid int64) error {
 
 func newManager(t *testing.T) (*Manager, *scripted, *store.Store) {
 	t.Helper()
-	st, err := store.Open(context.Background(), "", t.TempDir())
+	return newManagerIn(t, t.TempDir(), 0)
+}
+
+// newManagerIn opens the database in dir and a manager on it, flushing
+// progress every flush (0: the default).
+func newManagerIn(t *testing.T, dir string, flush time.Duration) (*Manager, *scripted, *store.Store) {
+	t.Helper()
+	st, err := store.Open(context.Background(), "", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	ex := &scripted{start: make(chan int64, 8), end: make(chan module.Result, 8), kills: make(chan int64, 8)}
-	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, ex, DefaultLimits(), "test-host")
-	ex.m = m
+	m, ex := newManagerOn(t, st, flush)
 	return m, ex, st
+}
+
+func newManagerOn(t *testing.T, st *store.Store, flush time.Duration) (*Manager, *scripted) {
+	t.Helper()
+	ex := &scripted{start: make(chan int64, 8), end: make(chan module.Result, 8), kills: make(chan int64, 8)}
+	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, ex, DefaultLimits(), "test-host", flush)
+	ex.m = m
+	// Before the store closes (cleanups run last first); executions a test
+	// leaves blocked keep it waiting no longer than this.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		m.Shutdown(ctx)
+	})
+	return m, ex
 }
 
 func waitIdle(t *testing.T, m *Manager, pid int64) *Process {
@@ -147,14 +170,12 @@ func TestEnvironmentErrorAndInvalidExit(t *testing.T) {
 }
 
 func TestRecoverFinishesWhatWasLeftLive(t *testing.T) {
-	m, _, st := newManager(t)
+	m, _, _ := newManager(t)
 	ctx := context.Background()
 	var pids []int64
 	for _, s := range []string{"queued", "running", "terminating", "idle"} {
 		p := &store.Process{Code: "x", State: s, TimeoutMs: 1, CreatedAt: time.Now()}
-		if err := st.InsertProcess(ctx, p); err != nil {
-			t.Fatal(err)
-		}
+		insert(t, m, p)
 		pids = append(pids, p.PID)
 	}
 	if err := m.Recover(ctx); err != nil {
@@ -186,203 +207,287 @@ func TestOutputMergeAndCap(t *testing.T) {
 	if live.Output["b"] != 999.0 || live.State != Running || !live.OutputTruncated {
 		t.Fatalf("live view: %+v", live)
 	}
+	// Said where the client looks: on stderr and, as stderr is too small
+	// to hold it whole, in error.
+	if !strings.HasPrefix(live.Stderr, `cyrnel: output key "big"`) {
+		t.Fatalf("stderr %q, want the drop said", live.Stderr)
+	}
 	ex.end <- module.Result{Exit: module.ExitSuccess}
 	got := waitIdle(t, m, p.PID)
 	if len(got.Output) != 2 || got.Output["a"] != 1.0 || got.Output["b"] != 999.0 || !got.OutputTruncated {
 		t.Fatalf("output %v truncated=%v", got.Output, got.OutputTruncated)
 	}
-}
-
-// created runs Create with a wait in the background.
-func created(m *Manager, in CreateInput) chan *Process {
-	out := make(chan *Process, 1)
-	go func() {
-		p, err := m.Create(context.Background(), in)
-		if err != nil {
-			panic(err)
-		}
-		out <- p
-	}()
-	return out
-}
-
-// TestAShortExecutionIsStoredOnce: with a wait, an execution starts before
-// its row is written and is stored by one write, its final row; meanwhile
-// it can be read, listed and killed by pid.
-func TestAShortExecutionIsStoredOnce(t *testing.T) {
-	m, ex, st := newManager(t)
-	m.liveWriteDelay = time.Hour
-	ctx := context.Background()
-	res := created(m, CreateInput{Code: "x", Ref: "short", Autorun: true, Wait: time.Minute})
-	pid := <-ex.start
-	if _, err := st.GetProcess(ctx, pid); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("the row was written before the execution ended: %v", err)
-	}
-	if v, err := m.Get(ctx, pid); err != nil || v.State != Running || v.Ref != "short" {
-		t.Fatalf("get while unsaved: %+v %v", v, err)
-	}
-	ex.end <- module.Result{Exit: module.ExitSuccess}
-	p := <-res
-	if p.PID != pid || p.State != Idle || *p.ExitState != "success" || p.StartedAt == nil {
-		t.Fatalf("create returned %+v", p)
-	}
-	row, err := st.GetProcess(ctx, pid)
-	if err != nil || row.State != "idle" || *row.ExitState != "success" || row.Ref != "short" || row.Runs != 1 || row.StartedAt == nil {
-		t.Fatalf("stored %+v %v", row, err)
-	}
-	// The next pid is still new, whichever way its row is written.
-	next, err := m.Create(ctx, CreateInput{Code: "y"})
-	if err != nil || next.PID <= pid {
-		t.Fatalf("next pid %+v %v", next, err)
+	if want := `cyrnel: output key "big" (609 bytes) dropped: the structured output is capped at 64 bytes`; got.Error != want {
+		t.Fatalf("error %q, want %q", got.Error, want)
 	}
 }
 
-// TestARowIsStoredWhenTheExecutionLasts: an unsaved execution that lasts
-// gets its row, running, before it ends.
-func TestARowIsStoredWhenTheExecutionLasts(t *testing.T) {
-	m, ex, st := newManager(t)
-	m.liveWriteDelay = time.Millisecond
-	ctx := context.Background()
-	res := created(m, CreateInput{Code: "x", Autorun: true, Wait: time.Minute})
-	pid := <-ex.start
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		row, err := st.GetProcess(ctx, pid)
-		if err == nil {
-			if row.State != "running" || row.StartedAt == nil {
-				t.Fatalf("stored while running: %+v", row)
-			}
-			break
-		}
-		if !errors.Is(err, store.ErrNotFound) || time.Now().After(deadline) {
-			t.Fatalf("no row while it runs: %v", err)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	ex.end <- module.Result{Exit: module.ExitFailed, Reason: module.ReasonException}
-	if p := <-res; p.State != Idle || *p.ExitState != "failed" {
-		t.Fatalf("create returned %+v", p)
-	}
-	if row, err := st.GetProcess(ctx, pid); err != nil || row.State != "idle" || *row.ExitState != "failed" {
-		t.Fatalf("stored %+v %v", row, err)
-	}
-}
-
-// TestARowIsStoredWhenTheWaitEnds: a wait shorter than the execution hands
-// out a pid that can be read from the database at once.
-func TestARowIsStoredWhenTheWaitEnds(t *testing.T) {
-	m, ex, st := newManager(t)
-	m.liveWriteDelay = time.Hour
-	ctx := context.Background()
-	res := created(m, CreateInput{Code: "x", Autorun: true, Wait: time.Millisecond})
-	pid := <-ex.start
-	p := <-res
-	if p.PID != pid || p.State != Running {
-		t.Fatalf("create returned %+v", p)
-	}
-	if row, err := st.GetProcess(ctx, pid); err != nil || row.State != "running" {
-		t.Fatalf("stored %+v %v", row, err)
-	}
-	// Killed, it ends canceled.
-	if v, err := m.Kill(ctx, pid); err != nil || v.State != Terminating {
-		t.Fatalf("kill: %+v %v", v, err)
-	}
-	<-ex.kills
-	ex.end <- module.Result{Exit: module.ExitCanceled}
-	if p := waitIdle(t, m, pid); *p.ExitState != "canceled" || *p.Reason != "killed" {
-		t.Fatalf("after kill: %+v", p)
-	}
-}
-
-// TestKillBeforeTheRowIsStored: a kill reaches an execution whose row is
-// not written yet, and the final row says canceled.
-func TestKillBeforeTheRowIsStored(t *testing.T) {
-	m, ex, st := newManager(t)
-	m.liveWriteDelay = time.Hour
-	ctx := context.Background()
-	res := created(m, CreateInput{Code: "x", Autorun: true, Wait: time.Minute})
-	pid := <-ex.start
-	if v, err := m.Kill(ctx, pid); err != nil || v.State != Terminating {
-		t.Fatalf("kill: %+v %v", v, err)
-	}
-	<-ex.kills
-	ex.end <- module.Result{Exit: module.ExitCanceled}
-	if p := <-res; *p.ExitState != "canceled" || *p.Reason != "killed" {
-		t.Fatalf("create returned %+v", p)
-	}
-	if row, err := st.GetProcess(ctx, pid); err != nil || *row.ExitState != "canceled" {
-		t.Fatalf("stored %+v %v", row, err)
-	}
-}
-
-// failInserts makes every insert into processes fail until the returned
-// function is called.
-func failInserts(t *testing.T, st *store.Store) (restore func()) {
+// insert stores rows as the manager does, through its writer.
+func insert(t *testing.T, m *Manager, ps ...*store.Process) {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := st.DB.ExecContext(ctx, `CREATE TRIGGER no_insert BEFORE INSERT ON processes BEGIN SELECT RAISE(FAIL, 'disk full'); END`); err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		if _, err := st.DB.ExecContext(ctx, `DROP TRIGGER no_insert`); err != nil {
+	for _, p := range ps {
+		if err := m.w.do(func(ctx context.Context, tx *store.Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
 
-// TestAResultThatCannotBeStoredIsAnError: when the only row of a short
-// execution cannot be written, the caller gets an error, not a pid that
-// can never be read.
-func TestAResultThatCannotBeStoredIsAnError(t *testing.T) {
-	m, ex, st := newManager(t)
-	m.liveWriteDelay = time.Hour
-	errc := make(chan error, 1)
-	go func() {
-		_, err := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true, Wait: time.Minute})
-		errc <- err
-	}()
-	pid := <-ex.start
-	failInserts(t, st)
-	ex.end <- module.Result{Exit: module.ExitSuccess}
-	if err := <-errc; !errors.Is(err, errNotStored) {
-		t.Fatalf("create: %v", err)
+// TestAPidIsHandedOutOnceItsRowExists: the database is the truth from the
+// start: an execution starts only once its row is stored, and pids come
+// from the database's sequence, one after another, across restarts too.
+func TestAPidIsHandedOutOnceItsRowExists(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := context.Background()
+	var pids []int64
+	for range 2 { // the second time on the database the first left
+		m, ex, st := newManagerIn(t, dir, 0)
+		for range 3 {
+			res := make(chan *Process, 1)
+			go func() {
+				p, err := m.Create(ctx, CreateInput{Code: "x", Ref: "r", Autorun: true, Wait: time.Minute})
+				if err != nil {
+					t.Error(err)
+				}
+				res <- p
+			}()
+			pid := <-ex.start
+			row, err := st.GetProcess(ctx, pid)
+			if err != nil || row.State != string(Queued) || row.Ref != "r" || row.HostID != "test-host" {
+				t.Fatalf("row of a started execution: %+v %v", row, err)
+			}
+			ex.end <- module.Result{Exit: module.ExitSuccess}
+			if p := <-res; p == nil || p.PID != pid || p.State != Idle || p.HostID != "test-host" {
+				t.Fatalf("create returned %+v", p)
+			}
+			pids = append(pids, pid)
+		}
+		if err := m.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
 	}
-	if _, err := m.Get(context.Background(), pid); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("get: %v", err)
+	for i := 1; i < len(pids); i++ {
+		if pids[i] != pids[i-1]+1 {
+			t.Fatalf("pids jump: %v", pids)
+		}
 	}
 }
 
-// TestAProcessThatCannotBeStoredDoesNotRunOn: when the row cannot be
-// written as the wait ends, the caller gets an error, so the execution is
-// killed and never stored.
-func TestAProcessThatCannotBeStoredDoesNotRunOn(t *testing.T) {
-	m, ex, st := newManager(t)
-	m.liveWriteDelay = time.Hour
+// TestProgressIsDurable: what a running execution printed reaches its row
+// at each flush, so a host that dies loses at most the last interval; the
+// next start finishes it with that output kept.
+func TestProgressIsDurable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m, ex, st := newManagerIn(t, dir, 5*time.Millisecond)
+	m.limits.OutputBytes = 8
 	ctx := context.Background()
-	restore := failInserts(t, st)
-	errc := make(chan error, 1)
-	go func() {
-		_, err := m.Create(ctx, CreateInput{Code: "x", Autorun: true, Wait: time.Millisecond})
-		errc <- err
-	}()
-	pid := <-ex.start
-	if err := <-errc; !errors.Is(err, errNotStored) {
-		t.Fatalf("create: %v", err)
+	p, err := m.Create(ctx, CreateInput{Code: "x", Autorun: true})
+	if err != nil {
+		t.Fatal(err)
 	}
-	restore()
-	select {
-	case killed := <-ex.kills:
-		if killed != pid {
-			t.Fatalf("killed %d, want %d", killed, pid)
+	<-ex.start
+	stored := func(want func(*store.Process) bool) *store.Process {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			row, err := st.GetProcess(ctx, p.PID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want(row) {
+				return row
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not flushed: %+v", row)
+			}
+			time.Sleep(time.Millisecond) // polls the database: nothing to wait on
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the execution was not killed")
 	}
-	r := m.lookup(pid)
-	ex.end <- module.Result{Exit: module.ExitCanceled}
-	<-r.done
-	if row, err := st.GetProcess(ctx, pid); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("stored after its client was told it failed: %+v %v", row, err)
+	m.EmitStdout(p.PID, []byte("one\n"))
+	m.EmitOutput(p.PID, map[string]any{"k": 1.0})
+	row := stored(func(r *store.Process) bool { return r.Stdout == "one\n" })
+	if row.State != string(Running) || row.StartedAt == nil || row.Output["k"] != 1.0 {
+		t.Fatalf("flushed %+v", row)
+	}
+	m.EmitStdout(p.PID, []byte("two\nthree\n")) // past the cap of 8 bytes
+	m.EmitStderr(p.PID, []byte("err"))
+	row = stored(func(r *store.Process) bool { return r.Stderr == "err" })
+	if row.Stdout != "one\ntwo\n" || !row.StdoutTruncated {
+		t.Fatalf("appended %+v", row)
+	}
+
+	// The host dies here; the next one on the database keeps the output.
+	next, _, _ := newManagerIn(t, dir, 0)
+	if err := next.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := next.Get(ctx, p.PID)
+	if err != nil || got.State != Idle || *got.Reason != "host_restart" || got.Stdout != "one\ntwo\n" || got.Stderr != "err" || got.Output["k"] != 1.0 {
+		t.Fatalf("after restart: %+v %v", got, err)
+	}
+	ex.end <- module.Result{Exit: module.ExitSuccess} // the old host's late result changes nothing
+	if r := m.lookup(p.PID); r != nil {
+		<-r.done
+	}
+	if got, _ := next.Get(ctx, p.PID); *got.Reason != "host_restart" {
+		t.Fatalf("a finished row was overwritten: %+v", got)
+	}
+}
+
+// TestUsageAndHostAreStored: an execution's CPU time and peak memory, when
+// the environment knows them, and the host that ran it reach its row.
+func TestUsageAndHostAreStored(t *testing.T) {
+	t.Parallel()
+	m, ex, st := newManager(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		res        module.Result
+		cpu, bytes *int64
+	}{
+		{module.Result{Exit: module.ExitSuccess, CPUMs: 12, PeakMemoryBytes: 3456}, ptr(int64(12)), ptr(int64(3456))},
+		{module.Result{Exit: module.ExitSuccess}, nil, nil}, // unknown: null, also after a run that knew them
+	} {
+		p, err := m.Create(ctx, CreateInput{Code: "x", Ref: "usage", Autorun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-ex.start
+		ex.end <- c.res
+		got := waitIdle(t, m, p.PID)
+		row, err := st.GetProcess(ctx, p.PID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []struct {
+			what      string
+			cpu, peak *int64
+			host      string
+		}{{"view", got.CPUMs, got.PeakMemoryBytes, got.HostID}, {"row", row.CPUMs, row.PeakMemoryBytes, row.HostID}} {
+			if !equal(v.cpu, c.cpu) || !equal(v.peak, c.bytes) || v.host != "test-host" {
+				t.Fatalf("%s: cpu %v peak %v host %q", v.what, v.cpu, v.peak, v.host)
+			}
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func equal(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+
+// TestAFullDiskIsAnsweredAsStored: when the database cannot grow, a create
+// fails saying so and leaves nothing behind (nothing runs, nothing looks
+// queued), a result too large to store is stored as the failure it is
+// answered as, and deleting processes frees room again.
+func TestAFullDiskIsAnsweredAsStored(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if st, err := store.Open(context.Background(), "", dir); err != nil { // migrated at full size
+		t.Fatal(err)
+	} else {
+		st.Close()
+	}
+	// SQLite's own limit on the file's pages: a write past it fails as on
+	// a full disk (SQLITE_FULL).
+	st, err := store.Open(context.Background(), "sqlite://"+filepath.Join(dir, "cyrnel.db")+"?_pragma=max_page_count(60)", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m, ex := newManagerOn(t, st, 0)
+	ctx := context.Background()
+	code := strings.Repeat("x", 40<<10)
+	var pids []int64
+	for {
+		p, err := m.Create(ctx, CreateInput{Code: code})
+		if errors.Is(err, store.ErrFull) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, p.PID)
+		if len(pids) > 100 {
+			t.Fatal("the database never filled")
+		}
+	}
+	if _, err := m.Create(ctx, CreateInput{Code: code, Autorun: true, Wait: time.Minute}); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("create on a full disk: %v", err)
+	}
+	select {
+	case pid := <-ex.start:
+		t.Fatalf("process %d ran although it could not be stored", pid)
+	default:
+	}
+	rows, err := st.ListProcesses(ctx, store.ProcessFilter{Limit: 1000})
+	if err != nil || len(rows) != len(pids) {
+		t.Fatalf("stored %d rows, %d answered: %v", len(rows), len(pids), err)
+	}
+
+	// A small process fits; its result, too large for the disk, is stored
+	// as the failure the waiter is answered with.
+	var p *Process
+	for _, pid := range pids[:2] {
+		if err := m.Delete(ctx, pid); err != nil {
+			t.Fatalf("delete on a full disk: %v", err)
+		}
+	}
+	p, err = m.Create(ctx, CreateInput{Code: "x", Autorun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ex.start
+	m.EmitStdout(p.PID, []byte(strings.Repeat("y", 900<<10)))
+	ex.end <- module.Result{Exit: module.ExitSuccess}
+	answered := waitIdle(t, m, p.PID)
+	row, err := st.GetProcess(ctx, p.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *answered.Reason != "environment_error" || !strings.Contains(answered.Error, "disk is full") ||
+		row.State != "idle" || row.Reason != *answered.Reason || row.Error != answered.Error || answered.Stdout != row.Stdout {
+		t.Fatalf("answered %s %q, stored %s %s %q", *answered.Reason, answered.Error, row.State, row.Reason, row.Error)
+	}
+}
+
+// TestOneFailingWriteLeavesItsBatch: of writes queued together (one
+// transaction on PostgreSQL, one after another on SQLite), one that fails
+// fails alone.
+func TestOneFailingWriteLeavesItsBatch(t *testing.T) {
+	t.Parallel()
+	m, _, st := newManager(t)
+	ctx := context.Background()
+	hold, release := make(chan struct{}), make(chan struct{})
+	go m.w.do(func(context.Context, *store.Tx) error { close(hold); <-release; return nil })
+	<-hold // the writer is busy: what follows queues up
+	boom := errors.New("boom")
+	errs := make(chan error, 10)
+	for i := range 10 {
+		go func() {
+			errs <- m.w.do(func(ctx context.Context, tx *store.Tx) error {
+				if i == 3 {
+					return boom
+				}
+				return tx.InsertProcess(ctx, &store.Process{Code: "x", State: "idle", CreatedAt: time.Now()})
+			})
+		}()
+	}
+	for len(m.w.queue) < 10 {
+		runtime.Gosched() // until all ten are queued
+	}
+	close(release)
+	var failed int
+	for range 10 {
+		if err := <-errs; errors.Is(err, boom) {
+			failed++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := st.ListProcesses(ctx, store.ProcessFilter{Limit: 100})
+	if failed != 1 || err != nil || len(rows) != 9 {
+		t.Fatalf("%d failed, %d stored: %v", failed, len(rows), err)
 	}
 }
 
@@ -390,41 +495,19 @@ func TestAProcessThatCannotBeStoredDoesNotRunOn(t *testing.T) {
 // begun (the caller checked just before) never starts and is stored as
 // ended by the shutdown.
 func TestLaunchAfterShutdownBegan(t *testing.T) {
+	t.Parallel()
 	m, _, st := newManager(t)
-	pid, ok, err := st.ReservePID(context.Background())
-	if err != nil || !ok {
-		t.Fatal(ok, err)
-	}
+	p := &store.Process{Code: "x", State: string(Queued), TimeoutMs: 1000, CreatedAt: time.Now(), Runs: 1}
+	insert(t, m, p)
 	m.mu.Lock()
 	m.stopping = true
 	m.mu.Unlock()
-	r := m.launch(&store.Process{PID: pid, Code: "x", State: string(Queued), TimeoutMs: 1000, CreatedAt: time.Now(), Runs: 1}, true)
-	<-r.done
-	row, err := st.GetProcess(context.Background(), pid)
+	m.launch(p)
+	row, err := st.GetProcess(context.Background(), p.PID)
 	if err != nil || row.State != "idle" || *row.ExitState != "canceled" || row.Reason != "host_shutdown" {
 		t.Fatalf("stored %+v %v", row, err)
 	}
 	if err := m.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestALostRowIsAnErrorAlsoWhenTheWaitEndsLast: when an execution ends as
-// its wait ends and its only row cannot be written, storing it for the
-// waiter fails too, rather than handing out a pid that cannot be read.
-func TestALostRowIsAnErrorAlsoWhenTheWaitEndsLast(t *testing.T) {
-	m, ex, st := newManager(t)
-	m.liveWriteDelay = time.Hour
-	pid, _, err := st.ReservePID(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := m.launch(&store.Process{PID: pid, Code: "x", State: string(Queued), TimeoutMs: 1000, CreatedAt: time.Now(), Runs: 1}, true)
-	<-ex.start
-	failInserts(t, st)
-	ex.end <- module.Result{Exit: module.ExitSuccess}
-	<-r.done
-	if _, err := m.save(context.Background(), r, true); !errors.Is(err, errNotStored) {
-		t.Fatalf("save after the final row was lost: %v", err)
 	}
 }

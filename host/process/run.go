@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,40 +13,42 @@ import (
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
-// run is the live state of one execution, kept in memory while it lasts and
-// written to the database when it ends.
+// run is the live state of one execution, kept in memory while it lasts.
+// Its row is written through the manager's writer: inserted before it
+// starts, its progress at each flush, its final row when it ends.
 type run struct {
 	pid    int64
 	base   store.Process // the row as launched; the final row is built on it
 	done   chan struct{}
 	cancel context.CancelFunc // kills the execution
 
-	mu         sync.Mutex
-	state      State
-	startedAt  time.Time
-	stdout     stream
-	stderr     stream
-	output     map[string]any
-	keySizes   map[string]int64 // encoded size of each top-level key and value
-	outputSize int64            // their sum: the size of the merged object
-	outputCap  int64
-	outputCut  bool
-	err        string
-	killed     bool
-	final      *Process
-	subs       map[chan Event]struct{}
-	// runningWrite writes the running state if the execution lasts.
-	runningWrite *time.Timer
-	// ended: Execute has returned; the environment's reports are late.
-	ended bool
+	mu            sync.Mutex
+	state         State
+	startedAt     time.Time
+	stdout        stream
+	stderr        stream
+	output        map[string]any
+	keySizes      map[string]int64 // encoded size of each top-level key and value
+	outputSize    int64            // their sum: the size of the merged object
+	outputCap     int64
+	outputCut     bool
+	outputVersion int64 // counts the output's changes
+	err           string
+	killed        bool
+	ended         bool // Execute returned: the environment's reports are late
+	final         *Process
+	subs          map[chan Event]struct{}
+	saved         saved // what the database holds of this run
+}
 
-	// saveMu orders the writes of a run whose row is not stored yet
-	// (unsaved): whichever comes first inserts it.
-	saveMu    sync.Mutex
-	unsaved   bool
-	dropped   bool        // its row could not be written when its pid was due: never stored
-	saveTimer *time.Timer // inserts the row if the execution lasts
-	lost      error       // under mu: why its final row, the first, could not be written
+// saved is how much of a run's live state its row holds: the running
+// state, the lengths of the streams' stored text, and the version of the
+// structured output (outputVersion counts its changes).
+type saved struct {
+	running        bool
+	stdout, stderr int
+	outputVersion  int64
+	truncated      [3]bool // stdout, stderr, output
 }
 
 func newRun(p *store.Process, limit int64) *run {
@@ -73,6 +76,55 @@ func (r *run) overlay(v *Process) {
 	}
 }
 
+// result ends the run's live state (later reports are ignored) and builds
+// its final row from what the environment answered.
+func (r *run) result(envID string, res module.Result, err error, stopping bool) *store.Process {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ended = true
+	if err != nil {
+		res = module.Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError}
+		r.err = err.Error()
+	}
+	if !res.Exit.Valid() {
+		r.err = fmt.Sprintf("environment returned an invalid exit state %q", res.Exit)
+		res = module.Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError}
+	}
+	if res.Exit == module.ExitCanceled && stopping && !r.killed {
+		res.Reason = module.ReasonHostShutdown
+	}
+	if res.Reason == "" {
+		res.Reason = defaultReason(res.Exit)
+	}
+	r.stdout.flush()
+	r.stderr.flush()
+	if res.Reason == module.ReasonOutputLimit {
+		// The environment stops a stream at the cap, so the host may never
+		// see a byte past it: a full stream is a cut one.
+		for _, s := range []*stream{&r.stdout, &r.stderr} {
+			s.truncated = s.truncated || (s.limit > 0 && s.size >= s.limit)
+		}
+	}
+	now := time.Now().UTC()
+	exit := string(res.Exit)
+	p := r.base
+	p.State, p.ExitState, p.Reason, p.Error, p.Environment = string(Idle), &exit, clean(string(res.Reason)), clean(r.err), envID
+	p.Output, p.Stdout, p.Stderr = maps.Clone(r.output), r.stdout.text.String(), r.stderr.text.String()
+	p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated, p.FinishedAt = r.stdout.truncated, r.stderr.truncated, r.outputCut, &now
+	if !r.startedAt.IsZero() {
+		d := now.Sub(r.startedAt).Milliseconds()
+		started := r.startedAt
+		p.StartedAt, p.DurationMs = &started, &d
+	}
+	if res.CPUMs > 0 {
+		p.CPUMs = &res.CPUMs
+	}
+	if res.PeakMemoryBytes > 0 {
+		p.PeakMemoryBytes = &res.PeakMemoryBytes
+	}
+	return &p
+}
+
 // end records the final view, tells followers and releases waiters.
 func (r *run) end(p *store.Process) {
 	r.mu.Lock()
@@ -84,18 +136,6 @@ func (r *run) end(p *store.Process) {
 	r.subs = nil
 	r.mu.Unlock()
 	close(r.done)
-}
-
-// result is how an ended run ended: its final row, stored and held so
-// nobody need read it back, or why it could not be stored (then its pid
-// could never be read back).
-func (r *run) result() (*Process, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.lost != nil {
-		return nil, fmt.Errorf("%w: %w", errNotStored, r.lost)
-	}
-	return r.final, nil
 }
 
 func (m *Manager) lookup(eid int64) *run {
@@ -118,33 +158,9 @@ func (m *Manager) SetState(eid int64, s module.ExecState) {
 	}
 	r.state = Running
 	r.startedAt = time.Now().UTC()
-	started := r.startedAt
 	r.publishLocked(Event{Type: EventState, State: Running})
-	// Written only if it is still running a little later: readers overlay
-	// the live state, restart recovery treats queued and running alike, and
-	// the final row carries startedAt, so a short execution needs no write
-	// of its own (on two cores it would hold SQLite's write lock while the
-	// final write waits). The compare-and-set cannot land on a final state.
-	m.wg.Add(1)
-	r.runningWrite = time.AfterFunc(m.liveWriteDelay, func() {
-		defer m.wg.Done()
-		if inserted, err := m.save(context.Background(), r, false); err != nil || inserted {
-			if err != nil {
-				m.log.Error("record process", "pid", eid, "err", err)
-			}
-			return // stored with its live state: running
-		}
-		p := &store.Process{PID: eid, State: string(Running), StartedAt: &started}
-		if _, err := m.st.TransitionProcess(context.Background(), p, []string{string(Queued)}, "state", "started_at"); err != nil {
-			m.log.Error("record running state", "pid", eid, "err", err)
-		}
-	})
 	r.mu.Unlock()
 }
-
-// liveWriteDelay is how long an execution runs before its live state (its
-// row, or its running state) is written to the database.
-const liveWriteDelay = 50 * time.Millisecond
 
 // SetError records why an execution failed.
 func (m *Manager) SetError(eid int64, msg string) {
@@ -207,6 +223,15 @@ func (m *Manager) EmitOutput(eid int64, patch map[string]any) {
 	for k, size := range sizes {
 		if r.outputSize-r.keySizes[k]+size > r.outputCap {
 			if !r.outputCut {
+				// Said where the client looks, not only in the log: once, on
+				// stderr (and in error if stderr is already full).
+				note := fmt.Sprintf("cyrnel: output key %q (%d bytes) dropped: the structured output is capped at %d bytes\n", k, size, r.outputCap)
+				if text := r.stderr.add([]byte(note)); text != "" {
+					r.publishLocked(Event{Type: EventStderr, Text: text})
+				}
+				if r.stderr.truncated && r.err == "" {
+					r.err = strings.TrimSuffix(note, "\n")
+				}
 				m.log.Warn("structured output over its cap; keys dropped", "pid", eid, "key", k, "bytes", size)
 			}
 			r.outputCut = true
@@ -218,6 +243,45 @@ func (m *Manager) EmitOutput(eid int64, patch map[string]any) {
 		applied[k] = patch[k]
 	}
 	if len(applied) > 0 {
+		r.outputVersion++
 		r.publishLocked(Event{Type: EventOutput, Output: applied})
+	}
+}
+
+// progress is the write that brings the run's row up to its live state
+// (the running state, the new stream text, the output), or nil if the row
+// holds it all. ok records that the write landed.
+func (r *run) progress() (apply func(context.Context, *store.Tx) error, ok func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := saved{
+		running: r.saved.running || (r.state == Running && !r.startedAt.IsZero()),
+		stdout:  r.stdout.text.Len(), stderr: r.stderr.text.Len(), outputVersion: r.outputVersion,
+		truncated: [3]bool{r.stdout.truncated, r.stderr.truncated, r.outputCut},
+	}
+	if r.ended || now == r.saved {
+		return nil, nil
+	}
+	startRunning := now.running && !r.saved.running
+	started := r.startedAt
+	pr := &store.Progress{
+		PID: r.pid, Runs: r.base.Runs, Output: maps.Clone(r.output),
+		Stdout: r.stdout.text.String()[r.saved.stdout:], Stderr: r.stderr.text.String()[r.saved.stderr:],
+		StdoutTruncated: now.truncated[0], StderrTruncated: now.truncated[1], OutputTruncated: now.truncated[2],
+	}
+	apply = func(ctx context.Context, tx *store.Tx) error {
+		if startRunning {
+			p := &store.Process{PID: r.pid, State: string(Running), StartedAt: &started}
+			if _, err := tx.TransitionProcess(ctx, p, []string{string(Queued)}, "state", "started_at"); err != nil {
+				return err
+			}
+		}
+		_, err := tx.AppendProgress(ctx, pr)
+		return err
+	}
+	return apply, func() {
+		r.mu.Lock()
+		r.saved = now
+		r.mu.Unlock()
 	}
 }

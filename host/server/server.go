@@ -128,7 +128,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err = svcs.Start(ctx); err != nil {
 		return nil, err
 	}
-	procs := process.New(log.With("component", "processes"), st, reg, cfg.Limits, dir.HostID)
+	procs := process.New(log.With("component", "processes"), st, reg, cfg.Limits, dir.HostID, 0)
 	if err = procs.Recover(ctx); err != nil {
 		return nil, err
 	}

@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// BenchmarkProcessWrites: the writes on an execution's critical path on
-// SQLite: insert and final update, or (with waitMs) the final row alone.
+// BenchmarkProcessWrites: the two writes on an execution's critical path on
+// SQLite, the insert and the final row, each committed alone as the writer
+// commits a lone write; and the insert inside a transaction, as in a batch.
 func BenchmarkProcessWrites(b *testing.B) {
 	ctx := context.Background()
 	st, err := Open(ctx, "", b.TempDir())
@@ -16,30 +17,30 @@ func BenchmarkProcessWrites(b *testing.B) {
 	}
 	defer st.Close()
 	exit := "success"
-	b.Run("insert", func(b *testing.B) {
-		for range b.N {
-			p := &Process{Code: "pass", State: "queued", TimeoutMs: 30000, CreatedAt: time.Now(), Runs: 1}
-			if err := st.InsertProcess(ctx, p); err != nil {
-				b.Fatal(err)
+	for name, write := range map[string]func(context.Context, func(context.Context, *Tx) error) error{
+		"insert": st.WriteProcess, "insert-in-tx": st.WriteProcesses,
+	} {
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				p := &Process{Code: "pass", State: "queued", TimeoutMs: 30000, CreatedAt: time.Now(), Runs: 1}
+				if err := write(ctx, func(ctx context.Context, tx *Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
-	b.Run("final-insert", func(b *testing.B) { // the only write of a short execution with waitMs
-		for range b.N {
-			now := time.Now()
-			p := &Process{Code: "pass", State: "idle", ExitState: &exit, TimeoutMs: 30000, CreatedAt: now, FinishedAt: &now, Stdout: "hi\n", Runs: 1}
-			if err := st.InsertProcess(ctx, p); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+		})
+	}
 	b.Run("finish", func(b *testing.B) {
 		p := &Process{Code: "pass", State: "queued", TimeoutMs: 30000, CreatedAt: time.Now(), Runs: 1}
-		st.InsertProcess(ctx, p)
+		if err := st.WriteProcesses(ctx, func(ctx context.Context, tx *Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {
+			b.Fatal(err)
+		}
 		for range b.N {
 			now := time.Now()
 			p.State, p.ExitState, p.FinishedAt, p.Stdout = "idle", &exit, &now, "hi\n"
-			if _, err := st.FinishProcess(ctx, p, []string{"queued", "idle"}); err != nil {
+			if err := st.WriteProcess(ctx, func(ctx context.Context, tx *Tx) error {
+				_, err := tx.FinishProcess(ctx, p, []string{"queued", "idle"})
+				return err
+			}); err != nil {
 				b.Fatal(err)
 			}
 		}

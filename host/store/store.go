@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect"
@@ -30,11 +31,33 @@ var migrationFiles embed.FS
 // ErrNotFound is returned when a row does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrFull is returned when the database cannot grow: its disk is full (or,
+// on SQLite, it reached its max_page_count).
+var ErrFull = errors.New("the database's disk is full")
+
+// classify marks the errors callers act on by kind: a full disk (SQLite's
+// SQLITE_FULL; PostgreSQL's disk_full, class 53100) becomes ErrFull.
+func classify(err error) error {
+	var code interface{ Code() int } // modernc.org/sqlite's errors
+	var pg *pgconn.PgError
+	switch {
+	case err == nil, errors.Is(err, ErrFull):
+		return err
+	case errors.As(err, &code) && code.Code()&0xff == sqliteFull,
+		errors.As(err, &pg) && pg.Code == "53100":
+		return fmt.Errorf("%w: %w", ErrFull, err)
+	}
+	return err
+}
+
+// sqliteFull is SQLITE_FULL, the primary result code of a write that found
+// no room.
+const sqliteFull = 13
+
 // Store is the database handle shared by the host's services.
 type Store struct {
 	DB    *bun.DB
 	local bool // embedded SQLite
-	pids  pidRange
 
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared, by their text with ? placeholders
@@ -122,7 +145,7 @@ func connect(dbURL, dataDir string) (*bun.DB, dialectSQL, error) {
 			PK: "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", Time: "TIMESTAMPTZ", Blob: "BYTEA",
 		}, nil
 	}
-	path := dbURL
+	path, extra := dbURL, ""
 	switch {
 	case path == "":
 		if err := os.MkdirAll(dataDir, 0o700); err != nil {
@@ -130,7 +153,9 @@ func connect(dbURL, dataDir string) (*bun.DB, dialectSQL, error) {
 		}
 		path = filepath.Join(dataDir, "cyrnel.db")
 	case strings.HasPrefix(path, "sqlite://"):
-		path = strings.TrimPrefix(path, "sqlite://")
+		// sqlite://PATH?_pragma=…: the operator's pragmas follow ours
+		// (max_page_count, for one, bounds the database's size).
+		path, extra, _ = strings.Cut(strings.TrimPrefix(path, "sqlite://"), "?")
 	case strings.Contains(path, "://"):
 		return nil, dialectSQL{}, fmt.Errorf("unsupported database URL scheme in %q (use postgres:// or sqlite://PATH)", redact(dbURL))
 	}
@@ -139,6 +164,9 @@ func connect(dbURL, dataDir string) (*bun.DB, dialectSQL, error) {
 	// that would fail with SQLITE_BUSY instead of waiting.
 	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)" +
 		"&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate"
+	if extra != "" {
+		dsn += "&" + extra
+	}
 	sqldb, err := sql.Open(sqliteshim.ShimName, dsn)
 	if err != nil {
 		return nil, dialectSQL{}, fmt.Errorf("open sqlite %s: %w", path, err)

@@ -60,9 +60,7 @@ func TestProcessesOnEveryDialect(t *testing.T) {
 			for i := range 5 {
 				p := &Process{Code: "x", Ref: fmt.Sprintf("r%d", i%2), State: "queued", TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h1",
 					EnvConfig: map[string]any{"k": 1.0}}
-				if err := st.InsertProcess(ctx, p); err != nil {
-					t.Fatal(err)
-				}
+				write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
 				pids = append(pids, p.PID)
 			}
 			if pids[0] < 1 || pids[4] <= pids[3] {
@@ -71,10 +69,14 @@ func TestProcessesOnEveryDialect(t *testing.T) {
 			// Compare-and-set: only from a listed state.
 			exit := "success"
 			p := &Process{PID: pids[0], State: "idle", ExitState: &exit, Output: map[string]any{"a": []any{1.0}}}
-			if ok, err := st.TransitionProcess(ctx, p, []string{"queued"}, "state", "exit_state", "output"); !ok || err != nil {
+			if ok, err := inTx(st, func(tx *Tx) (bool, error) {
+				return tx.TransitionProcess(ctx, p, []string{"queued"}, "state", "exit_state", "output")
+			}); !ok || err != nil {
 				t.Fatalf("transition: %v %v", ok, err)
 			}
-			if ok, _ := st.TransitionProcess(ctx, &Process{PID: pids[0], State: "running"}, []string{"queued"}, "state"); ok {
+			if ok, _ := inTx(st, func(tx *Tx) (bool, error) {
+				return tx.TransitionProcess(ctx, &Process{PID: pids[0], State: "running"}, []string{"queued"}, "state")
+			}); ok {
 				t.Fatal("transition from a state the row is not in")
 			}
 			got, err := st.GetProcess(ctx, pids[0])
@@ -92,22 +94,24 @@ func TestProcessesOnEveryDialect(t *testing.T) {
 			}
 			// Recovery touches only this host's live processes.
 			other := &Process{Code: "x", State: "running", TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h2"}
-			st.InsertProcess(ctx, other)
-			n, err := st.FinishAll(ctx, "h1", []string{"queued", "running"}, "failed", "host_restart", "gone", time.Now())
+			write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, other) })
+			n, err := inTx(st, func(tx *Tx) (int64, error) {
+				return tx.FinishAll(ctx, "h1", []string{"queued", "running"}, "failed", "host_restart", "gone", time.Now())
+			})
 			if err != nil || n != 4 {
 				t.Fatalf("finish all: %d %v", n, err)
 			}
 			if o, _ := st.GetProcess(ctx, other.PID); o.State != "running" {
 				t.Fatalf("another host's process was finished: %+v", o)
 			}
-			if ok, err := st.DeleteProcess(ctx, pids[1], []string{"idle"}); !ok || err != nil {
+			if ok, err := inTx(st, func(tx *Tx) (bool, error) { return tx.DeleteProcess(ctx, pids[1], []string{"idle"}) }); !ok || err != nil {
 				t.Fatalf("delete: %v %v", ok, err)
 			}
 			if _, err := st.GetProcess(ctx, pids[1]); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("deleted: %v", err)
 			}
 			next := &Process{Code: "x", State: "idle", TimeoutMs: 1, CreatedAt: time.Now()}
-			st.InsertProcess(ctx, next)
+			write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, next) })
 			if next.PID <= other.PID {
 				t.Fatalf("pid reused: %d", next.PID)
 			}
@@ -203,9 +207,7 @@ func TestPreparedWritesMatchBun(t *testing.T) {
 				if _, err := st.DB.NewInsert().Model(&viaBun).Returning("pid").Exec(ctx); err != nil {
 					t.Fatal(err)
 				}
-				if err := st.InsertProcess(ctx, &prepared); err != nil {
-					t.Fatal(err)
-				}
+				write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, &prepared) })
 				sameRows(t, st, fmt.Sprintf("insert %d", i), viaBun.PID, prepared.PID)
 
 				// Finish both with the other example's result.
@@ -219,11 +221,11 @@ func TestPreparedWritesMatchBun(t *testing.T) {
 					t.Fatal(err)
 				}
 				q.PID = prepared.PID
-				if ok, err := st.FinishProcess(ctx, &q, []string{"queued", "idle"}); !ok || err != nil {
+				if ok, err := inTx(st, func(tx *Tx) (bool, error) { return tx.FinishProcess(ctx, &q, []string{"queued", "idle"}) }); !ok || err != nil {
 					t.Fatalf("finish: %v %v", ok, err)
 				}
 				sameRows(t, st, fmt.Sprintf("finish %d", i), viaBun.PID, prepared.PID)
-				if ok, err := st.FinishProcess(ctx, &q, []string{"running"}); ok || err != nil {
+				if ok, err := inTx(st, func(tx *Tx) (bool, error) { return tx.FinishProcess(ctx, &q, []string{"running"}) }); ok || err != nil {
 					t.Fatalf("finish from a state the row is not in: %v %v", ok, err)
 				}
 			}
@@ -253,7 +255,7 @@ func sameRows(t *testing.T, st *Store, what string, a, b int64) {
 	raw := "SELECT quote(ref) || quote(code) || quote(state) || quote(exit_state) || quote(reason) || quote(error) || quote(timeout_ms) || " +
 		"quote(env_config) || quote(environment) || quote(output) || quote(stdout) || quote(stderr) || quote(stdout_truncated) || " +
 		"quote(stderr_truncated) || quote(output_truncated) || quote(runs) || quote(host_id) || quote(created_at) || " +
-		"quote(started_at) || quote(finished_at) || quote(duration_ms) FROM processes WHERE pid = ?"
+		"quote(started_at) || quote(finished_at) || quote(duration_ms) || quote(cpu_ms) || quote(peak_memory_bytes) FROM processes WHERE pid = ?"
 	if !st.local {
 		raw = "SELECT row_to_json(p)::jsonb - 'pid' FROM processes p WHERE pid = $1"
 	}
@@ -269,54 +271,106 @@ func sameRows(t *testing.T, st *Store, what string, a, b int64) {
 	}
 }
 
-// TestReservedPIDsAreNeverReused: pids reserved ahead of their insert on
-// SQLite never meet pids assigned otherwise, nor those of an earlier run
-// of the host on the same file.
-func TestReservedPIDsAreNeverReused(t *testing.T) {
+// TestProgressAppendsToItsOwnExecution: progress is appended to a live
+// row of the same run only, so a late write can neither reopen a finished
+// process nor land on its next run.
+func TestProgressAppendsToItsOwnExecution(t *testing.T) {
+	ctx := context.Background()
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			p := &Process{Code: "x", State: "running", TimeoutMs: 1, CreatedAt: time.Now(), Runs: 2}
+			write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
+			for _, c := range []struct {
+				runs int64
+				want bool
+			}{{2, true}, {2, true}, {1, false}} {
+				var ok bool
+				write(t, st, func(tx *Tx) (err error) {
+					ok, err = tx.AppendProgress(ctx, &Progress{PID: p.PID, Runs: c.runs, Stdout: "o", Stderr: "e", Output: map[string]any{"k": 1.0}, StderrTruncated: true})
+					return err
+				})
+				if ok != c.want {
+					t.Fatalf("runs %d: appended %v", c.runs, ok)
+				}
+			}
+			got, err := st.GetProcess(ctx, p.PID)
+			if err != nil || got.Stdout != "oo" || got.Stderr != "ee" || got.Output["k"] != 1.0 || !got.StderrTruncated || got.StdoutTruncated {
+				t.Fatalf("got %+v %v", got, err)
+			}
+			exit := "success"
+			write(t, st, func(tx *Tx) error {
+				_, err := tx.FinishProcess(ctx, &Process{PID: p.PID, State: "idle", ExitState: &exit, Stdout: "final"}, []string{"running"})
+				return err
+			})
+			write(t, st, func(tx *Tx) error {
+				ok, err := tx.AppendProgress(ctx, &Progress{PID: p.PID, Runs: 2, Stdout: "late"})
+				if ok {
+					t.Error("progress appended to a finished process")
+				}
+				return err
+			})
+			if got, _ := st.GetProcess(ctx, p.PID); got.Stdout != "final" {
+				t.Fatalf("stdout %q", got.Stdout)
+			}
+		})
+	}
+}
+
+// TestAFullDatabaseIsErrFull: a write the database has no room for fails
+// as ErrFull, rolled back whole; deleting rows makes room again.
+func TestAFullDatabaseIsErrFull(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	st, err := Open(ctx, "", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[int64]bool{}
-	insert := func(st *Store, p *Process) {
-		t.Helper()
-		if err := st.InsertProcess(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		if seen[p.PID] || p.PID < 1 {
-			t.Fatalf("pid %d handed out twice", p.PID)
-		}
-		seen[p.PID] = true
-	}
-	reserved, ok, err := st.ReservePID(ctx)
-	if err != nil || !ok {
-		t.Fatalf("reserve: %v %v", ok, err)
-	}
-	// Assigned while the reserved one is not inserted yet, by the store and
-	// by the database's own AUTOINCREMENT.
-	for range pidBlock + 2 {
-		insert(st, &Process{Code: "x", State: "idle", CreatedAt: time.Now()})
-	}
-	viaBun := &Process{Code: "x", State: "idle", CreatedAt: time.Now()}
-	if _, err := st.DB.NewInsert().Model(viaBun).Returning("pid").Exec(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if seen[viaBun.PID] || viaBun.PID == reserved {
-		t.Fatalf("AUTOINCREMENT reused pid %d", viaBun.PID)
-	}
-	seen[viaBun.PID] = true
-	insert(st, &Process{PID: reserved, Code: "x", State: "idle", CreatedAt: time.Now()})
 	st.Close()
-
-	again, err := Open(ctx, "", dir)
+	// SQLite's limit on the file's pages fails a write as a full disk does.
+	st, err = Open(ctx, "sqlite://"+dir+"/cyrnel.db?_pragma=max_page_count(40)", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer again.Close()
-	for range 3 {
-		insert(again, &Process{Code: "x", State: "idle", CreatedAt: time.Now()})
+	defer st.Close()
+	var pids []int64
+	for {
+		p := &Process{Code: strings.Repeat("x", 30<<10), State: "idle", CreatedAt: time.Now()}
+		err := st.WriteProcesses(ctx, func(ctx context.Context, tx *Tx) error { return tx.InsertProcess(ctx, p) })
+		if errors.Is(err, ErrFull) {
+			break
+		}
+		if err != nil || len(pids) > 100 {
+			t.Fatalf("after %d rows: %v", len(pids), err)
+		}
+		pids = append(pids, p.PID)
+	}
+	write(t, st, func(tx *Tx) error {
+		ok, err := tx.DeleteProcess(ctx, pids[0], []string{"idle"})
+		if !ok {
+			t.Error("not deleted")
+		}
+		return err
+	})
+	write(t, st, func(tx *Tx) error {
+		return tx.InsertProcess(ctx, &Process{Code: "x", State: "idle", CreatedAt: time.Now()})
+	})
+}
+
+// inTx runs one write returning a value in its own transaction.
+func inTx[T any](st *Store, fn func(*Tx) (T, error)) (T, error) {
+	var v T
+	err := st.WriteProcesses(context.Background(), func(_ context.Context, tx *Tx) (err error) {
+		v, err = fn(tx)
+		return err
+	})
+	return v, err
+}
+
+// write runs fn in one of the store's write transactions.
+func write(t *testing.T, st *Store, fn func(*Tx) error) {
+	t.Helper()
+	if err := st.WriteProcesses(context.Background(), func(_ context.Context, tx *Tx) error { return fn(tx) }); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -398,6 +398,8 @@ type ErrorModel struct {
 
 // ExitEvent defines model for ExitEvent.
 type ExitEvent struct {
+	// CpuMs CPU time the latest execution's whole process tree used, in milliseconds, as the host measured it; null when unknown or before it ends.
+	CpuMs     *int64    `json:"cpuMs"`
 	CreatedAt time.Time `json:"createdAt"`
 
 	// DurationMs Running time of the latest execution.
@@ -418,11 +420,17 @@ type ExitEvent struct {
 	// FinishedAt When the latest execution ended.
 	FinishedAt *time.Time `json:"finishedAt"`
 
+	// HostId The host that runs or ran the latest execution (the host that stored the process, before it first runs).
+	HostId string `json:"hostId"`
+
 	// Output Structured output: the merge of every cyrnel.output() patch.
 	Output map[string]interface{} `json:"output"`
 
 	// OutputTruncated The structured output went past its cap: keys that would have grown it further were dropped.
 	OutputTruncated bool `json:"outputTruncated"`
+
+	// PeakMemoryBytes Peak memory of the latest execution's whole process tree, in bytes, as the host measured it; null when unknown or before it ends.
+	PeakMemoryBytes *int64 `json:"peakMemoryBytes"`
 
 	// Pid Process id: positive, unique, never reused.
 	Pid int64 `json:"pid"`
@@ -527,6 +535,8 @@ type OutputEvent struct {
 
 // Process defines model for Process.
 type Process struct {
+	// CpuMs CPU time the latest execution's whole process tree used, in milliseconds, as the host measured it; null when unknown or before it ends.
+	CpuMs     *int64    `json:"cpuMs"`
 	CreatedAt time.Time `json:"createdAt"`
 
 	// DurationMs Running time of the latest execution.
@@ -547,11 +557,17 @@ type Process struct {
 	// FinishedAt When the latest execution ended.
 	FinishedAt *time.Time `json:"finishedAt"`
 
+	// HostId The host that runs or ran the latest execution (the host that stored the process, before it first runs).
+	HostId string `json:"hostId"`
+
 	// Output Structured output: the merge of every cyrnel.output() patch.
 	Output map[string]interface{} `json:"output"`
 
 	// OutputTruncated The structured output went past its cap: keys that would have grown it further were dropped.
 	OutputTruncated bool `json:"outputTruncated"`
+
+	// PeakMemoryBytes Peak memory of the latest execution's whole process tree, in bytes, as the host measured it; null when unknown or before it ends.
+	PeakMemoryBytes *int64 `json:"peakMemoryBytes"`
 
 	// Pid Process id: positive, unique, never reused.
 	Pid int64 `json:"pid"`
@@ -604,6 +620,8 @@ type ProcessListBody struct {
 
 // ProcessSummary defines model for ProcessSummary.
 type ProcessSummary struct {
+	// CpuMs CPU time the latest execution's whole process tree used, in milliseconds, as the host measured it; null when unknown or before it ends.
+	CpuMs     *int64    `json:"cpuMs"`
 	CreatedAt time.Time `json:"createdAt"`
 
 	// DurationMs Running time of the latest execution.
@@ -624,8 +642,14 @@ type ProcessSummary struct {
 	// FinishedAt When the latest execution ended.
 	FinishedAt *time.Time `json:"finishedAt"`
 
+	// HostId The host that runs or ran the latest execution (the host that stored the process, before it first runs).
+	HostId string `json:"hostId"`
+
 	// OutputTruncated The structured output went past its cap: keys that would have grown it further were dropped.
 	OutputTruncated bool `json:"outputTruncated"`
+
+	// PeakMemoryBytes Peak memory of the latest execution's whole process tree, in bytes, as the host measured it; null when unknown or before it ends.
+	PeakMemoryBytes *int64 `json:"peakMemoryBytes"`
 
 	// Pid Process id: positive, unique, never reused.
 	Pid int64 `json:"pid"`
@@ -1082,7 +1106,7 @@ type ClientInterface interface {
 
 	// CreateProcessWithBody Create a process
 	//
-	// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends.
+	// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1091,7 +1115,7 @@ type ClientInterface interface {
 
 	// CreateProcess Create a process
 	//
-	// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends.
+	// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1611,7 +1635,7 @@ func (c *Client) ListProcesses(ctx context.Context, params *ListProcessesParams,
 
 // CreateProcessWithBody Create a process
 //
-// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends.
+// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1630,7 +1654,7 @@ func (c *Client) CreateProcessWithBody(ctx context.Context, contentType string, 
 
 // CreateProcess Create a process
 //
-// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends.
+// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3962,7 +3986,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateProcessWithBodyWithResponse Create a process
 	//
-	// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends.
+	// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3971,7 +3995,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateProcessWithResponse Create a process
 	//
-	// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends.
+	// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4838,8 +4862,12 @@ type CreateProcessResponse struct {
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Process
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *ErrorModel
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -4847,9 +4875,19 @@ func (r CreateProcessResponse) GetJSON201() *Process {
 	return r.JSON201
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r CreateProcessResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateProcessResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CreateProcessResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r CreateProcessResponse) GetApplicationproblemJSON507() *ErrorModel {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -5194,6 +5232,8 @@ type RunProcessResponse struct {
 	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5214,6 +5254,11 @@ func (r RunProcessResponse) GetApplicationproblemJSON422() *ErrorModel {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r RunProcessResponse) GetApplicationproblemJSON500() *ErrorModel {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r RunProcessResponse) GetApplicationproblemJSON507() *ErrorModel {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -6373,7 +6418,7 @@ func (c *ClientWithResponses) ListProcessesWithResponse(ctx context.Context, par
 
 // CreateProcessWithBodyWithResponse Create a process
 //
-// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends.
+// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6388,7 +6433,7 @@ func (c *ClientWithResponses) CreateProcessWithBodyWithResponse(ctx context.Cont
 
 // CreateProcessWithResponse Create a process
 //
-// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends.
+// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7294,12 +7339,26 @@ func ParseCreateProcessResponse(rsp *http.Response) (*CreateProcessResponse, err
 		}
 		response.JSON201 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
 
 	}
 
@@ -7568,6 +7627,13 @@ func ParseRunProcessResponse(rsp *http.Response) (*RunProcessResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
 
 	}
 

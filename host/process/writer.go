@@ -1,0 +1,121 @@
+package process
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// writer owns every write to the process rows: one goroutine takes the
+// writes callers queue and, where the database gains from it, commits those
+// queued together in one transaction (group commit), so concurrent
+// executions share commits; a pid is handed out only once its row is
+// committed. Callers wait for their own write's outcome.
+type writer struct {
+	st    *store.Store
+	queue chan *write
+
+	mu      sync.RWMutex // held to queue; exclusively to close the queue
+	stopped bool
+	done    chan struct{}
+}
+
+// write is one unit of a batch: apply runs inside the batch's transaction
+// and may run again, alone, if the batch fails (so it only sets results).
+type write struct {
+	apply func(context.Context, *store.Tx) error
+	err   chan error
+}
+
+// maxBatch bounds how many writes share a transaction.
+const maxBatch = 64
+
+// writeTimeout bounds one transaction, the wait for the database included.
+const writeTimeout = 30 * time.Second
+
+// errWriterStopped answers writes after shutdown: a conflict, as every
+// request the stopping host refuses.
+var errWriterStopped error = &conflictError{"the host is shutting down"}
+
+func newWriter(st *store.Store) *writer {
+	w := &writer{st: st, queue: make(chan *write, maxBatch), done: make(chan struct{})}
+	go w.loop()
+	return w
+}
+
+// do queues apply and returns its outcome once its transaction ended.
+func (w *writer) do(apply func(context.Context, *store.Tx) error) error {
+	wr := &write{apply: apply, err: make(chan error, 1)}
+	w.mu.RLock()
+	if w.stopped {
+		w.mu.RUnlock()
+		return errWriterStopped
+	}
+	w.queue <- wr
+	w.mu.RUnlock()
+	return <-wr.err
+}
+
+// stop ends the writer once what was queued is written. A second stop is
+// harmless.
+func (w *writer) stop() {
+	w.mu.Lock()
+	if !w.stopped {
+		w.stopped = true
+		close(w.queue)
+	}
+	w.mu.Unlock()
+	<-w.done
+}
+
+func (w *writer) loop() {
+	defer close(w.done)
+	batch := make([]*write, 0, maxBatch)
+	for first := range w.queue {
+		batch = append(batch[:0], first)
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case wr, ok := <-w.queue:
+				if !ok {
+					break more
+				}
+				batch = append(batch, wr)
+			default:
+				break more
+			}
+		}
+		w.commit(batch)
+	}
+}
+
+// commit writes a batch in one transaction where the database gains from
+// it (store.GroupsCommits), each write alone otherwise. If a batch fails,
+// each write is tried alone, so one write's failure is its own and not its
+// neighbours'.
+func (w *writer) commit(batch []*write) {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	var err error
+	if len(batch) > 1 && w.st.GroupsCommits() {
+		err = w.st.WriteProcesses(ctx, func(ctx context.Context, tx *store.Tx) error {
+			for _, wr := range batch {
+				if err := wr.apply(ctx, tx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err == nil {
+			for _, wr := range batch {
+				wr.err <- nil
+			}
+			return
+		}
+	}
+	for _, wr := range batch {
+		wr.err <- w.st.WriteProcess(ctx, wr.apply)
+	}
+}
