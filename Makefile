@@ -31,12 +31,13 @@ run: build ## run the server on its embedded defaults (SQLite in ./cyrnel-data, 
 	./$(BIN) serve
 
 .PHONY: test
-test: deps lint ts-check py-check test-db ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the Python runtime's type check, the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one), then each fuzz target briefly
+test: deps lint ts-check py-check test-db browser ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the Python runtime's type check, the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one; the console in Chromium), then each fuzz target briefly
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	CYRNEL_TEST_POSTGRES_URL="$$(cat .cache/postgres-url 2>/dev/null)" \
 	CYRNEL_TEST_NO_POSTGRES="$$(cat .cache/no-postgres 2>/dev/null)" \
+	CYRNEL_TEST_NO_BROWSER="$${CYRNEL_TEST_NO_BROWSER:-$$(cat .cache/no-browser 2>/dev/null)}" \
 		$(GO) test -race -count=1 -timeout 20m ./...
 	@$(MAKE) --no-print-directory fuzz
 
@@ -77,6 +78,32 @@ py-check: ## type-check the Python runtime with mypy (strict; installs Debian's 
 		/usr/bin/python3 -m mypy --version >/dev/null 2>&1 && mypy="/usr/bin/python3 -m mypy"; fi; \
 	if [ -z "$$mypy" ]; then echo "mypy is required to check python/cyrnel: apt-get install python3-mypy, or pip install mypy"; exit 1; fi; \
 	$$mypy
+
+# Chromium for the console's browser tests, installed from Debian's package
+# when missing and run as root. Where that cannot be done, the reason goes to
+# .cache/no-browser and make test passes it as CYRNEL_TEST_NO_BROWSER, the tests'
+# named opt-out (without it a missing browser fails them).
+.PHONY: browser
+browser: ## provide Chromium for the console tests (Debian, as root), or say why not
+	@mkdir -p .cache; rm -f .cache/no-browser
+	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Chromium for the console tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 || true; fi
+	@if ! command -v chromium >/dev/null; then \
+		why="no chromium: Debian's chromium package could not be installed (needs apt-get and root)"; \
+		echo "$$why; the console's browser tests will be skipped"; echo "$$why" > .cache/no-browser; fi
+
+# The API reference's renderer, vendored so /docs works offline: Redoc's
+# standalone bundle (MIT) from the npm registry, with its licenses. Its one
+# fetch from elsewhere, the sidebar's logo from cdn.redoc.ly, is replaced by
+# an empty image (Redoc then hides it).
+REDOC_VERSION := 2.5.0
+.PHONY: vendor-redoc
+vendor-redoc: ## re-vendor Redoc $(REDOC_VERSION) (npm) into host/console/assets/vendor/redoc
+	tmp=$$(mktemp -d) && (cd $$tmp && npm pack --silent redoc@$(REDOC_VERSION) >/dev/null && tar xzf redoc-$(REDOC_VERSION).tgz) && \
+		cp $$tmp/package/bundles/redoc.standalone.js $$tmp/package/bundles/redoc.standalone.js.LICENSE.txt $$tmp/package/LICENSE host/console/assets/vendor/redoc/ && \
+		sed -i 's|src:"https://cdn.redoc.ly/redoc/logo-mini.svg"|src:"data:,"|' host/console/assets/vendor/redoc/redoc.standalone.js && \
+		rm -rf $$tmp
 
 # PostgreSQL for the scale-out tests: a local cluster, installed from Debian's
 # packages when missing and run as root. Where that cannot be done the tests

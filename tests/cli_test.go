@@ -102,7 +102,7 @@ func TestCLIRunEmbedded(t *testing.T) {
 			t.Fatalf("%v: want usage error 2: %+v", args, r)
 		}
 	}
-	if r = cli(t, dir, "", nil, "run", "--help"); r.code != 0 || !strings.Contains(r.stderr, "Exit codes:") {
+	if r = cli(t, dir, "", nil, "run", "--help"); r.code != 0 || !strings.Contains(r.stdout, "Exit codes:") || r.stderr != "" {
 		t.Fatalf("--help: %+v", r)
 	}
 }
@@ -187,28 +187,29 @@ func TestCLIServicesAndTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := []string{"--server", h.base}
-	r := cli(t, dir, "", nil, append([]string{"services", "add", "petstore", doc}, srv...)...)
+	key := []string{"CYRNEL_API_KEY=" + h.key}
+	r := cli(t, dir, "", key, append([]string{"services", "add", "petstore", doc}, srv...)...)
 	if r.code != 0 || !strings.Contains(r.stdout, "added service petstore") || !strings.Contains(r.stdout, "petstore.showPetById") {
 		t.Fatalf("services add: %+v", r)
 	}
-	if r = cli(t, dir, "", nil, append([]string{"services", "add", "petstore", doc}, srv...)...); r.code != 1 || !strings.Contains(r.stderr, "409") {
+	if r = cli(t, dir, "", key, append([]string{"services", "add", "petstore", doc}, srv...)...); r.code != 1 || !strings.Contains(r.stderr, "409") {
 		t.Fatalf("services add twice: %+v", r)
 	}
-	if r = cli(t, dir, "", nil, append([]string{"services", "list"}, srv...)...); r.code != 0 || !strings.Contains(r.stdout, "petstore  3") {
+	if r = cli(t, dir, "", key, append([]string{"services", "list"}, srv...)...); r.code != 0 || !strings.Contains(r.stdout, "petstore  3") {
 		t.Fatalf("services list: %+v", r)
 	}
-	r = cli(t, dir, "", nil, append([]string{"tools", "--service", "petstore", "specific pet"}, srv...)...)
+	r = cli(t, dir, "", key, append([]string{"tools", "--service", "petstore", "specific pet"}, srv...)...)
 	if r.code != 0 || !strings.Contains(r.stdout, "petstore.showPetById") || strings.Contains(r.stdout, "listPets") {
 		t.Fatalf("tools QUERY: %+v", r)
 	}
-	r = cli(t, dir, "", nil, append([]string{"tools", "--docs", "showPetById"}, srv...)...)
+	r = cli(t, dir, "", key, append([]string{"tools", "--docs", "showPetById"}, srv...)...)
 	if r.code != 0 || !strings.Contains(r.stdout, "cyrnel.services.petstore.showPetById(") {
 		t.Fatalf("tools --docs: %+v", r)
 	}
-	if r = cli(t, dir, "", nil, append([]string{"services", "remove", "petstore"}, srv...)...); r.code != 0 {
+	if r = cli(t, dir, "", key, append([]string{"services", "remove", "petstore"}, srv...)...); r.code != 0 {
 		t.Fatalf("services remove: %+v", r)
 	}
-	if r = cli(t, dir, "", nil, append([]string{"tools"}, srv...)...); r.code != 0 || strings.Contains(r.stdout, "petstore") {
+	if r = cli(t, dir, "", key, append([]string{"tools"}, srv...)...); r.code != 0 || strings.Contains(r.stdout, "petstore") {
 		t.Fatalf("tools after remove: %+v", r)
 	}
 
@@ -228,7 +229,7 @@ func TestCLIServicesAndTools(t *testing.T) {
 		}
 	}
 	for _, cmd := range []string{"services", "tools"} {
-		if r = cli(t, dir, "", nil, cmd, "--help"); r.code != 0 || !strings.Contains(r.stderr, "Usage") {
+		if r = cli(t, dir, "", nil, cmd, "--help"); r.code != 0 || !strings.Contains(r.stdout, "Usage") || r.stderr != "" {
 			t.Fatalf("%s --help: %+v", cmd, r)
 		}
 	}

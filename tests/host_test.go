@@ -109,6 +109,15 @@ func start(t testing.TB, dataDir string, env ...string) *host {
 	select {
 	case a := <-addr:
 		h.base = "http://" + a
+		if h.key == "" {
+			// Started without a key, the server made one in the data
+			// directory before listening.
+			b, err := os.ReadFile(filepath.Join(dataDir, "api-key"))
+			if err != nil {
+				t.Fatalf("no CYRNEL_API_KEY and no key file: %v", err)
+			}
+			h.key = strings.TrimSpace(string(b))
+		}
 	case <-h.exited:
 		t.Fatalf("cyrnel exited before listening:\n%s", h.logs)
 	case <-time.After(30 * time.Second):
@@ -276,4 +285,15 @@ func (h *host) waitFor(pid int64, cond func(proc) bool) proc {
 	}
 	h.t.Fatalf("process %d: condition not met before its stream ended (%v); last %+v", pid, events.Err(), p)
 	return p
+}
+
+// stop shuts the server down (SIGTERM) and waits for it to exit.
+func (h *host) stop() {
+	h.t.Helper()
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-h.exited:
+	case <-time.After(20 * time.Second):
+		h.t.Fatal("cyrnel did not stop within 20s of SIGTERM")
+	}
 }

@@ -165,7 +165,7 @@ func TestMCP(t *testing.T) {
 		content := fixture(t, "petstore-3.0.yaml")
 		must[*client.CreateServiceResponse](t)(c.CreateServiceWithResponse(ctx, client.CreateServiceJSONRequestBody{
 			Id: "petstore", Adapter: "openapi", Source: client.SourceStruct{Content: &content},
-			Config: &map[string]any{"serverUrl": up.URL},
+			Config: &map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true},
 		}))
 
 		r := call(t, s, "search_tools", map[string]any{"query": "pet by id", "includeDocs": true})

@@ -7,8 +7,9 @@ import (
 	"strings"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 )
 
 // TestPostgresBackedHost runs a host on PostgreSQL (the scale-out option)

@@ -275,12 +275,13 @@ func TestProblems(t *testing.T) {
 	var prob problem
 	req, _ := http.NewRequest("POST", h.base+"/processes", strings.NewReader("{not json"))
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+h.key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode < 400 || resp.StatusCode >= 500 {
+	if resp.StatusCode < 400 || resp.StatusCode >= 500 || resp.StatusCode == http.StatusUnauthorized {
 		t.Fatalf("malformed JSON: %d %+v", resp.StatusCode, prob)
 	}
 }

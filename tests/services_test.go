@@ -124,7 +124,7 @@ func TestToolsFromPython(t *testing.T) {
 	}
 	st, _ := h.do("POST", "/services", map[string]any{
 		"id": "petstore", "adapter": "openapi", "source": map[string]any{"content": fixture(t, "swagger-petstore-3.0.yaml")},
-		"config": map[string]any{"serverUrl": up.URL},
+		"config": map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true},
 	}, &svc)
 	if st != http.StatusCreated || !svc.Enabled || len(svc.Tools) != 19 {
 		t.Fatalf("import: %d %+v", st, svc)

@@ -8,12 +8,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
+	"github.com/cyrnel/cyrnel/cmd/cyrnel/internal/cli"
 	"github.com/cyrnel/cyrnel/envs/sandbox"
 	"github.com/cyrnel/cyrnel/envs/typescript"
 	"github.com/cyrnel/cyrnel/host/api"
@@ -51,11 +51,11 @@ func main() {
 	case "openapi":
 		err = printSpec(os.Stdout, os.Args[2:])
 	case "run":
-		os.Exit(runCommand(os.Args[2:]))
+		os.Exit(cli.Run(os.Args[2:], version))
 	case "services":
-		err = servicesCommand(os.Args[2:])
+		err = cli.Services(os.Args[2:], version)
 	case "tools":
-		err = toolsCommand(os.Args[2:])
+		err = cli.Tools(os.Args[2:], version)
 	case "version", "--version":
 		fmt.Println(version)
 	case "help", "-h", "--help":
@@ -67,24 +67,13 @@ func main() {
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
+	if errors.Is(err, cli.ErrUsage) {
+		os.Exit(2) // already reported, with the usage
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cyrnel:", err)
 		os.Exit(1)
 	}
-}
-
-// setting resolves a value: the flag when given, else the environment
-// variable, else the default.
-func setting(fs *flag.FlagSet, name, env, def string) string {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
-	if given {
-		return fs.Lookup(name).Value.String()
-	}
-	if v, ok := os.LookupEnv(env); ok && v != "" {
-		return v
-	}
-	return def
 }
 
 const serveHelp = `
@@ -93,6 +82,10 @@ Environment variables (a flag, when given, wins over its variable):
   CYRNEL_DATA_DIR      data directory (default ./cyrnel-data)
   CYRNEL_DB_URL        database: empty for SQLite in the data directory, or postgres://…
   CYRNEL_API_KEY       require "Authorization: Bearer <key>" on every route but /health and the spec
+                       (default: a key the server makes in DATA_DIR/api-key, mode 0600)
+  CYRNEL_PYTHON        the Python environment's interpreter when its config names none (as --python)
+  CYRNEL_ALLOW_UNSANDBOXED=1
+                       let module configs weaken the sandbox (as --allow-unsandboxed)
   CYRNEL_SECRETS_KEY   base64 32-byte key sealing secrets at rest (default: a key file in the data directory)
   CYRNEL_LOG_LEVEL     debug, info, warn or error (default info)
 `
@@ -103,31 +96,36 @@ func serve(args []string) error {
 	fs.String("data-dir", "", "data directory (env CYRNEL_DATA_DIR, default ./cyrnel-data)")
 	fs.String("db-url", "", "database URL (env CYRNEL_DB_URL, default SQLite in the data directory)")
 	fs.String("log-level", "", "log level (env CYRNEL_LOG_LEVEL, default info)")
+	fs.String("python", "", "the Python environment's interpreter, a name on PATH or a path, when its module config names none (env CYRNEL_PYTHON, default python3)")
 	insecure := fs.Bool("insecure", false, "allow listening on a non-loopback address without CYRNEL_API_KEY")
+	unsandboxed := fs.Bool("allow-unsandboxed", false, "let module configs turn the sandbox or any of its layers off (env CYRNEL_ALLOW_UNSANDBOXED=1); also what a machine lacking a layer needs")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cyrnel serve [flags]\n\nFlags:\n")
 		fs.PrintDefaults()
 		fmt.Fprint(fs.Output(), serveHelp)
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve takes no arguments, got %q", fs.Args())
 	}
-	log, err := newLogger(setting(fs, "log-level", "CYRNEL_LOG_LEVEL", "info"))
+	log, err := cli.NewLogger(cli.Setting(fs, "log-level", "CYRNEL_LOG_LEVEL", "info"))
 	if err != nil {
 		return err
 	}
 	cfg := server.Config{
-		Addr:       setting(fs, "addr", "CYRNEL_ADDR", "127.0.0.1:9371"),
-		DataDir:    setting(fs, "data-dir", "CYRNEL_DATA_DIR", "./cyrnel-data"),
-		DBURL:      setting(fs, "db-url", "CYRNEL_DB_URL", ""),
-		APIKey:     os.Getenv("CYRNEL_API_KEY"),
-		SecretsKey: os.Getenv("CYRNEL_SECRETS_KEY"),
-		Insecure:   *insecure,
-		Version:    version,
-		Limits:     process.DefaultLimits(),
+		Addr:             cli.Setting(fs, "addr", "CYRNEL_ADDR", "127.0.0.1:9371"),
+		DataDir:          cli.Setting(fs, "data-dir", "CYRNEL_DATA_DIR", "./cyrnel-data"),
+		DBURL:            cli.Setting(fs, "db-url", "CYRNEL_DB_URL", ""),
+		APIKey:           os.Getenv("CYRNEL_API_KEY"),
+		SecretsKey:       os.Getenv("CYRNEL_SECRETS_KEY"),
+		Python:           cli.Setting(fs, "python", "CYRNEL_PYTHON", ""),
+		Insecure:         *insecure,
+		AllowUnsandboxed: *unsandboxed || os.Getenv("CYRNEL_ALLOW_UNSANDBOXED") == "1",
+		Version:          version,
+		Limits:           process.DefaultLimits(),
+		Announce:         true,
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -138,19 +136,11 @@ func serve(args []string) error {
 	return srv.Serve(ctx, nil)
 }
 
-func newLogger(level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
-}
-
 func printSpec(w io.Writer, args []string) error {
 	fs := flag.NewFlagSet("openapi", flag.ContinueOnError)
 	format := fs.String("format", "json", "json or yaml")
 	v30 := fs.Bool("3.0", false, "print the OpenAPI 3.0 rendering (for generators that need it)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	b, err := api.Spec(strings.ToLower(*format), *v30)

@@ -79,6 +79,12 @@ const (
 	ReasonSessionEnded Reason = "session_ended"
 )
 
+// Reasons are every reason, in the order the API's spec lists them.
+var Reasons = []Reason{
+	ReasonCompleted, ReasonException, ReasonTimeout, ReasonKilled, ReasonMemoryLimit, ReasonCPULimit,
+	ReasonOutputLimit, ReasonEnvironmentError, ReasonHostRestart, ReasonHostShutdown, ReasonHostLost, ReasonSessionEnded,
+}
+
 // DefaultTimeoutMs is the host's default execution timeout.
 const DefaultTimeoutMs = 30000
 

@@ -51,7 +51,7 @@ const configSchema = `{
   "type": "object",
   "additionalProperties": false,
   "properties": {
-    "interpreter": {"type": "string", "minLength": 1, "maxLength": 4096, "default": "python3", "description": "Python interpreter to run (a name on PATH or an absolute path); resolved once to its real executable."},
+    "interpreter": {"type": "string", "minLength": 1, "maxLength": 4096, "default": "python3", "description": "Python interpreter to run (a name on PATH or an absolute path); resolved once to its real executable. Default: the server's --python (CYRNEL_PYTHON), else python3."},
     "poolSize": {"type": "integer", "minimum": 1, "maximum": 64, "default": 2, "description": "Warm interpreters kept ready."},
     "concurrency": {"type": "integer", "minimum": 1, "maximum": 256, "default": 8, "description": "Executions running at once; more wait as queued."},
     "queueLimit": {"type": "integer", "minimum": 0, "maximum": 100000, "default": 256, "description": "Executions allowed to wait for a slot; beyond it they fail at once."},
@@ -62,8 +62,13 @@ const configSchema = `{
   }
 }`
 
-func parseConfig(raw map[string]any) (Config, error) {
+// parseConfig reads a config over the defaults; interpreter, when set,
+// replaces python3 as the default interpreter.
+func parseConfig(raw map[string]any, interpreter string) (Config, error) {
 	c := defaultConfig()
+	if interpreter != "" {
+		c.Interpreter = interpreter
+	}
 	if len(raw) == 0 {
 		return c, nil
 	}

@@ -31,7 +31,8 @@ const boot = "import sys; sys.path[:0] = sys.argv[1].split('\\n'); from cyrnel._
 
 // Env is the Python environment module.
 type Env struct {
-	log *slog.Logger
+	log         *slog.Logger
+	interpreter string // the default of config's interpreter, when set
 
 	mu      sync.Mutex
 	cfg     Config
@@ -45,9 +46,16 @@ type Env struct {
 	runner  *worker.Runner
 }
 
+// Options are the host's settings for the environment.
+type Options struct {
+	// Interpreter is the Python a config that names none runs (serve
+	// --python); empty: python3 on PATH.
+	Interpreter string
+}
+
 // New returns the Python environment.
-func New(log *slog.Logger) *Env {
-	return &Env{log: log.With("env", "python")}
+func New(log *slog.Logger, opts Options) *Env {
+	return &Env{log: log.With("env", "python"), interpreter: opts.Interpreter}
 }
 
 // Info describes the module.
@@ -62,7 +70,7 @@ func (e *Env) Info() module.Info {
 
 // Setup resolves the interpreter, extracts the runtime and fills the pool.
 func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
-	cfg, err := parseConfig(sc.Config)
+	cfg, err := parseConfig(sc.Config, e.interpreter)
 	if err != nil {
 		return err
 	}

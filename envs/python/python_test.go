@@ -18,7 +18,7 @@ import (
 // executions so each one takes a warm interpreter.
 func BenchmarkExecuteWarm(b *testing.B) {
 	rec := envtest.NewRecorder()
-	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
 	if err := e.Setup(context.Background(), module.SetupContext{Bindings: rec}); err != nil {
 		b.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func BenchmarkSpawnToReady(b *testing.B) {
 			name = "preload-none"
 		}
 		b.Run(name, func(b *testing.B) {
-			e := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+			e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
 			if err := e.Setup(context.Background(), module.SetupContext{Bindings: envtest.NewRecorder(), Config: map[string]any{"preload": preload, "poolSize": 1}}); err != nil {
 				b.Fatal(err)
 			}

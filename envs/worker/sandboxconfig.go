@@ -42,7 +42,7 @@ var DefaultLimits = LimitsConfig{MemoryMB: 512, CPUSeconds: 60, Processes: 128, 
 const SandboxSchema = `"sandbox": {
       "type": "object",
       "additionalProperties": false,
-      "description": "Isolation layers, all on by default. A machine that lacks a layer refuses to run until that layer is turned off here.",
+      "description": "Isolation layers, all on by default. Turning any of them off (or network on) needs the server started with --allow-unsandboxed. A machine that lacks a layer refuses to run until that layer is turned off here.",
       "properties": {
         "enabled": {"type": "boolean", "default": true, "description": "false runs workers as plain child processes with no isolation at all: for trusted code only."},
         "network": {"type": "boolean", "default": false, "description": "true lets programs use the network."},
@@ -65,6 +65,24 @@ const SandboxSchema = `"sandbox": {
         "tmpMb": {"type": "integer", "minimum": 1, "maximum": 1048576, "default": 64, "description": "Size of the private working directory (/tmp)."}
       }
     }`
+
+// Weakened names, by their JSON names, the settings of s that give up
+// isolation DefaultSandbox keeps.
+func (s SandboxConfig) Weakened() []string {
+	var out []string
+	for _, f := range []struct {
+		name string
+		weak bool
+	}{
+		{"enabled", !s.Enabled}, {"network", s.Network}, {"namespaces", !s.Namespaces},
+		{"landlock", !s.Landlock}, {"seccomp", !s.Seccomp}, {"cgroups", !s.Cgroups},
+	} {
+		if f.weak {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}
 
 func (s SandboxConfig) relax() sandbox.Relax {
 	return sandbox.Relax{Network: s.Network, Namespaces: !s.Namespaces, Landlock: !s.Landlock, Seccomp: !s.Seccomp, Cgroups: !s.Cgroups}
@@ -89,7 +107,7 @@ func ChooseLauncher(log *slog.Logger, s SandboxConfig, l LimitsConfig, readPaths
 	support := sandbox.Probe()
 	relax := s.relax()
 	if err := support.Check(relax); err != nil {
-		return nil, nil, fmt.Errorf("refusing to run without the sandbox: %w (turn the missing layers off in the module's sandbox config to run anyway)", err)
+		return nil, nil, fmt.Errorf("refusing to run without the sandbox: %w (to run anyway, start the server with --allow-unsandboxed and turn the missing layers off in the module's sandbox config)", err)
 	}
 	return Sandboxed{ReadPaths: readPaths, Limits: l.sandbox(), Relax: relax, Log: log},
 		map[string]any{"enabled": true, "layers": support.Layers(relax), "limits": l}, nil

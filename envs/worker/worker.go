@@ -39,7 +39,6 @@ type Worker struct {
 	eof     chan struct{} // closed when both output pipes are done
 	calls   chan struct{} // one token per request being served
 	outs    [2]*os.File   // parent read ends of stdout, stderr
-	cleanup func()
 
 	cur atomic.Pointer[execution]
 

@@ -15,6 +15,10 @@ import (
 type Source struct {
 	URL     string `json:"url,omitempty"`
 	Content string `json:"content,omitempty"`
+	// Config is the service's config, not stored with the source: how a
+	// document is fetched can depend on it (the openapi adapter's
+	// allowPrivateNetwork).
+	Config map[string]any `json:"-"`
 }
 
 // ToolDefinition is one tool of a service.

@@ -60,6 +60,7 @@ func New(d Deps) (http.Handler, huma.API) {
 	if d.APIKey != "" {
 		r.Use(bearerAuth(d.APIKey))
 	}
+	r.Use(jsonBodies)
 	api := humachi.New(r, Config())
 	s := &server{d}
 	s.registerHealth(api)
@@ -67,13 +68,15 @@ func New(d Deps) (http.Handler, huma.API) {
 	s.registerEvents(api)
 	s.registerEnvironment(api)
 	s.registerModuleSettings(api)
-	s.registerSettings(api, "/modules", "Module", " (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).", d.Modules)
+	s.registerSettings(api, "/modules", "Module", " (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes)."+
+		" A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.", d.Modules, http.StatusForbidden)
 	s.registerServices(api)
 	s.registerSettings(api, "/services", "Service", " (the adapter is given the new state).", d.Services)
 	s.registerTools(api)
 	if d.MCP != nil {
 		r.Handle("/mcp", d.MCP)
 	}
+	nullEnums(api.OpenAPI())
 	return r, api
 }
 
@@ -84,6 +87,7 @@ func Config() huma.Config {
 	cfg := huma.DefaultConfig(Title, SpecVersion)
 	cfg.CreateHooks = nil
 	cfg.SchemasPath = ""
+	cfg.DocsPath = "" // the offline reference page is host/console's
 	cfg.RejectUnknownQueryParameters = true
 	cfg.Info.Description = description
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
@@ -95,7 +99,7 @@ func Config() huma.Config {
 
 // open lists what needs no key: liveness and the API's own description.
 func open(path string) bool {
-	return path == "/health" || strings.HasPrefix(path, "/openapi") || path == "/docs"
+	return path == "/health" || strings.HasPrefix(path, "/openapi")
 }
 
 func bearerAuth(key string) func(http.Handler) http.Handler {
@@ -116,9 +120,15 @@ func bearerAuth(key string) func(http.Handler) http.Handler {
 }
 
 func writeProblem(w http.ResponseWriter, status int, detail string) {
+	writeProblemDetail(w, status, detail)
+}
+
+// writeProblemDetail writes a problem outside huma's handlers (middleware,
+// unknown routes), with its field details.
+func writeProblemDetail(w http.ResponseWriter, status int, detail string, errs ...*huma.ErrorDetail) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
-	b, _ := json.Marshal(&huma.ErrorModel{Title: http.StatusText(status), Status: status, Detail: detail})
+	b, _ := json.Marshal(&huma.ErrorModel{Title: http.StatusText(status), Status: status, Detail: detail, Errors: errs})
 	w.Write(b)
 }
 
@@ -126,9 +136,12 @@ func writeProblem(w http.ResponseWriter, status int, detail string) {
 // 500 whose details go to the log, not the client.
 func (s *server) problem(err error) error {
 	var inv *schema.FieldError
+	var unsandboxed *modules.UnsandboxedError
 	switch {
 	case errors.As(err, &inv):
 		return invalid(inv)
+	case errors.As(err, &unsandboxed):
+		return forbiddenSandbox(unsandboxed)
 	case errors.Is(err, services.ErrNotFound):
 		return huma.Error404NotFound(err.Error())
 	case errors.Is(err, services.ErrExists), errors.Is(err, services.ErrUnavailable):
@@ -152,6 +165,20 @@ func (s *server) problem(err error) error {
 	}
 	s.Log.Error("request failed", "err", err)
 	return huma.Error500InternalServerError("internal error")
+}
+
+// forbiddenSandbox is 403: the config is valid, but weakening the sandbox is
+// the operator's decision at start-up, not an API caller's.
+func forbiddenSandbox(e *modules.UnsandboxedError) error {
+	details := make([]error, 0, len(e.Fields))
+	for _, f := range e.Fields {
+		if e.Stored != "" {
+			details = append(details, &huma.ErrorDetail{Location: "body.module", Message: "its stored config sets " + f, Value: e.Stored})
+			continue
+		}
+		details = append(details, &huma.ErrorDetail{Location: "body." + f, Message: modules.ErrUnsandboxed.Error()})
+	}
+	return huma.Error403Forbidden(e.Error(), details...)
 }
 
 // invalid renders a services validation error: one detail per failing path,

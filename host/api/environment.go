@@ -64,7 +64,7 @@ type moduleList struct {
 }
 
 type moduleIDPath struct {
-	ID string `path:"id" doc:"Module id."`
+	ID string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Module id."`
 }
 
 type markdownBody struct {
@@ -126,7 +126,8 @@ func (s *server) registerEnvironment(api huma.API) {
 		OperationID: "setEnvironment", Method: http.MethodPut, Path: "/environment", Tags: []string{"environment"},
 		Summary: "Switch the active environment",
 		Description: "New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. " +
-			"An unknown, disabled or failing module changes nothing.",
+			"An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.",
+		Errors: []int{http.StatusForbidden},
 	}, func(ctx context.Context, in *setEnvironmentInput) (*environmentBody, error) {
 		if err := s.Modules.Activate(ctx, in.Body.Module); err != nil {
 			if errors.Is(err, modules.ErrUnknownModule) {
@@ -182,7 +183,7 @@ func (s *server) registerEnvironment(api huma.API) {
 }
 
 type patchModuleInput struct {
-	ID   string `path:"id" doc:"Module id."`
+	ID   string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Module id."`
 	Body enabledBody
 }
 

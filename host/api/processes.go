@@ -12,9 +12,6 @@ import (
 	"github.com/cyrnel/cyrnel/host/process"
 )
 
-// maxWaitMs bounds every long poll.
-const maxWaitMs = 300000
-
 type processBody struct {
 	Body *process.Process
 }
@@ -37,7 +34,7 @@ type createProcessInput struct {
 type listProcessesInput struct {
 	State     string `query:"state" enum:"idle,queued,running,terminating" doc:"Only processes in this state."`
 	ExitState string `query:"exitState" enum:"success,failed,timeout,canceled" doc:"Only processes whose latest execution ended so."`
-	Ref       string `query:"ref" doc:"Only processes with this ref."`
+	Ref       string `query:"ref" maxLength:"256" pattern:"^[^\\x00]*$" doc:"Only processes with this ref."`
 	Limit     int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
 	Cursor    string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
 }

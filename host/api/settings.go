@@ -21,11 +21,11 @@ type objectBody struct {
 }
 
 type idPath struct {
-	ID string `path:"id" doc:"Module or service id."`
+	ID string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Module or service id."`
 }
 
 type putObjectInput struct {
-	ID   string `path:"id" doc:"Module or service id."`
+	ID   string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Module or service id."`
 	Body map[string]any
 }
 
@@ -36,8 +36,9 @@ type secretsSetBody struct {
 }
 
 // registerSettings adds GET/PUT {base}/{id}/config and {base}/{id}/secrets;
-// noun names the kind in operation ids (getModuleConfig, setServiceSecrets).
-func (s *server) registerSettings(api huma.API, base, noun, applied string, st settings) {
+// noun names the kind in operation ids (getModuleConfig, setServiceSecrets);
+// configErrs are the error statuses setting the config adds.
+func (s *server) registerSettings(api huma.API, base, noun, applied string, st settings, configErrs ...int) {
 	tags := []string{base[1:]}
 	huma.Register(api, huma.Operation{
 		OperationID: "get" + noun + "Config", Method: http.MethodGet, Path: base + "/{id}/config", Tags: tags,
@@ -53,6 +54,7 @@ func (s *server) registerSettings(api huma.API, base, noun, applied string, st s
 	huma.Register(api, huma.Operation{
 		OperationID: "set" + noun + "Config", Method: http.MethodPut, Path: base + "/{id}/config", Tags: tags,
 		Summary: "Replace a " + lower(noun) + "'s config", Description: "Validated against its configSchema, then applied" + applied,
+		Errors: configErrs,
 	}, func(ctx context.Context, in *putObjectInput) (*objectBody, error) {
 		c, err := st.SetConfig(ctx, in.ID, in.Body)
 		if err != nil {

@@ -13,9 +13,9 @@ import (
 )
 
 type listToolsInput struct {
-	ServiceID string `query:"serviceId" doc:"Only this service's tools."`
+	ServiceID string `query:"serviceId" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Only this service's tools."`
 	Enabled   string `query:"enabled" enum:"true,false" doc:"Only enabled (true) or disabled (false) tools."`
-	Q         string `query:"q" maxLength:"200" doc:"Case-insensitive text to find in the id, name or description."`
+	Q         string `query:"q" maxLength:"200" pattern:"^[^\\x00]*$" doc:"Case-insensitive text to find in the id, name or description."`
 	Limit     int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
 	Cursor    string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
 }
@@ -29,8 +29,8 @@ type toolList struct {
 }
 
 type toolPath struct {
-	ServiceID string `path:"serviceId" doc:"Service id."`
-	ToolID    string `path:"toolId" doc:"Tool id."`
+	ServiceID string `path:"serviceId" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Service id."`
+	ToolID    string `path:"toolId" maxLength:"1024" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Tool id."`
 }
 
 type toolBody struct {
@@ -38,14 +38,14 @@ type toolBody struct {
 }
 
 type patchToolInput struct {
-	ServiceID string `path:"serviceId" doc:"Service id."`
-	ToolID    string `path:"toolId" doc:"Tool id."`
+	ServiceID string `path:"serviceId" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Service id."`
+	ToolID    string `path:"toolId" maxLength:"1024" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Tool id."`
 	Body      enabledBody
 }
 
 type invokeInput struct {
-	ServiceID string `path:"serviceId" doc:"Service id."`
-	ToolID    string `path:"toolId" doc:"Tool id."`
+	ServiceID string `path:"serviceId" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Service id."`
+	ToolID    string `path:"toolId" maxLength:"1024" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Tool id."`
 	Body      struct {
 		Parameters map[string]any `json:"parameters,omitempty" doc:"The tool's parameters: the top-level properties of its input schema."`
 	}

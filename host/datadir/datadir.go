@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,7 +21,10 @@ var ErrInUse = errors.New("data directory is in use by another cyrnel host")
 type Dir struct {
 	Path   string
 	HostID string
-	lock   *os.File
+	// Used says a host ran on the directory before (its host id existed):
+	// an empty database there is lost data, not a first start.
+	Used bool
+	lock *os.File
 }
 
 // Open creates (0700) and locks dir, and reads or makes its host id. The
@@ -40,32 +44,77 @@ func Open(dir string) (*Dir, error) {
 		}
 		return nil, fmt.Errorf("lock data dir: %w", err)
 	}
-	id, err := hostID(filepath.Join(dir, "host.id"))
+	id, used, err := hostID(filepath.Join(dir, "host.id"))
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	return &Dir{Path: dir, HostID: id, lock: f}, nil
+	return &Dir{Path: dir, HostID: id, Used: used, lock: f}, nil
 }
 
-func hostID(path string) (string, error) {
+// hostID reads or makes the host id; existed says it was there.
+func hostID(path string) (id string, existed bool, err error) {
 	b, err := os.ReadFile(path)
 	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
-		return strings.TrimSpace(string(b)), nil
+		return strings.TrimSpace(string(b)), true, nil
 	}
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("read host id: %w", err)
+		return "", false, fmt.Errorf("read host id: %w", err)
 	}
 	raw := make([]byte, 8)
 	if _, err := rand.Read(raw); err != nil {
-		return "", fmt.Errorf("make host id: %w", err)
+		return "", false, fmt.Errorf("make host id: %w", err)
 	}
-	id := hex.EncodeToString(raw)
+	id = hex.EncodeToString(raw)
 	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write host id: %w", err)
+		return "", false, fmt.Errorf("write host id: %w", err)
 	}
-	return id, nil
+	return id, false, nil
+}
+
+// Announce records the URL a server on this directory listens on, in the
+// lock file, for the CLI's commands that would otherwise open the directory
+// themselves (Running).
+func (d *Dir) Announce(url string) error {
+	if err := d.lock.Truncate(0); err != nil {
+		return fmt.Errorf("announce address: %w", err)
+	}
+	if _, err := d.lock.WriteAt([]byte(url+"\n"), 0); err != nil {
+		return fmt.Errorf("announce address: %w", err)
+	}
+	return nil
+}
+
+// Running returns the URL announced by the server holding the data
+// directory dir, or "" when no host holds it. A host that holds it without
+// announcing (another CLI command's embedded host) is ErrInUse.
+func Running(dir string) (string, error) {
+	f, err := os.Open(filepath.Join(dir, "cyrnel.lock"))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("data dir lock: %w", err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err == nil {
+		return "", nil // nobody holds it; closing releases our shared lock
+	} else if !errors.Is(err, syscall.EWOULDBLOCK) {
+		return "", fmt.Errorf("data dir lock: %w", err)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 1024))
+	if err != nil {
+		return "", fmt.Errorf("data dir lock: %w", err)
+	}
+	url := strings.TrimSpace(string(b))
+	if url == "" {
+		return "", fmt.Errorf("%w: %s", ErrInUse, dir)
+	}
+	return url, nil
 }
 
 // Close releases the lock.
-func (d *Dir) Close() error { return d.lock.Close() }
+func (d *Dir) Close() error {
+	_ = d.lock.Truncate(0) // best effort: a stale address is ignored once the lock is free
+	return d.lock.Close()
+}

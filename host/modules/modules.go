@@ -69,6 +69,9 @@ type Registry struct {
 
 	factories map[string]Factory
 	infos     map[string]module.Info
+	// allowUnsandboxed: configs may weaken the sandbox (serve
+	// --allow-unsandboxed).
+	allowUnsandboxed bool
 
 	mu       sync.Mutex
 	active   *instance
@@ -188,6 +191,20 @@ func (r *Registry) activation(id string, persist func(context.Context) error) co
 		}
 		if !m.Enabled {
 			return fmt.Errorf("%s: %w", id, ErrDisabled)
+		}
+		if err := CheckSandbox(m.Config, r.allowUnsandboxed); err != nil {
+			// A config stored while the operator allowed it does not
+			// outlive that decision.
+			var ue *UnsandboxedError
+			if errors.As(err, &ue) {
+				ue.Stored = id
+			}
+			r.mu.Lock()
+			if r.active == nil {
+				r.setupErr = err.Error()
+			}
+			r.mu.Unlock()
+			return err
 		}
 		return nil
 	}

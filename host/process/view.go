@@ -12,7 +12,7 @@ type ProcessSummary struct {
 	Ref             string         `json:"ref" doc:"Client-chosen label, for filtering."`
 	State           State          `json:"state" enum:"idle,queued,running,terminating" doc:"Host state."`
 	ExitState       *string        `json:"exitState" enum:"success,failed,timeout,canceled" nullable:"true" doc:"How the latest execution ended; null before the first."`
-	Reason          *string        `json:"reason" nullable:"true" doc:"Why the latest execution ended: completed, exception, timeout, killed, memory_limit, cpu_limit, output_limit, environment_error, host_restart, host_shutdown; null before the first."`
+	Reason          *string        `json:"reason" enum:"completed,exception,timeout,killed,memory_limit,cpu_limit,output_limit,environment_error,host_restart,host_shutdown,host_lost,session_ended" nullable:"true" doc:"Why the latest execution ended; null before the first."`
 	Error           string         `json:"error" doc:"Why the latest execution failed (e.g. 'ValueError: boom'); empty otherwise."`
 	TimeoutMs       int64          `json:"timeoutMs" doc:"Effective timeout of an execution, in milliseconds."`
 	EnvConfig       map[string]any `json:"envConfig" nullable:"true" doc:"Per-execution environment configuration, as submitted."`

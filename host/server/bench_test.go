@@ -32,7 +32,7 @@ func BenchmarkExecutionHTTP(b *testing.B) {
 func benchExecution(b *testing.B, env, request string) {
 	ctx := context.Background()
 	s, err := New(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), Config{
-		Addr: "127.0.0.1:0", DataDir: b.TempDir(), Limits: process.DefaultLimits(), Environment: env,
+		Addr: "127.0.0.1:0", DataDir: b.TempDir(), Limits: process.DefaultLimits(), Environment: env, APIKey: "bench",
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -42,7 +42,13 @@ func benchExecution(b *testing.B, env, request string) {
 	defer srv.Close()
 	body := []byte(request)
 	post := func() {
-		resp, err := http.Post(srv.URL+"/processes", "application/json", bytes.NewReader(body))
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/processes", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer bench")
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -98,7 +104,7 @@ func BenchmarkToolCallFromPython(b *testing.B) {
 		b.Fatal(err)
 	}
 	if _, err := s.services.Create(ctx, services.CreateInput{ID: "pets", Adapter: "openapi", Source: adapter.Source{Content: string(doc)},
-		Config: map[string]any{"serverUrl": up.URL}}); err != nil {
+		Config: map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true}}); err != nil {
 		b.Fatal(err)
 	}
 	code := fmt.Sprintf("f = cyrnel.services.pets.showPetById\nfor _ in range(%d):\n    f(petId='1')", b.N)

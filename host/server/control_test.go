@@ -25,7 +25,7 @@ type testHost struct {
 func startHost(t *testing.T, dir string) *testHost {
 	t.Helper()
 	s, err := New(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)), Config{
-		Addr: "127.0.0.1:0", DataDir: dir, Limits: process.DefaultLimits(),
+		Addr: "127.0.0.1:0", DataDir: dir, Limits: process.DefaultLimits(), APIKey: "test-key",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +56,7 @@ func (h *testHost) call(method, path string, body any, out any) int {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	req.Header.Set("Authorization", "Bearer test-key")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		h.t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
@@ -17,8 +18,10 @@ import (
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/api"
+	"github.com/cyrnel/cyrnel/host/console"
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/datadir"
+	"github.com/cyrnel/cyrnel/host/egress"
 	"github.com/cyrnel/cyrnel/host/mcp"
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/process"
@@ -46,18 +49,31 @@ type Config struct {
 	// the operator did not allow at start-up); every change, through any
 	// route, is checked by each.
 	Policies []control.Policy
+	// Python is the Python environment's interpreter when its config names
+	// none (serve --python).
+	Python string
+	// AllowUnsandboxed lets module configs weaken the sandbox (serve
+	// --allow-unsandboxed): the operator's decision, never an API call's.
+	AllowUnsandboxed bool
+	// Announce records the listen URL in the data directory, so the CLI's
+	// commands on it send their work here (cyrnel serve; not the CLI's own
+	// embedded hosts).
+	Announce bool
 }
 
 // Server is an assembled host.
 type Server struct {
 	log      *slog.Logger
 	cfg      Config
+	keyFile  string // the data directory's key file, when the key is from there
 	dir      *datadir.Dir
 	store    *store.Store
 	procs    *process.Manager
 	modules  *modules.Registry
 	services *services.Manager
 	handler  http.Handler
+	// egress learns the listen address, which tool calls never reach.
+	egress *egress.Guard
 }
 
 // ErrInsecure is returned when asked to listen beyond loopback unprotected.
@@ -101,8 +117,21 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 			dir.Close()
 		}
 	}()
-	if st, err = store.Open(ctx, cfg.DBURL, cfg.DataDir); err != nil {
+	if st, err = store.Open(ctx, cfg.DBURL, cfg.DataDir, store.Options{UsedDataDir: dir.Used}); err != nil {
 		return nil, err
+	}
+	keyFile := ""
+	if cfg.APIKey == "" {
+		// Nobody else on the machine may use a server started on its
+		// defaults: it makes a key only its operator can read (DESIGN §11).
+		var created bool
+		if cfg.APIKey, created, err = dir.APIKey(); err != nil {
+			return nil, err
+		}
+		keyFile = filepath.Join(cfg.DataDir, datadir.APIKeyFile)
+		if created {
+			log.Info("created an API key", "file", keyFile)
+		}
 	}
 	key, err := secrets.LoadKey(log, cfg.SecretsKey, cfg.DataDir)
 	if err != nil {
@@ -116,12 +145,14 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	// change is applied one at a time, all or nothing.
 	plane := control.New(log.With("component", "control"), nil, cfg.Policies...)
 	reg := modules.New(log.With("component", "modules"), st, box, plane, map[string]modules.Factory{
-		"python":      func() module.Environment { return python.New(log) },
+		"python":      func() module.Environment { return python.New(log, python.Options{Interpreter: cfg.Python}) },
 		typescript.ID: func() module.Environment { return typescript.New(log) },
 	})
+	guard := &egress.Guard{}
 	svcs := services.New(log.With("component", "services"), st, box, plane, map[string]adapter.Adapter{
-		openapi.ID: openapi.New(openapi.Options{}),
+		openapi.ID: openapi.New(openapi.Options{Guard: guard}),
 	})
+	reg.AllowUnsandboxed(cfg.AllowUnsandboxed)
 	for _, info := range svcs.Adapters() {
 		reg.AddInfo(info)
 	}
@@ -137,10 +168,13 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	}
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}})
 	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, MCP: mcpHandler})
-	return &Server{log: log, cfg: cfg, dir: dir, store: st, procs: procs, modules: reg, services: svcs, handler: handler}, nil
+	// The console's assets and the API reference sit in front of the API
+	// (and its authentication): they hold no data.
+	handler = console.Handler(handler)
+	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, modules: reg, services: svcs, handler: handler, egress: guard}, nil
 }
 
-// Handler is the HTTP API.
+// Handler is the HTTP API with the console in front.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve listens on cfg.Addr until ctx ends, then shuts down: stop accepting,
@@ -152,9 +186,25 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 		s.Close()
 		return fmt.Errorf("listen: %w", err)
 	}
+	if err := s.egress.AddOwn(ln.Addr()); err != nil {
+		ln.Close()
+		s.Close()
+		return err
+	}
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	// How to use the key comes before "listening", which is what a
+	// supervisor (or a test) waits for.
+	if s.cfg.Announce {
+		if err := s.dir.Announce("http://" + ln.Addr().String()); err != nil {
+			s.log.Warn("the CLI will not find this server", "err", err)
+		}
+		if s.keyFile != "" {
+			// The path, never the key: logs travel further than the file.
+			s.log.Info(fmt.Sprintf(`every route but /health and the spec needs the API key: curl -H "Authorization: Bearer $(cat %s)" http://%s/processes`, s.keyFile, ln.Addr()), "keyFile", s.keyFile)
+		}
+	}
 	s.log.Info("cyrnel listening", "addr", ln.Addr().String(), "version", s.cfg.Version, "auth", s.cfg.APIKey != "")
 	if ready != nil {
 		ready(ln.Addr().String())

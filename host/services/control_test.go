@@ -136,16 +136,16 @@ func TestConfigMaximumsStoreNothing(t *testing.T) {
 	ctx := context.Background()
 	up := upstream(t, 1)
 	_, err := h.m.Create(ctx, CreateInput{ID: "huge", Adapter: openapi.ID, Source: adapter.Source{Content: petstore(t)},
-		Config: map[string]any{"serverUrl": up, "timeoutMs": 1e300}})
+		Config: map[string]any{"serverUrl": up, "allowPrivateNetwork": true, "timeoutMs": 1e300}})
 	wantField(t, err, "body.config", "/timeoutMs")
 	if _, err := h.m.Get(ctx, "huge"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a refused import exists: %v", err)
 	}
 	if _, err := h.m.Create(ctx, CreateInput{ID: "pets", Adapter: openapi.ID, Source: adapter.Source{Content: petstore(t)},
-		Config: map[string]any{"serverUrl": up, "timeoutMs": 5000.0}}); err != nil {
+		Config: map[string]any{"serverUrl": up, "allowPrivateNetwork": true, "timeoutMs": 5000.0}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = h.m.SetConfig(ctx, "pets", map[string]any{"serverUrl": up, "timeoutMs": 9223372036854775808.0})
+	_, err = h.m.SetConfig(ctx, "pets", map[string]any{"serverUrl": up, "allowPrivateNetwork": true, "timeoutMs": 9223372036854775808.0})
 	wantField(t, err, "body", "/timeoutMs")
 	m := h.restart(t)
 	if _, err := m.Get(ctx, "huge"); !errors.Is(err, ErrNotFound) {
@@ -168,11 +168,11 @@ func TestFailedPersistSwapsBack(t *testing.T) {
 	h := newHost(t)
 	ctx := context.Background()
 	if _, err := h.m.Create(ctx, CreateInput{ID: "pets", Adapter: openapi.ID, Source: adapter.Source{Content: petstore(t)},
-		Config: map[string]any{"serverUrl": upstream(t, 1)}}); err != nil {
+		Config: map[string]any{"serverUrl": upstream(t, 1), "allowPrivateNetwork": true}}); err != nil {
 		t.Fatal(err)
 	}
 	h.st.fail.Store(true)
-	if _, err := h.m.SetConfig(ctx, "pets", map[string]any{"serverUrl": upstream(t, 2)}); !errors.Is(err, errDiskFull) {
+	if _, err := h.m.SetConfig(ctx, "pets", map[string]any{"serverUrl": upstream(t, 2), "allowPrivateNetwork": true}); !errors.Is(err, errDiskFull) {
 		t.Fatalf("set config: %v", err)
 	}
 	if n, err := reached(t, h.m, "pets"); err != nil || n != 1 {
@@ -188,7 +188,7 @@ func TestFailedPersistSwapsBack(t *testing.T) {
 		t.Fatalf("after a failed disable and delete the tool reached %d: %v", n, err)
 	}
 	if _, err := h.m.Create(ctx, CreateInput{ID: "more", Adapter: openapi.ID, Source: adapter.Source{Content: petstore(t)},
-		Config: map[string]any{"serverUrl": upstream(t, 3)}}); !errors.Is(err, errDiskFull) {
+		Config: map[string]any{"serverUrl": upstream(t, 3), "allowPrivateNetwork": true}}); !errors.Is(err, errDiskFull) {
 		t.Fatalf("create: %v", err)
 	}
 	if _, err := reached(t, h.m, "more"); !errors.Is(err, ErrNotFound) {
@@ -203,7 +203,7 @@ func TestConcurrentChangesStoreWhatRuns(t *testing.T) {
 	h := newHost(t)
 	ctx := context.Background()
 	if _, err := h.m.Create(ctx, CreateInput{ID: "pets", Adapter: openapi.ID, Source: adapter.Source{Content: petstore(t)},
-		Config: map[string]any{"serverUrl": upstream(t, 0)}}); err != nil {
+		Config: map[string]any{"serverUrl": upstream(t, 0), "allowPrivateNetwork": true}}); err != nil {
 		t.Fatal(err)
 	}
 	urls := map[string]int{}
@@ -218,7 +218,7 @@ func TestConcurrentChangesStoreWhatRuns(t *testing.T) {
 			if i%3 == 2 {
 				_, err = h.m.SetEnabled(ctx, "pets", i%2 == 0)
 			} else {
-				_, err = h.m.SetConfig(ctx, "pets", map[string]any{"serverUrl": u})
+				_, err = h.m.SetConfig(ctx, "pets", map[string]any{"serverUrl": u, "allowPrivateNetwork": true})
 			}
 			if err != nil {
 				t.Error(err)

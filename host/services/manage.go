@@ -189,6 +189,7 @@ func (m *Manager) Refresh(ctx context.Context, id string) (*RefreshResult, error
 		if err := json.Unmarshal(prev.svc.Source, &src); err != nil {
 			return nil, nil, fmt.Errorf("service %s: stored source: %w", id, err)
 		}
+		src.Config = prev.svc.Config // the adapter fetches the source by the service's rules
 		def, err := a.Definition(ctx, src)
 		if err != nil {
 			return nil, nil, &schema.FieldError{Field: "source", Message: err.Error()}

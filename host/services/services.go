@@ -322,7 +322,9 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Service, error) 
 		if prev.svc != nil {
 			return nil, nil, fmt.Errorf("service %s: %w", in.ID, ErrExists)
 		}
-		def, err := a.Definition(ctx, in.Source)
+		src := in.Source
+		src.Config = in.Config // the adapter may fetch the source by the service's rules
+		def, err := a.Definition(ctx, src)
 		if err != nil {
 			return nil, nil, &schema.FieldError{Field: "body.source", Message: err.Error()}
 		}
@@ -343,10 +345,10 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Service, error) 
 		if err != nil {
 			return nil, nil, fmt.Errorf("service %s: seal secrets: %w", in.ID, err)
 		}
-		src, _ := json.Marshal(in.Source)
+		source, _ := json.Marshal(in.Source)
 		now := time.Now().UTC()
 		next := &stored{svc: &store.Service{
-			ID: in.ID, Adapter: in.Adapter, Name: noNUL(def.Name), Description: noNUL(def.Description), Source: src, Hash: hash(def),
+			ID: in.ID, Adapter: in.Adapter, Name: noNUL(def.Name), Description: noNUL(def.Description), Source: source, Hash: hash(def),
 			ConfigSchema: def.ConfigSchema, SecretsSchema: def.SecretsSchema, AdapterDomain: def.AdapterDomain,
 			Config: in.Config, Secrets: sealed, Enabled: enabled, CreatedAt: now, UpdatedAt: now,
 		}, tools: toolRows(in.ID, def.Tools, nil)}

@@ -65,7 +65,7 @@ func TestAFailedFirstCallDoesNotBreakTheTool(t *testing.T) {
 	m := newManager(t)
 	ctx := context.Background()
 	if _, err := m.Create(ctx, CreateInput{ID: "pets", Adapter: openapi.ID, Source: adapter.Source{Content: string(doc)},
-		Config: map[string]any{"serverUrl": up.URL}}); err != nil {
+		Config: map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true}}); err != nil {
 		t.Fatal(err)
 	}
 	call := module.InvokeInput{ServiceID: "pets", ToolID: "showPetById", Parameters: map[string]any{"petId": "1"}}

@@ -278,14 +278,14 @@ func (s *Store) listQuery(ps *[]Process, f ProcessFilter) *bun.SelectQuery {
 // final state. It reports whether the row changed.
 func (t *Tx) TransitionProcess(ctx context.Context, p *Process, from []string, columns ...string) (bool, error) {
 	res, err := t.db.NewUpdate().Model(p).Column(columns...).
-		Where("pid = ?", p.PID).Where("state IN (?)", bun.In(from)).Exec(ctx)
+		Where("pid = ?", p.PID).Where("state IN (?)", bun.List(from)).Exec(ctx)
 	return changedOne(res, err, "update process %d", p.PID)
 }
 
 // DeleteProcess removes a process if its state is one of from.
 func (t *Tx) DeleteProcess(ctx context.Context, pid int64, from []string) (bool, error) {
 	res, err := t.db.NewDelete().Model((*Process)(nil)).
-		Where("pid = ?", pid).Where("state IN (?)", bun.In(from)).Exec(ctx)
+		Where("pid = ?", pid).Where("state IN (?)", bun.List(from)).Exec(ctx)
 	return changedOne(res, err, "delete process %d", pid)
 }
 
@@ -298,8 +298,8 @@ func (t *Tx) FinishAll(ctx context.Context, hostID string, from []string, exitSt
 	res, err := t.db.NewUpdate().Model((*Process)(nil)).
 		Set("state = ?", "idle").Set("exit_state = ?", exitState).
 		Set("reason = ?", reason).Set("error = ?", msg).Set("finished_at = ?", at).
-		Where("state IN (?)", bun.In(from)).Where("state <> 'idle'").
-		Where("host_id IN (?)", bun.In([]string{hostID, ""})).Exec(ctx)
+		Where("state IN (?)", bun.List(from)).Where("state <> 'idle'").
+		Where("host_id IN (?)", bun.List([]string{hostID, ""})).Exec(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("finish processes: %w", err)
 	}

@@ -113,9 +113,33 @@ func (s *Store) hot(ctx context.Context) context.Context {
 	return ctx
 }
 
+// ErrCorrupt is returned by Open when SQLite finds the database damaged.
+var ErrCorrupt = errors.New("the database is corrupt")
+
+// ErrEmpty is returned by Open when the data directory was used before but
+// its SQLite database is empty: starting would silently drop its history.
+var ErrEmpty = errors.New("the database is empty although the data directory was used before")
+
+// Options tune Open.
+type Options struct {
+	// UsedDataDir says a host ran on the data directory before, so an empty
+	// SQLite database there is lost data (ErrEmpty), not a first start.
+	UsedDataDir bool
+}
+
 // Open connects to dbURL (empty: SQLite in dataDir) and runs the embedded
 // migrations.
-func Open(ctx context.Context, dbURL, dataDir string) (*Store, error) {
+func Open(ctx context.Context, dbURL, dataDir string, opts ...Options) (*Store, error) {
+	var o Options
+	for _, x := range opts {
+		o = x
+	}
+	if dbURL == "" && o.UsedDataDir {
+		path := filepath.Join(dataDir, sqliteFile)
+		if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
+			return nil, fmt.Errorf("%s: %w; restore it from a backup, or move the data directory away to start afresh", path, ErrEmpty)
+		}
+	}
 	db, tmpl, err := connect(dbURL, dataDir)
 	if err != nil {
 		return nil, err
@@ -123,9 +147,23 @@ func Open(ctx context.Context, dbURL, dataDir string) (*Store, error) {
 	s := &Store{DB: db, local: db.Dialect().Name() == dialect.SQLite, stmts: map[string]*sql.Stmt{}}
 	if err := s.migrate(ctx, tmpl); err != nil {
 		db.Close()
+		if s.local && corrupt(err) {
+			return nil, fmt.Errorf("%w (%v); restore it from a backup, or move it away to start afresh", ErrCorrupt, err)
+		}
 		return nil, err
 	}
 	return s, nil
+}
+
+// sqliteFile is the database's name in the data directory.
+const sqliteFile = "cyrnel.db"
+
+// corrupt reports SQLite's SQLITE_CORRUPT and SQLITE_NOTADB. Read from the
+// message, which SQLite fixes (sqlite3_errstr) and both drivers sqliteshim
+// may pick report; their error types differ.
+func corrupt(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "database disk image is malformed") || strings.Contains(msg, "file is not a database")
 }
 
 // dialectSQL fills the dialect-specific parts of the migration templates.
@@ -151,7 +189,7 @@ func connect(dbURL, dataDir string) (*bun.DB, dialectSQL, error) {
 		if err := os.MkdirAll(dataDir, 0o700); err != nil {
 			return nil, dialectSQL{}, fmt.Errorf("create data dir: %w", err)
 		}
-		path = filepath.Join(dataDir, "cyrnel.db")
+		path = filepath.Join(dataDir, sqliteFile)
 	case strings.HasPrefix(path, "sqlite://"):
 		// sqlite://PATH?_pragma=…: the operator's pragmas follow ours
 		// (max_page_count, for one, bounds the database's size).

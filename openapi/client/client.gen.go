@@ -19,10 +19,11 @@ import (
 
 // Defines values for ExitEventExitState.
 const (
-	ExitEventExitStateCanceled ExitEventExitState = "canceled"
-	ExitEventExitStateFailed   ExitEventExitState = "failed"
-	ExitEventExitStateSuccess  ExitEventExitState = "success"
-	ExitEventExitStateTimeout  ExitEventExitState = "timeout"
+	ExitEventExitStateCanceled    ExitEventExitState = "canceled"
+	ExitEventExitStateFailed      ExitEventExitState = "failed"
+	ExitEventExitStateLessThannil ExitEventExitState = "<nil>"
+	ExitEventExitStateSuccess     ExitEventExitState = "success"
+	ExitEventExitStateTimeout     ExitEventExitState = "timeout"
 )
 
 // Valid indicates whether the value is a known member of the ExitEventExitState enum.
@@ -32,9 +33,62 @@ func (e ExitEventExitState) Valid() bool {
 		return true
 	case ExitEventExitStateFailed:
 		return true
+	case ExitEventExitStateLessThannil:
+		return true
 	case ExitEventExitStateSuccess:
 		return true
 	case ExitEventExitStateTimeout:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExitEventReason.
+const (
+	ExitEventReasonCompleted        ExitEventReason = "completed"
+	ExitEventReasonCpuLimit         ExitEventReason = "cpu_limit"
+	ExitEventReasonEnvironmentError ExitEventReason = "environment_error"
+	ExitEventReasonException        ExitEventReason = "exception"
+	ExitEventReasonHostLost         ExitEventReason = "host_lost"
+	ExitEventReasonHostRestart      ExitEventReason = "host_restart"
+	ExitEventReasonHostShutdown     ExitEventReason = "host_shutdown"
+	ExitEventReasonKilled           ExitEventReason = "killed"
+	ExitEventReasonLessThannil      ExitEventReason = "<nil>"
+	ExitEventReasonMemoryLimit      ExitEventReason = "memory_limit"
+	ExitEventReasonOutputLimit      ExitEventReason = "output_limit"
+	ExitEventReasonSessionEnded     ExitEventReason = "session_ended"
+	ExitEventReasonTimeout          ExitEventReason = "timeout"
+)
+
+// Valid indicates whether the value is a known member of the ExitEventReason enum.
+func (e ExitEventReason) Valid() bool {
+	switch e {
+	case ExitEventReasonCompleted:
+		return true
+	case ExitEventReasonCpuLimit:
+		return true
+	case ExitEventReasonEnvironmentError:
+		return true
+	case ExitEventReasonException:
+		return true
+	case ExitEventReasonHostLost:
+		return true
+	case ExitEventReasonHostRestart:
+		return true
+	case ExitEventReasonHostShutdown:
+		return true
+	case ExitEventReasonKilled:
+		return true
+	case ExitEventReasonLessThannil:
+		return true
+	case ExitEventReasonMemoryLimit:
+		return true
+	case ExitEventReasonOutputLimit:
+		return true
+	case ExitEventReasonSessionEnded:
+		return true
+	case ExitEventReasonTimeout:
 		return true
 	default:
 		return false
@@ -100,10 +154,11 @@ func (e ModuleViewType) Valid() bool {
 
 // Defines values for ProcessExitState.
 const (
-	ProcessExitStateCanceled ProcessExitState = "canceled"
-	ProcessExitStateFailed   ProcessExitState = "failed"
-	ProcessExitStateSuccess  ProcessExitState = "success"
-	ProcessExitStateTimeout  ProcessExitState = "timeout"
+	ProcessExitStateCanceled    ProcessExitState = "canceled"
+	ProcessExitStateFailed      ProcessExitState = "failed"
+	ProcessExitStateLessThannil ProcessExitState = "<nil>"
+	ProcessExitStateSuccess     ProcessExitState = "success"
+	ProcessExitStateTimeout     ProcessExitState = "timeout"
 )
 
 // Valid indicates whether the value is a known member of the ProcessExitState enum.
@@ -113,9 +168,62 @@ func (e ProcessExitState) Valid() bool {
 		return true
 	case ProcessExitStateFailed:
 		return true
+	case ProcessExitStateLessThannil:
+		return true
 	case ProcessExitStateSuccess:
 		return true
 	case ProcessExitStateTimeout:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ProcessReason.
+const (
+	ProcessReasonCompleted        ProcessReason = "completed"
+	ProcessReasonCpuLimit         ProcessReason = "cpu_limit"
+	ProcessReasonEnvironmentError ProcessReason = "environment_error"
+	ProcessReasonException        ProcessReason = "exception"
+	ProcessReasonHostLost         ProcessReason = "host_lost"
+	ProcessReasonHostRestart      ProcessReason = "host_restart"
+	ProcessReasonHostShutdown     ProcessReason = "host_shutdown"
+	ProcessReasonKilled           ProcessReason = "killed"
+	ProcessReasonLessThannil      ProcessReason = "<nil>"
+	ProcessReasonMemoryLimit      ProcessReason = "memory_limit"
+	ProcessReasonOutputLimit      ProcessReason = "output_limit"
+	ProcessReasonSessionEnded     ProcessReason = "session_ended"
+	ProcessReasonTimeout          ProcessReason = "timeout"
+)
+
+// Valid indicates whether the value is a known member of the ProcessReason enum.
+func (e ProcessReason) Valid() bool {
+	switch e {
+	case ProcessReasonCompleted:
+		return true
+	case ProcessReasonCpuLimit:
+		return true
+	case ProcessReasonEnvironmentError:
+		return true
+	case ProcessReasonException:
+		return true
+	case ProcessReasonHostLost:
+		return true
+	case ProcessReasonHostRestart:
+		return true
+	case ProcessReasonHostShutdown:
+		return true
+	case ProcessReasonKilled:
+		return true
+	case ProcessReasonLessThannil:
+		return true
+	case ProcessReasonMemoryLimit:
+		return true
+	case ProcessReasonOutputLimit:
+		return true
+	case ProcessReasonSessionEnded:
+		return true
+	case ProcessReasonTimeout:
 		return true
 	default:
 		return false
@@ -148,10 +256,11 @@ func (e ProcessState) Valid() bool {
 
 // Defines values for ProcessSummaryExitState.
 const (
-	ProcessSummaryExitStateCanceled ProcessSummaryExitState = "canceled"
-	ProcessSummaryExitStateFailed   ProcessSummaryExitState = "failed"
-	ProcessSummaryExitStateSuccess  ProcessSummaryExitState = "success"
-	ProcessSummaryExitStateTimeout  ProcessSummaryExitState = "timeout"
+	ProcessSummaryExitStateCanceled    ProcessSummaryExitState = "canceled"
+	ProcessSummaryExitStateFailed      ProcessSummaryExitState = "failed"
+	ProcessSummaryExitStateLessThannil ProcessSummaryExitState = "<nil>"
+	ProcessSummaryExitStateSuccess     ProcessSummaryExitState = "success"
+	ProcessSummaryExitStateTimeout     ProcessSummaryExitState = "timeout"
 )
 
 // Valid indicates whether the value is a known member of the ProcessSummaryExitState enum.
@@ -161,9 +270,62 @@ func (e ProcessSummaryExitState) Valid() bool {
 		return true
 	case ProcessSummaryExitStateFailed:
 		return true
+	case ProcessSummaryExitStateLessThannil:
+		return true
 	case ProcessSummaryExitStateSuccess:
 		return true
 	case ProcessSummaryExitStateTimeout:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ProcessSummaryReason.
+const (
+	ProcessSummaryReasonCompleted        ProcessSummaryReason = "completed"
+	ProcessSummaryReasonCpuLimit         ProcessSummaryReason = "cpu_limit"
+	ProcessSummaryReasonEnvironmentError ProcessSummaryReason = "environment_error"
+	ProcessSummaryReasonException        ProcessSummaryReason = "exception"
+	ProcessSummaryReasonHostLost         ProcessSummaryReason = "host_lost"
+	ProcessSummaryReasonHostRestart      ProcessSummaryReason = "host_restart"
+	ProcessSummaryReasonHostShutdown     ProcessSummaryReason = "host_shutdown"
+	ProcessSummaryReasonKilled           ProcessSummaryReason = "killed"
+	ProcessSummaryReasonLessThannil      ProcessSummaryReason = "<nil>"
+	ProcessSummaryReasonMemoryLimit      ProcessSummaryReason = "memory_limit"
+	ProcessSummaryReasonOutputLimit      ProcessSummaryReason = "output_limit"
+	ProcessSummaryReasonSessionEnded     ProcessSummaryReason = "session_ended"
+	ProcessSummaryReasonTimeout          ProcessSummaryReason = "timeout"
+)
+
+// Valid indicates whether the value is a known member of the ProcessSummaryReason enum.
+func (e ProcessSummaryReason) Valid() bool {
+	switch e {
+	case ProcessSummaryReasonCompleted:
+		return true
+	case ProcessSummaryReasonCpuLimit:
+		return true
+	case ProcessSummaryReasonEnvironmentError:
+		return true
+	case ProcessSummaryReasonException:
+		return true
+	case ProcessSummaryReasonHostLost:
+		return true
+	case ProcessSummaryReasonHostRestart:
+		return true
+	case ProcessSummaryReasonHostShutdown:
+		return true
+	case ProcessSummaryReasonKilled:
+		return true
+	case ProcessSummaryReasonLessThannil:
+		return true
+	case ProcessSummaryReasonMemoryLimit:
+		return true
+	case ProcessSummaryReasonOutputLimit:
+		return true
+	case ProcessSummaryReasonSessionEnded:
+		return true
+	case ProcessSummaryReasonTimeout:
 		return true
 	default:
 		return false
@@ -435,8 +597,8 @@ type ExitEvent struct {
 	// Pid Process id: positive, unique, never reused.
 	Pid int64 `json:"pid"`
 
-	// Reason Why the latest execution ended: completed, exception, timeout, killed, memory_limit, cpu_limit, output_limit, environment_error, host_restart, host_shutdown; null before the first.
-	Reason *string `json:"reason"`
+	// Reason Why the latest execution ended; null before the first.
+	Reason *ExitEventReason `json:"reason"`
 
 	// Ref Client-chosen label, for filtering.
 	Ref string `json:"ref"`
@@ -468,6 +630,9 @@ type ExitEvent struct {
 
 // ExitEventExitState How the latest execution ended; null before the first.
 type ExitEventExitState string
+
+// ExitEventReason Why the latest execution ended; null before the first.
+type ExitEventReason string
 
 // ExitEventState Host state.
 type ExitEventState string
@@ -572,8 +737,8 @@ type Process struct {
 	// Pid Process id: positive, unique, never reused.
 	Pid int64 `json:"pid"`
 
-	// Reason Why the latest execution ended: completed, exception, timeout, killed, memory_limit, cpu_limit, output_limit, environment_error, host_restart, host_shutdown; null before the first.
-	Reason *string `json:"reason"`
+	// Reason Why the latest execution ended; null before the first.
+	Reason *ProcessReason `json:"reason"`
 
 	// Ref Client-chosen label, for filtering.
 	Ref string `json:"ref"`
@@ -605,6 +770,9 @@ type Process struct {
 
 // ProcessExitState How the latest execution ended; null before the first.
 type ProcessExitState string
+
+// ProcessReason Why the latest execution ended; null before the first.
+type ProcessReason string
 
 // ProcessState Host state.
 type ProcessState string
@@ -654,8 +822,8 @@ type ProcessSummary struct {
 	// Pid Process id: positive, unique, never reused.
 	Pid int64 `json:"pid"`
 
-	// Reason Why the latest execution ended: completed, exception, timeout, killed, memory_limit, cpu_limit, output_limit, environment_error, host_restart, host_shutdown; null before the first.
-	Reason *string `json:"reason"`
+	// Reason Why the latest execution ended; null before the first.
+	Reason *ProcessSummaryReason `json:"reason"`
 
 	// Ref Client-chosen label, for filtering.
 	Ref string `json:"ref"`
@@ -681,6 +849,9 @@ type ProcessSummary struct {
 
 // ProcessSummaryExitState How the latest execution ended; null before the first.
 type ProcessSummaryExitState string
+
+// ProcessSummaryReason Why the latest execution ended; null before the first.
+type ProcessSummaryReason string
 
 // ProcessSummaryState Host state.
 type ProcessSummaryState string
@@ -991,7 +1162,7 @@ type ClientInterface interface {
 
 	// SetEnvironmentWithBody Switch the active environment
 	//
-	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1000,7 +1171,7 @@ type ClientInterface interface {
 
 	// SetEnvironment Switch the active environment
 	//
-	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1056,7 +1227,7 @@ type ClientInterface interface {
 
 	// SetModuleConfigWithBody Replace a module's config
 	//
-	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1065,7 +1236,7 @@ type ClientInterface interface {
 
 	// SetModuleConfig Replace a module's config
 	//
-	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1081,7 +1252,7 @@ type ClientInterface interface {
 
 	// SetModuleSecretsWithBody Replace a module's secrets
 	//
-	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1090,7 +1261,7 @@ type ClientInterface interface {
 
 	// SetModuleSecrets Replace a module's secrets
 	//
-	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1370,7 +1541,7 @@ func (c *Client) GetEnvironment(ctx context.Context, reqEditors ...RequestEditor
 
 // SetEnvironmentWithBody Switch the active environment
 //
-// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1389,7 +1560,7 @@ func (c *Client) SetEnvironmentWithBody(ctx context.Context, contentType string,
 
 // SetEnvironment Switch the active environment
 //
-// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1525,7 +1696,7 @@ func (c *Client) GetModuleConfig(ctx context.Context, id string, reqEditors ...R
 
 // SetModuleConfigWithBody Replace a module's config
 //
-// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1544,7 +1715,7 @@ func (c *Client) SetModuleConfigWithBody(ctx context.Context, id string, content
 
 // SetModuleConfig Replace a module's config
 //
-// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1580,7 +1751,7 @@ func (c *Client) GetModuleSecrets(ctx context.Context, id string, reqEditors ...
 
 // SetModuleSecretsWithBody Replace a module's secrets
 //
-// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1599,7 +1770,7 @@ func (c *Client) SetModuleSecretsWithBody(ctx context.Context, id string, conten
 
 // SetModuleSecrets Replace a module's secrets
 //
-// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3857,7 +4028,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetEnvironmentWithBodyWithResponse Switch the active environment
 	//
-	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3866,7 +4037,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetEnvironmentWithResponse Switch the active environment
 	//
-	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+	// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3932,7 +4103,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetModuleConfigWithBodyWithResponse Replace a module's config
 	//
-	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3941,7 +4112,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetModuleConfigWithResponse Replace a module's config
 	//
-	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+	// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3959,7 +4130,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetModuleSecretsWithBodyWithResponse Replace a module's secrets
 	//
-	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3968,7 +4139,7 @@ type ClientWithResponsesInterface interface {
 
 	// SetModuleSecretsWithResponse Replace a module's secrets
 	//
-	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+	// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4320,8 +4491,12 @@ type SetEnvironmentResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *EnvironmentBodyBody
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4329,9 +4504,19 @@ func (r SetEnvironmentResponse) GetJSON200() *EnvironmentBodyBody {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r SetEnvironmentResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SetEnvironmentResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r SetEnvironmentResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r SetEnvironmentResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
 }
 
 // GetBody returns the raw response body bytes
@@ -4670,8 +4855,12 @@ type SetModuleConfigResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *map[string]interface{}
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4679,9 +4868,19 @@ func (r SetModuleConfigResponse) GetJSON200() *map[string]interface{} {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r SetModuleConfigResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SetModuleConfigResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r SetModuleConfigResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r SetModuleConfigResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
 }
 
 // GetBody returns the raw response body bytes
@@ -6199,7 +6398,7 @@ func (c *ClientWithResponses) GetEnvironmentWithResponse(ctx context.Context, re
 
 // SetEnvironmentWithBodyWithResponse Switch the active environment
 //
-// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6214,7 +6413,7 @@ func (c *ClientWithResponses) SetEnvironmentWithBodyWithResponse(ctx context.Con
 
 // SetEnvironmentWithResponse Switch the active environment
 //
-// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing.
+// New processes go to the new environment at once; the previous one drains (its executions finish) and is torn down. An unknown, disabled or failing module changes nothing; one whose stored config weakens the sandbox is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6328,7 +6527,7 @@ func (c *ClientWithResponses) GetModuleConfigWithResponse(ctx context.Context, i
 
 // SetModuleConfigWithBodyWithResponse Replace a module's config
 //
-// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6343,7 +6542,7 @@ func (c *ClientWithResponses) SetModuleConfigWithBodyWithResponse(ctx context.Co
 
 // SetModuleConfigWithResponse Replace a module's config
 //
-// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes).
+// Validated against its configSchema, then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6373,7 +6572,7 @@ func (c *ClientWithResponses) GetModuleSecretsWithResponse(ctx context.Context, 
 
 // SetModuleSecretsWithBodyWithResponse Replace a module's secrets
 //
-// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6388,7 +6587,7 @@ func (c *ClientWithResponses) SetModuleSecretsWithBodyWithResponse(ctx context.C
 
 // SetModuleSecretsWithResponse Replace a module's secrets
 //
-// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). The answer lists which are set.
+// Validated against its secretsSchema and sealed at rest (AES-256-GCM), then applied (the active environment is replaced by one set up with it, the old one drains; if that set-up fails, nothing changes). A config whose sandbox turns a layer off (or network on) is refused with 403 unless the server was started with --allow-unsandboxed. The answer lists which are set.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6956,12 +7155,26 @@ func ParseSetEnvironmentResponse(rsp *http.Response) (*SetEnvironmentResponse, e
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
 
 	}
 
@@ -7207,12 +7420,26 @@ func ParseSetModuleConfigResponse(rsp *http.Response) (*SetModuleConfigResponse,
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
 
 	}
 

@@ -34,7 +34,7 @@ var ErrStreamEnded = errors.New("event stream ended before the process exited")
 // FollowProcess streams a process's events (what happened so far, then
 // live) to fn until the stream ends, fn returns an error, or ctx ends.
 func (c *ClientWithResponses) FollowProcess(ctx context.Context, pid int64, fn func(ProcessEvent) error, reqEditors ...RequestEditorFn) error {
-	resp, err := c.ClientInterface.StreamProcessEvents(ctx, pid, reqEditors...)
+	resp, err := c.StreamProcessEvents(ctx, pid, reqEditors...)
 	if err != nil {
 		return fmt.Errorf("stream events of process %d: %w", pid, err)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/egress"
 )
 
 // ID is the module id of the adapter.
@@ -41,9 +42,10 @@ const (
 
 // Options tune the adapter; the zero value gives the defaults.
 type Options struct {
-	// Client makes every HTTP request (documents and tool calls). Default: a
-	// client of its own on a clone of http.DefaultTransport.
-	Client *http.Client
+	// Guard refuses connections to the host's own API, and to non-public
+	// addresses unless a service's config sets allowPrivateNetwork. Default:
+	// a guard that knows no listen address.
+	Guard *egress.Guard
 	// MaxDocumentBytes bounds a fetched document (default 64 MiB).
 	MaxDocumentBytes int64
 	// FetchTimeout bounds fetching a document (default 60 s).
@@ -55,8 +57,10 @@ type Options struct {
 
 // Adapter is the openapi adapter. It is safe for concurrent use.
 type Adapter struct {
-	opts   Options
-	client *http.Client
+	opts Options
+	// public reaches public addresses only; private also private ones
+	// (services with allowPrivateNetwork). Neither reaches the host itself.
+	public, private *http.Client
 
 	mu       sync.RWMutex
 	services map[string]*service
@@ -75,11 +79,28 @@ func New(opts Options) *Adapter {
 	if opts.MaxResponseBytes <= 0 {
 		opts.MaxResponseBytes = defaultMaxResponseBytes
 	}
-	client := opts.Client
-	if client == nil {
-		client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	if opts.Guard == nil {
+		opts.Guard = &egress.Guard{}
 	}
-	return &Adapter{opts: opts, client: client, services: map[string]*service{}}
+	return &Adapter{opts: opts, public: guardedClient(opts.Guard, false), private: guardedClient(opts.Guard, true), services: map[string]*service{}}
+}
+
+// guardedClient dials through the guard. It ignores HTTP_PROXY and friends:
+// through a proxy the guard would judge the proxy's address, not the
+// upstream's.
+func guardedClient(g *egress.Guard, allowPrivate bool) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	t.DialContext = g.Dialer(allowPrivate).DialContext
+	return &http.Client{Transport: t}
+}
+
+// client is the client a service's calls use.
+func (a *Adapter) client(allowPrivate bool) *http.Client {
+	if allowPrivate {
+		return a.private
+	}
+	return a.public
 }
 
 // moduleSchema is the config and secrets schema of the module itself: it has
@@ -107,7 +128,8 @@ func (a *Adapter) Teardown(context.Context) error {
 	a.mu.Lock()
 	a.services = map[string]*service{}
 	a.mu.Unlock()
-	a.client.CloseIdleConnections()
+	a.public.CloseIdleConnections()
+	a.private.CloseIdleConnections()
 	return nil
 }
 
@@ -121,7 +143,7 @@ func (a *Adapter) Definition(ctx context.Context, src adapter.Source) (adapter.S
 			return adapter.ServiceDefinition{}, errors.New("openapi: source has neither url nor content")
 		}
 		var err error
-		if data, err = a.fetch(ctx, src.URL); err != nil {
+		if data, err = a.fetch(ctx, src.URL, allowPrivate(src.Config)); err != nil {
 			return adapter.ServiceDefinition{}, fmt.Errorf("openapi: %w", err)
 		}
 	}
@@ -144,6 +166,8 @@ type service struct {
 	variables map[string]string
 	timeout   time.Duration
 	secrets   map[string]any
+	// allowPrivate lets calls reach private and loopback addresses.
+	allowPrivate bool
 }
 
 // Hydrate replaces the state of one service.
@@ -192,6 +216,7 @@ func (s *service) configure(cfg map[string]any) error {
 			s.variables[k] = scalar(x)
 		}
 	}
+	s.allowPrivate = allowPrivate(cfg)
 	if v, ok := cfg["timeoutMs"]; ok && v != nil {
 		ms, err := toFloat(v)
 		if err != nil || ms < 1 || ms > maxTimeoutMs {
@@ -200,6 +225,12 @@ func (s *service) configure(cfg map[string]any) error {
 		s.timeout = time.Duration(ms * float64(time.Millisecond))
 	}
 	return nil
+}
+
+// allowPrivate reads allowPrivateNetwork from a service config.
+func allowPrivate(cfg map[string]any) bool {
+	b, _ := cfg["allowPrivateNetwork"].(bool)
+	return b
 }
 
 func toFloat(v any) (float64, error) {

@@ -537,8 +537,8 @@ func (d *definer) recordVariable(name string, v *openapi3.ServerVariable) {
 	}
 }
 
-// configSchema is the service's config: serverUrl, the servers' variables
-// and timeoutMs.
+// configSchema is the service's config: serverUrl, the servers' variables,
+// timeoutMs and allowPrivateNetwork.
 func (d *definer) configSchema(doc *openapi3.T) map[string]any {
 	var urls []string
 	for _, s := range doc.Servers {
@@ -577,6 +577,10 @@ func (d *definer) configSchema(doc *openapi3.T) map[string]any {
 			"timeoutMs": map[string]any{
 				"type": "integer", "minimum": 1, "maximum": maxTimeoutMs, "default": defaultTimeoutMs,
 				"description": "Timeout of one tool call, in milliseconds.",
+			},
+			"allowPrivateNetwork": map[string]any{
+				"type": "boolean", "default": false,
+				"description": "Let tool calls (and the document's fetch) reach loopback, private, link-local and other non-public addresses. The host's own API stays unreachable.",
 			},
 		},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -155,12 +156,20 @@ func (r *recorder) last(t testing.TB) recorded {
 	}
 }
 
+// privateOK is the config of a service whose upstream is a mock on loopback.
+var privateOK = map[string]any{"allowPrivateNetwork": true}
+
 // hydrate hydrates def as service id, after checking config and secrets
-// against the definition's schemas as the host does.
+// against the definition's schemas as the host does. The mock upstreams are
+// on loopback, so allowPrivateNetwork defaults to true here.
 func hydrate(t testing.TB, a *Adapter, id string, def adapter.ServiceDefinition, config, secrets map[string]any) {
 	t.Helper()
+	config = maps.Clone(config)
 	if config == nil {
 		config = map[string]any{}
+	}
+	if _, ok := config["allowPrivateNetwork"]; !ok {
+		config["allowPrivateNetwork"] = true
 	}
 	if secrets == nil {
 		secrets = map[string]any{}

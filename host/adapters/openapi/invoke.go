@@ -53,7 +53,7 @@ func (a *Adapter) Invoke(ctx context.Context, in module.InvokeInput) (any, error
 		}
 		return &module.ToolError{Code: module.ToolTransportError, Err: err}
 	}
-	resp, err := a.clientFor(secretHeaders).Do(req)
+	resp, err := a.clientFor(svc.allowPrivate, secretHeaders).Do(req)
 	if err != nil {
 		return nil, fail(unwrapURLError(err))
 	}
@@ -81,11 +81,11 @@ func (a *Adapter) Invoke(ctx context.Context, in module.InvokeInput) (any, error
 // clientFor returns the client for a call whose credentials travel in the
 // headers named: net/http drops Authorization and Cookie when a redirect
 // leaves the host, but not an API key's own header, so this client does.
-func (a *Adapter) clientFor(secretHeaders []string) *http.Client {
+func (a *Adapter) clientFor(allowPrivate bool, secretHeaders []string) *http.Client {
 	if len(secretHeaders) == 0 {
-		return a.client
+		return a.client(allowPrivate)
 	}
-	c := *a.client
+	c := *a.client(allowPrivate)
 	next := c.CheckRedirect
 	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
 		if req.URL.Host != via[0].URL.Host {

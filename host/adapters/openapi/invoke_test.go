@@ -533,7 +533,7 @@ paths:
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"id": 1}`)
 	})
-	fetched, err := a.Definition(context.Background(), adapter.Source{URL: docSrv.URL + "/specs/petstore.yaml"})
+	fetched, err := a.Definition(context.Background(), adapter.Source{URL: docSrv.URL + "/specs/petstore.yaml", Config: privateOK})
 	if err != nil {
 		t.Fatal(err)
 	}

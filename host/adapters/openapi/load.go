@@ -18,8 +18,9 @@ import (
 	"github.com/oasdiff/yaml"
 )
 
-// fetch reads a document from an http(s) URL, bounded in size and time.
-func (a *Adapter) fetch(ctx context.Context, rawURL string) ([]byte, error) {
+// fetch reads a document from an http(s) URL, bounded in size and time,
+// through the same guard as the service's tool calls.
+func (a *Adapter) fetch(ctx context.Context, rawURL string, allowPrivate bool) ([]byte, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("source url: %w", err)
@@ -37,7 +38,7 @@ func (a *Adapter) fetch(ctx context.Context, rawURL string) ([]byte, error) {
 		return nil, fmt.Errorf("fetch %s: %w", label, err)
 	}
 	req.Header.Set("Accept", "application/json, application/yaml;q=0.9, */*;q=0.8")
-	resp, err := a.client.Do(req)
+	resp, err := a.client(allowPrivate).Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: %w", label, unwrapURLError(err))
 	}

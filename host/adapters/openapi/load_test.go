@@ -120,7 +120,7 @@ func TestFetchSource(t *testing.T) {
 	}))
 	defer srv.Close()
 	a := New(Options{MaxDocumentBytes: 1 << 20})
-	def, err := a.Definition(context.Background(), adapter.Source{URL: srv.URL + "/petstore.yaml"})
+	def, err := a.Definition(context.Background(), adapter.Source{URL: srv.URL + "/petstore.yaml", Config: privateOK})
 	if err != nil || len(def.Tools) != 3 {
 		t.Fatalf("%v %d", err, len(def.Tools))
 	}
@@ -133,21 +133,21 @@ func TestFetchSource(t *testing.T) {
 		"file:///etc/passwd": "only http and https",
 		"ftp://example.com/": "only http and https",
 	} {
-		if err := definitionErr(t, a, adapter.Source{URL: src}); !strings.Contains(err.Error(), want) {
+		if err := definitionErr(t, a, adapter.Source{URL: src, Config: privateOK}); !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v", src, err)
 		}
 	}
 	small := New(Options{MaxDocumentBytes: 1024})
-	if err := definitionErr(t, small, adapter.Source{URL: srv.URL + "/big.yaml"}); !strings.Contains(err.Error(), "larger than 1024 bytes") {
+	if err := definitionErr(t, small, adapter.Source{URL: srv.URL + "/big.yaml", Config: privateOK}); !strings.Contains(err.Error(), "larger than 1024 bytes") {
 		t.Errorf("big: %v", err)
 	}
 	srv.Close()
-	if err := definitionErr(t, a, adapter.Source{URL: srv.URL + "/petstore.yaml"}); !strings.Contains(err.Error(), "fetch "+srv.URL) {
+	if err := definitionErr(t, a, adapter.Source{URL: srv.URL + "/petstore.yaml", Config: privateOK}); !strings.Contains(err.Error(), "fetch "+srv.URL) {
 		t.Errorf("closed: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := a.Definition(ctx, adapter.Source{URL: "http://127.0.0.1:1/x"}); !errors.Is(err, context.Canceled) {
+	if _, err := a.Definition(ctx, adapter.Source{URL: "http://127.0.0.1:1/x", Config: privateOK}); !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled: %v", err)
 	}
 }

@@ -287,7 +287,7 @@ func multipartBody(v any, enc map[string]encoding) ([]byte, string, error) {
 		}
 		e := enc[k]
 		items := []any{val}
-		if list, ok := val.([]any); ok && !(e.ContentType != "" && isJSONMedia(e.ContentType)) {
+		if list, ok := val.([]any); ok && (e.ContentType == "" || !isJSONMedia(e.ContentType)) {
 			items = list
 		}
 		for _, it := range items {

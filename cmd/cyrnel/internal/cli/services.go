@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -26,10 +26,10 @@ tools as cyrnel.services.ID.TOOL(...).
 Flags:
 `
 
-// servicesCommand implements cyrnel services.
-func servicesCommand(args []string) error {
+// Services implements cyrnel services.
+func Services(args []string, version string) error {
 	fs := flag.NewFlagSet("services", flag.ContinueOnError)
-	hf := addHostFlags(fs)
+	hf := addHostFlags(fs, version)
 	adapter := fs.String("adapter", "openapi", "adapter that reads the document (add)")
 	config := fs.String("config", "", `service config as JSON, or @FILE holding it (add), e.g. '{"serverUrl": "https://api.example.com"}'`)
 	secrets := fs.String("secrets", "", `service secrets as JSON, or @FILE holding them (add), e.g. @secrets.json with {"api_key": "…"}`)
@@ -149,10 +149,10 @@ the active environment calls it.
 Flags:
 `
 
-// toolsCommand implements cyrnel tools.
-func toolsCommand(args []string) error {
+// Tools implements cyrnel tools.
+func Tools(args []string, version string) error {
 	fs := flag.NewFlagSet("tools", flag.ContinueOnError)
-	hf := addHostFlags(fs)
+	hf := addHostFlags(fs, version)
 	service := fs.String("service", "", "only this service's tools")
 	docs := fs.Bool("docs", false, "print each tool's docs (Markdown) instead of the list")
 	fs.Usage = func() {

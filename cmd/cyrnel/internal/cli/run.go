@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -59,10 +59,11 @@ type result struct {
 	output                   map[string]any
 }
 
-// runCommand implements cyrnel run; it returns the exit code.
-func runCommand(args []string) int {
+// Run implements cyrnel run; it returns the exit code. version is the
+// embedded host's.
+func Run(args []string, version string) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	hf := addHostFlags(fs)
+	hf := addHostFlags(fs, version)
 	timeout := fs.Duration("timeout", 0, "execution timeout, e.g. 500ms, 10s or 5m (default: the host's, 30s)")
 	env := fs.String("env", "", "environment to run in: python or typescript (default: from the file's extension)")
 	outFile := fs.String("output", "", "write the structured output as JSON to this file (always, {} when empty) instead of stdout")
@@ -212,7 +213,7 @@ func runProgram(h *host, path, code, env string, timeout time.Duration) (*result
 			return err
 		case ev.Exit != nil:
 			e := ev.Exit
-			res = &result{exitState: string(deref(e.ExitState)), reason: deref(e.Reason), error: e.Error, stdout: e.Stdout, stderr: e.Stderr, output: e.Output}
+			res = &result{exitState: string(deref(e.ExitState)), reason: string(deref(e.Reason)), error: e.Error, stdout: e.Stdout, stderr: e.Stderr, output: e.Output}
 		}
 		return nil
 	})
@@ -248,7 +249,7 @@ func checkEnvironment(ctx context.Context, h *host, want string) error {
 		return fmt.Errorf("%s has no active environment: see GET /environment", h.url)
 	case !h.embedded:
 		return fmt.Errorf("the server's active environment is %s, not %s: switch it with PUT /environment {\"module\": %q} "+
-			"(curl -X PUT %s/environment -H 'Content-Type: application/json' -d '{\"module\": %q}'), or pass --env %s to run it there anyway",
+			"(curl -X PUT %s/environment -H 'Authorization: Bearer <key>' -H 'Content-Type: application/json' -d '{\"module\": %q}'), or pass --env %s to run it there anyway",
 			active, want, want, h.url, want, active)
 	}
 	// The embedded host was asked for want and could not activate it.
@@ -272,7 +273,7 @@ func waitProcess(ctx context.Context, h *host, pid int64) (*result, error) {
 			return nil, fmt.Errorf("wait for process %d: %w", pid, err)
 		}
 		if p := r.JSON200; p.State == client.ProcessStateIdle {
-			return &result{exitState: string(deref(p.ExitState)), reason: deref(p.Reason), error: p.Error, stdout: p.Stdout, stderr: p.Stderr, output: p.Output}, nil
+			return &result{exitState: string(deref(p.ExitState)), reason: string(deref(p.Reason)), error: p.Error, stdout: p.Stdout, stderr: p.Stderr, output: p.Output}, nil
 		}
 	}
 }

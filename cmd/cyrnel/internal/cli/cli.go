@@ -1,0 +1,80 @@
+// Package cli is cyrnel's command-line client: run, services and tools,
+// which talk to a host through the generated API client, and the flag
+// helpers every command shares.
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+)
+
+// Setting resolves a value: the flag when given, else the environment
+// variable, else the default.
+func Setting(fs *flag.FlagSet, name, env, def string) string {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	if given {
+		return fs.Lookup(name).Value.String()
+	}
+	if v, ok := os.LookupEnv(env); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+// NewLogger is a text logger on stderr at level.
+func NewLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// ErrUsage is a command line that could not be parsed; it was reported.
+var ErrUsage = errors.New("usage error")
+
+// Parse parses args into fs. Help asked for (-h, --help) goes to stdout and
+// is flag.ErrHelp; a usage error goes to stderr with the usage, and is
+// ErrUsage.
+func Parse(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	report(fs, err)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	return err
+}
+
+func report(fs *flag.FlagSet, err error) {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(os.Stdout)
+		fs.Usage()
+	case err != nil:
+		fs.SetOutput(os.Stderr)
+		fmt.Fprintf(os.Stderr, "cyrnel %s: %v\n", fs.Name(), err)
+		fs.Usage()
+	}
+}
+
+// parseInterspersed parses flags wherever they stand among the arguments
+// (cyrnel run prog.py --timeout 5s) and returns the arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := Parse(fs, args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return rest, nil
+		}
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}

@@ -1,0 +1,51 @@
+package api
+
+import (
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+)
+
+// jsonBodies answers 415 to a request body that is not plain JSON:
+// application/json, with no charset or charset=utf-8. huma on its own takes a
+// missing Content-Type as JSON and any +json type as JSON, so a JSON Patch
+// document or UTF-16 text would be read as if it were the plain JSON the
+// operations describe. A request without a body needs no Content-Type. The
+// MCP endpoint speaks its own protocol and checks its own media types.
+func jsonBodies(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 && r.Method != http.MethodGet && r.Method != http.MethodHead && r.URL.Path != "/mcp" {
+			if msg := notJSON(r.Header.Get("Content-Type")); msg != "" {
+				writeProblemDetail(w, http.StatusUnsupportedMediaType, msg, &huma.ErrorDetail{
+					Location: "header.Content-Type", Message: msg, Value: r.Header.Get("Content-Type"),
+				})
+				return
+			}
+			// Media types are case-insensitive; huma matches them exactly.
+			r.Header.Set("Content-Type", "application/json")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// notJSON says what is wrong with a request body's Content-Type, or "".
+func notJSON(ct string) string {
+	if ct == "" {
+		return "a request body needs Content-Type: application/json"
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return "malformed Content-Type: " + err.Error()
+	}
+	if mt != "application/json" {
+		return "unsupported media type " + mt + ": send application/json"
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return "unsupported Content-Type parameter " + k + "=" + v + ": JSON is UTF-8"
+		}
+	}
+	return ""
+}
