@@ -18,7 +18,7 @@ import (
 func TestPostgresBackedHost(t *testing.T) {
 	t.Parallel()
 	url := postgresURL(t)
-	h := start(t, "", "CYRNEL_DB_URL="+freshSchema(t, url))
+	h := start(t, "", "CYRNEL_DB_URL="+freshSchema(t, url), "CYRNEL_SECRETS_KEY="+newSecretsKey(t))
 	p := h.run("print('on postgres')\ncyrnel.output({'ok': True})", nil)
 	if p.exit() != "success" || p.Stdout != "on postgres\n" || p.Output["ok"] != true {
 		t.Fatalf("%+v", p)

@@ -79,6 +79,7 @@ type Manager struct {
 	exec   Executor
 	limits Limits
 	w      *writer // every write to a process row goes through it
+	relay  Relay   // nil: one host
 
 	ctx      context.Context // cancelled at shutdown: kills every execution
 	cancel   context.CancelFunc
@@ -345,6 +346,9 @@ func (m *Manager) Kill(ctx context.Context, pid int64) (*Process, error) {
 		if err != nil {
 			return nil, err
 		}
+		if m.remote(p) {
+			return m.killRemote(ctx, p)
+		}
 		return nil, conflict("process %d is %s", pid, p.State)
 	}
 	r.mu.Lock()
@@ -395,6 +399,16 @@ func (m *Manager) Wait(ctx context.Context, pid int64, timeout time.Duration) (*
 		case <-t.C:
 		case <-ctx.Done():
 		}
+	}
+	if r == nil && timeout > 0 && m.relay != nil {
+		p, err := m.get(ctx, pid)
+		if err != nil || !m.remote(p) {
+			return m.Get(ctx, pid)
+		}
+		if p, err = m.poll(ctx, pid, timeout, func(p *store.Process) bool { return p.State == string(Idle) }); err != nil {
+			return nil, err
+		}
+		return m.view(p), nil
 	}
 	return m.Get(ctx, pid)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/api"
+	"github.com/cyrnel/cyrnel/host/cluster"
 	"github.com/cyrnel/cyrnel/host/console"
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/datadir"
@@ -37,6 +38,9 @@ type Config struct {
 	DBURL      string
 	APIKey     string
 	SecretsKey string
+	// LeaseTTL, on PostgreSQL, is how long this host's lease lasts unless
+	// renewed (0: cluster.DefaultTTL).
+	LeaseTTL time.Duration
 	// Insecure allows listening beyond loopback without an API key.
 	Insecure        bool
 	Version         string
@@ -71,6 +75,7 @@ type Server struct {
 	procs    *process.Manager
 	modules  *modules.Registry
 	services *services.Manager
+	cluster  *cluster.Cluster // nil on SQLite
 	handler  http.Handler
 	// egress learns the listen address, which tool calls never reach.
 	egress *egress.Guard
@@ -133,6 +138,11 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 			log.Info("created an API key", "file", keyFile)
 		}
 	}
+	if !st.Local() && cfg.SecretsKey == "" {
+		// A key generated per data directory would differ between hosts,
+		// each unable to open what the others sealed.
+		return nil, errors.New("with PostgreSQL every host must share one secrets key: set CYRNEL_SECRETS_KEY (or CYRNEL_SECRETS_KEY_FILE) to the same base64 32-byte key on each host")
+	}
 	key, err := secrets.LoadKey(log, cfg.SecretsKey, cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -141,9 +151,21 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err != nil {
 		return nil, err
 	}
+	var notifier control.Notifier
+	var cl *cluster.Cluster
+	if !st.Local() {
+		if err = checkKey(ctx, st, box); err != nil {
+			return nil, err
+		}
+		if cl, err = cluster.New(ctx, log.With("component", "cluster"), cfg.DBURL, dir.HostID, st, cluster.Options{TTL: cfg.LeaseTTL}); err != nil {
+			return nil, err
+		}
+		notifier = cl
+	}
 	// One control plane for modules and services: every configuration
-	// change is applied one at a time, all or nothing.
-	plane := control.New(log.With("component", "control"), nil, cfg.Policies...)
+	// change is applied one at a time, all or nothing; with several hosts
+	// each stored change is announced to the others, which reload it.
+	plane := control.New(log.With("component", "control"), notifier, cfg.Policies...)
 	reg := modules.New(log.With("component", "modules"), st, box, plane, map[string]modules.Factory{
 		"python":      func() module.Environment { return python.New(log, python.Options{Interpreter: cfg.Python}) },
 		typescript.ID: func() module.Environment { return typescript.New(log) },
@@ -166,12 +188,16 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err = reg.Start(ctx, &bindings{Manager: procs, tools: svcs}, cfg.Environment); err != nil {
 		return nil, err
 	}
+	if cl != nil {
+		procs.SetRelay(cl)
+		cl.Start(clusterHandlers(procs, reg, svcs))
+	}
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}})
 	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, MCP: mcpHandler})
 	// The console's assets and the API reference sit in front of the API
 	// (and its authentication): they hold no data.
 	handler = console.Handler(handler)
-	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, modules: reg, services: svcs, handler: handler, egress: guard}, nil
+	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, modules: reg, services: svcs, cluster: cl, handler: handler, egress: guard}, nil
 }
 
 // Handler is the HTTP API with the console in front.
@@ -229,6 +255,11 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	if err := s.procs.Shutdown(sctx); err != nil {
 		s.log.Warn("shutdown", "err", err)
 	}
+	if s.cluster != nil {
+		if err := s.cluster.Stop(sctx); err != nil {
+			s.log.Warn("shutdown", "err", err)
+		}
+	}
 	if err := s.modules.Stop(sctx); err != nil {
 		s.log.Warn("shutdown", "err", err)
 	}
@@ -249,6 +280,9 @@ func (s *Server) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = s.procs.Shutdown(ctx)
+	if s.cluster != nil {
+		_ = s.cluster.Stop(ctx)
+	}
 	_ = s.modules.Stop(ctx)
 	_ = s.services.Stop(ctx)
 	s.store.Close()
