@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 
@@ -24,11 +25,15 @@ func checkKey(ctx context.Context, st *store.Store, box *secrets.Box) error {
 	if err != nil {
 		return err
 	}
-	stored, err := st.FirstSetting(ctx, keyCheckSetting, string(sealed))
+	stored, err := st.FirstSetting(ctx, keyCheckSetting, base64.StdEncoding.EncodeToString(sealed))
 	if err != nil {
 		return err
 	}
-	if _, err := box.Open([]byte(stored)); err != nil {
+	raw, err := base64.StdEncoding.DecodeString(stored)
+	if err != nil {
+		return fmt.Errorf("setting %s: %w", keyCheckSetting, err)
+	}
+	if _, err := box.Open(raw); err != nil {
 		return errors.New("this host's secrets key cannot open the secrets other hosts stored in this database: share one CYRNEL_SECRETS_KEY (or CYRNEL_SECRETS_KEY_FILE) between every host")
 	}
 	return nil

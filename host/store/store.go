@@ -248,10 +248,10 @@ func (s *Store) migrate(ctx context.Context, tmpl dialectSQL) error {
 			return fmt.Errorf("lock migrations: %w", err)
 		}
 		defer conn.Close()
-		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", migrationLock); err != nil {
+		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(?)", migrationLock); err != nil {
 			return fmt.Errorf("lock migrations: %w", err)
 		}
-		defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", migrationLock) //nolint:errcheck // closing the session releases it too
+		defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(?)", migrationLock) //nolint:errcheck // closing the session releases it too
 	}
 	if err := m.Init(ctx); err != nil {
 		return fmt.Errorf("init migrations: %w", err)
