@@ -236,6 +236,17 @@ func TestScaleOutConfiguration(t *testing.T) {
 		return st == 404 && len(tools.Items) == 0 && b.run(call, nil).exit() == "failed"
 	})
 
+	if st, _ := a.do("PUT", "/tool-policies", map[string]any{"default": "block", "rules": []any{}}, nil); st != 200 {
+		t.Fatalf("tool policies on A: %d", st)
+	}
+	eventually(t, "the tool policies set on A read through C", func() bool {
+		var set struct {
+			Default string `json:"default"`
+		}
+		c.do("GET", "/tool-policies", nil, &set)
+		return set.Default == "block"
+	})
+
 	if st, _ := b.do("PUT", "/environment", map[string]any{"module": "typescript"}, nil); st != 200 {
 		t.Fatalf("switch through B: %d", st)
 	}

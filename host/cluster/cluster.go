@@ -39,8 +39,11 @@ type Handlers struct {
 	Resync func(ctx context.Context) error
 	// Kill kills an execution this host runs.
 	Kill func(ctx context.Context, pid int64) error
-	// Lost finishes the executions of hosts whose lease ran out.
+	// Lost finishes the executions (and expires the approvals) of hosts
+	// whose lease ran out.
 	Lost func(ctx context.Context) (int64, error)
+	// Decided wakes the call waiting here on an approval decided elsewhere.
+	Decided func(ctx context.Context, id string) error
 }
 
 // Options tune a Cluster.
@@ -50,11 +53,12 @@ type Options struct {
 
 // message is what travels on the channel.
 type message struct {
-	Type  string        `json:"type"` // "config" or "kill"
+	Type  string        `json:"type"` // "config", "kill" or "decided"
 	From  string        `json:"from"`
 	Event control.Event `json:"event,omitzero"`
 	Host  string        `json:"host,omitempty"` // kill: the runner
 	PID   int64         `json:"pid,omitempty"`
+	ID    string        `json:"id,omitempty"` // decided: the approval
 }
 
 // Cluster is this host's membership.
@@ -202,6 +206,10 @@ func (c *Cluster) handle(ctx context.Context, msg message) {
 		if err := c.handlers.Config(ctx, msg.Event); err != nil {
 			c.log.Error("apply another host's configuration change", "event", msg.Event.String(), "from", msg.From, "err", err)
 		}
+	case msg.Type == "decided" && msg.From != c.host:
+		if err := c.handlers.Decided(ctx, msg.ID); err != nil {
+			c.log.Warn("relayed approval decision", "approval", msg.ID, "err", err)
+		}
 	case msg.Type == "kill" && msg.Host == c.host:
 		// Its own goroutine: a kill waits for the execution, and
 		// notifications must keep flowing meanwhile.
@@ -246,4 +254,10 @@ func (c *Cluster) Notify(ctx context.Context, ev control.Event) {
 // Kill asks hostID to kill pid (process.Relay).
 func (c *Cluster) Kill(ctx context.Context, hostID string, pid int64) error {
 	return c.publish(ctx, message{Type: "kill", Host: hostID, PID: pid})
+}
+
+// Decided tells the other hosts that approval id was decided
+// (approval.Relay).
+func (c *Cluster) Decided(ctx context.Context, id string) error {
+	return c.publish(ctx, message{Type: "decided", ID: id})
 }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/cluster"
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/modules"
+	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/secrets"
 	"github.com/cyrnel/cyrnel/host/services"
@@ -42,17 +44,20 @@ func checkKey(ctx context.Context, st *store.Store, box *secrets.Box) error {
 // clusterHandlers is what this host does for the others: apply their
 // configuration changes, kill what it runs for them, finish what lost
 // hosts left running.
-func clusterHandlers(procs *process.Manager, reg *modules.Registry, svcs *services.Manager) cluster.Handlers {
+func clusterHandlers(procs *process.Manager, approvals *approval.Manager, policies *policy.Engine, reg *modules.Registry, svcs *services.Manager) cluster.Handlers {
 	reload := func(ctx context.Context, ev control.Event) error {
-		if ev.Kind == control.KindService {
+		switch ev.Kind {
+		case control.KindService:
 			return svcs.Reload(ctx, ev)
+		case control.KindPolicies:
+			return policies.Reload(ctx)
 		}
 		return reg.Reload(ctx, ev)
 	}
 	return cluster.Handlers{
 		Config: reload,
 		Resync: func(ctx context.Context) error {
-			var errs []error
+			errs := []error{policies.Reload(ctx)}
 			errs = append(errs, reg.Reload(ctx, control.Event{Kind: control.KindEnvironment}))
 			mods, err := reg.Modules(ctx)
 			errs = append(errs, err)
@@ -66,7 +71,8 @@ func clusterHandlers(procs *process.Manager, reg *modules.Registry, svcs *servic
 			}
 			return errors.Join(errs...)
 		},
-		Kill: procs.KillLocal,
+		Kill:    procs.KillLocal,
+		Decided: approvals.Wake,
 		Lost: func(ctx context.Context) (int64, error) {
 			n, err := procs.FinishLost(ctx)
 			if errors.Is(err, process.ErrConflict) {
@@ -75,7 +81,7 @@ func clusterHandlers(procs *process.Manager, reg *modules.Registry, svcs *servic
 			if err != nil {
 				return n, fmt.Errorf("finish lost hosts' processes: %w", err)
 			}
-			return n, nil
+			return n, approvals.ExpireOrphans(ctx)
 		},
 	}
 }
