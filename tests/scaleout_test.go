@@ -28,7 +28,7 @@ func newSecretsKey(t testing.TB) string {
 
 // cluster starts n hosts at once on one fresh schema, sharing the API key
 // and the secrets key, each with its own data directory.
-func startCluster(t *testing.T, n int, extra ...string) []*host {
+func startCluster(t testing.TB, n int, extra ...string) []*host {
 	t.Helper()
 	env := append([]string{
 		"CYRNEL_DB_URL=" + freshSchema(t, postgresURL(t)),
