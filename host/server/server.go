@@ -131,8 +131,12 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 		return nil, err
 	}
 	var st *store.Store
+	var cl *cluster.Cluster
 	defer func() {
 		if err != nil {
+			if cl != nil {
+				cl.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // already failing
+			}
 			if st != nil {
 				st.Close()
 			}
@@ -169,7 +173,6 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 		return nil, err
 	}
 	var notifier control.Notifier
-	var cl *cluster.Cluster
 	if !st.Local() {
 		if err = checkKey(ctx, st, box); err != nil {
 			return nil, err

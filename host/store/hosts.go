@@ -17,6 +17,11 @@ ON CONFLICT (host_id) DO UPDATE SET lease_until = EXCLUDED.lease_until`, hostID,
 	if err != nil {
 		return fmt.Errorf("renew lease: %w", err)
 	}
+	// A host that died leaves its row; a day on, its processes are long
+	// finished (hosts without a row count as lost too), so the row goes.
+	if _, err := s.DB.ExecContext(ctx, "DELETE FROM hosts WHERE lease_until < now() - interval '1 day'"); err != nil {
+		return fmt.Errorf("renew lease: forget dead hosts: %w", err)
+	}
 	return nil
 }
 
