@@ -108,7 +108,7 @@ func TestMessages(t *testing.T) {
 	ev := control.Event{Kind: control.KindService, ID: "pets"}
 	deadline := time.Now().Add(5 * time.Second)
 	var gotB, gotC bool
-	for !(gotB && gotC) && time.Now().Before(deadline) {
+	for (!gotB || !gotC) && time.Now().Before(deadline) {
 		a.Notify(ctx, ev)
 		select {
 		case got := <-rb.config:
