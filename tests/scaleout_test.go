@@ -295,3 +295,62 @@ func TestScaleOutSecretsKey(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleOutApprovals: an approval a program on A waits on is decided
+// through B and the program goes on at once; when A dies with a program
+// suspended on an approval, the approval expires and the program ends
+// host_lost.
+func TestScaleOutApprovals(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	hs := startCluster(t, 2, "CYRNEL_LEASE_TTL="+ttl.String())
+	a, b := hs[0], hs[1]
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"id":1,"name":"doggie"}`))
+	}))
+	defer up.Close()
+	if st, _ := a.do("POST", "/services", map[string]any{
+		"id": "pets", "adapter": "openapi", "source": map[string]any{"content": fixture(t, "swagger-petstore-3.0.yaml")},
+		"config": map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true},
+	}, nil); st != 201 {
+		t.Fatalf("import on A: %d", st)
+	}
+	setPolicies(t, a, "allow", [2]string{"pets.getPetById", "ask"})
+	pending := func(pid int64) approvalView {
+		var listed struct {
+			Items []approvalView `json:"items"`
+		}
+		eventually(t, "a pending approval read through B", func() bool {
+			b.do("GET", fmt.Sprintf("/approvals?state=pending&pid=%d", pid), nil, &listed)
+			return len(listed.Items) == 1
+		})
+		return listed.Items[0]
+	}
+	call := map[string]any{"code": "print(cyrnel.services.pets.getPetById(petId=1))", "timeoutMs": 120000}
+
+	var p proc
+	a.do("POST", "/processes", call, &p)
+	apr := pending(p.PID)
+	if st, _ := b.do("POST", "/approvals/"+apr.ID+"/approve", nil, nil); st != 200 {
+		t.Fatalf("approve through B: %d", st)
+	}
+	var w proc
+	b.do("GET", fmt.Sprintf("/processes/%d/wait?timeoutMs=5000", p.PID), nil, &w)
+	if w.exit() != "success" || !strings.Contains(w.Stdout, "doggie") {
+		t.Fatalf("approved through B, the call on A did not go on: %+v", w)
+	}
+
+	a.do("POST", "/processes", call, &p)
+	apr = pending(p.PID)
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.exited
+	b.do("GET", fmt.Sprintf("/processes/%d/wait?timeoutMs=%d", p.PID, (3*ttl).Milliseconds()), nil, &w)
+	if w.reason() != "host_lost" {
+		t.Fatalf("suspended on the dead host: %+v", w)
+	}
+	var got approvalView
+	if b.do("GET", "/approvals/"+apr.ID, nil, &got); got.State != "expired" {
+		t.Fatalf("the dead host's approval: %+v", got)
+	}
+}
