@@ -354,3 +354,21 @@ func TestScaleOutApprovals(t *testing.T) {
 		t.Fatalf("the dead host's approval: %+v", got)
 	}
 }
+
+// TestScaleOutDrain: a host told to stop (SIGTERM) lets what it runs finish
+// within half its shutdown time instead of ending it, and gives its lease
+// up; the result is read through another host.
+func TestScaleOutDrain(t *testing.T) {
+	t.Parallel()
+	hs := startCluster(t, 2)
+	a, b := hs[0], hs[1]
+	var p proc
+	a.do("POST", "/processes", map[string]any{"code": "import time\nprint('started', flush=True)\ntime.sleep(2)\nprint('done')"}, &p)
+	a.waitFor(p.PID, func(p proc) bool { return strings.Contains(p.Stdout, "started") })
+	a.stop()
+	var w proc
+	b.do("GET", fmt.Sprintf("/processes/%d", p.PID), nil, &w)
+	if w.exit() != "success" || w.Stdout != "started\ndone\n" {
+		t.Fatalf("running on a draining host: %+v", w)
+	}
+}

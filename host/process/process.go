@@ -496,6 +496,25 @@ func (m *Manager) Delete(ctx context.Context, pid int64) error {
 	return nil
 }
 
+// Drain refuses new executions and waits, no longer than ctx allows, for
+// the running ones to end by themselves (a host leaving a cluster for a
+// deploy); Shutdown then ends what is left.
+func (m *Manager) Drain(ctx context.Context) {
+	m.mu.Lock()
+	m.stopping = true
+	m.mu.Unlock()
+	// No execution starts once stopping is set, so the group only shrinks.
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
 // Shutdown refuses new executions, kills the running ones (recorded as
 // canceled, reason host_shutdown), waits for their results to be stored,
 // then stops writing. A second call is harmless.

@@ -289,6 +289,14 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	// their processes are killed below.
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Shutdown(sctx) }()
+	if s.cluster != nil {
+		// One of several hosts: running programs get half the shutdown
+		// time to finish before they are ended (host_shutdown), so a
+		// rolling deploy loses as little as it can.
+		dctx, dcancel := context.WithTimeout(sctx, timeout/2)
+		s.procs.Drain(dctx)
+		dcancel()
+	}
 	if err := s.procs.Shutdown(sctx); err != nil {
 		s.log.Warn("shutdown", "err", err)
 	}
