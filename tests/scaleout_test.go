@@ -26,12 +26,18 @@ func newSecretsKey(t testing.TB) string {
 	return base64.StdEncoding.EncodeToString(key)
 }
 
-// cluster starts n hosts at once on one fresh schema, sharing the API key
+// startCluster starts n hosts at once on one fresh schema, sharing the API key
 // and the secrets key, each with its own data directory.
 func startCluster(t testing.TB, n int, extra ...string) []*host {
 	t.Helper()
+	return startClusterOn(t, postgresURL(t), n, extra...)
+}
+
+// startClusterOn is startCluster on the database at url.
+func startClusterOn(t testing.TB, url string, n int, extra ...string) []*host {
+	t.Helper()
 	env := append([]string{
-		"CYRNEL_DB_URL=" + freshSchema(t, postgresURL(t)),
+		"CYRNEL_DB_URL=" + freshSchema(t, url),
 		"CYRNEL_SECRETS_KEY=" + newSecretsKey(t),
 		"CYRNEL_API_KEY=" + newSecretsKey(t),
 	}, extra...)
