@@ -73,6 +73,10 @@ type Cluster struct {
 	mu       sync.Mutex
 	handlers Handlers
 	notify   *pgx.Conn // NOTIFY goes on its own connection, serialised by mu
+	// first is the listening connection opened by New, so what other hosts
+	// announce while this one loads its configuration waits on it until
+	// Start reads it.
+	first *pgx.Conn
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -100,8 +104,13 @@ func New(ctx context.Context, log *slog.Logger, url, hostID string, leases Lease
 	sum := sha256.Sum256([]byte(schema))
 	c := &Cluster{log: log, url: url, host: hostID, ttl: o.TTL, leases: leases, notify: conn,
 		channel: "cyrnel_" + hex.EncodeToString(sum[:8])}
+	if c.first, err = c.subscribe(ctx); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
 	if err := leases.RenewLease(ctx, hostID, o.TTL); err != nil {
 		conn.Close(ctx)
+		c.first.Close(ctx)
 		return nil, err
 	}
 	return c, nil
@@ -127,6 +136,10 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		c.cancel()
 	}
 	c.wg.Wait()
+	if c.first != nil { // never started
+		c.first.Close(ctx)
+		c.first = nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	err := c.leases.DropLease(ctx, c.host)
@@ -172,15 +185,29 @@ func (c *Cluster) listen(ctx context.Context) {
 	}
 }
 
-func (c *Cluster) listenOnce(ctx context.Context, resync bool) error {
+// subscribe opens a connection LISTENing on the channel.
+func (c *Cluster) subscribe(ctx context.Context) (*pgx.Conn, error) {
 	conn, err := pgx.Connect(ctx, c.url)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("cluster: connect: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+c.channel); err != nil {
+		conn.Close(ctx)
+		return nil, fmt.Errorf("cluster: listen: %w", err)
+	}
+	return conn, nil
+}
+
+func (c *Cluster) listenOnce(ctx context.Context, resync bool) error {
+	conn := c.first
+	c.first = nil
+	if conn == nil {
+		var err error
+		if conn, err = c.subscribe(ctx); err != nil {
+			return err
+		}
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+c.channel); err != nil {
-		return err
-	}
 	if resync {
 		if err := c.handlers.Resync(ctx); err != nil {
 			c.log.Warn("reload the configuration", "err", err)
