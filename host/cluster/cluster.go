@@ -72,6 +72,7 @@ type Cluster struct {
 
 	mu       sync.Mutex
 	handlers Handlers
+	started  bool // handlers are set
 	notify   *pgx.Conn // NOTIFY goes on its own connection, serialised by mu
 	// first is the listening connection opened by New, so what other hosts
 	// announce while this one loads its configuration waits on it until
@@ -113,18 +114,26 @@ func New(ctx context.Context, log *slog.Logger, url, hostID string, leases Lease
 		c.first.Close(ctx)
 		return nil, err
 	}
+	// Renewing starts now: loading the configuration (an environment's
+	// interpreters) may take longer than the lease lasts.
+	rctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.wg.Add(1)
+	go func() { defer c.wg.Done(); c.renew(rctx) }()
 	return c, nil
 }
 
-// Start renews the lease and listens until Stop.
+// Start handles what the other hosts say, and finishes lost hosts'
+// executions at each renewal, until Stop.
 func (c *Cluster) Start(h Handlers) {
 	c.mu.Lock()
 	c.handlers = h
+	c.started = true
 	c.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	c.wg.Add(2)
-	go func() { defer c.wg.Done(); c.renew(ctx) }()
+	stopRenew := c.cancel
+	c.cancel = func() { cancel(); stopRenew() }
+	c.wg.Add(1)
 	go func() { defer c.wg.Done(); c.listen(ctx) }()
 }
 
@@ -159,7 +168,13 @@ func (c *Cluster) renew(ctx context.Context) {
 			c.log.Warn("renew the lease", "err", err)
 			continue
 		}
-		if _, err := c.handlers.Lost(ctx); err != nil && ctx.Err() == nil {
+		c.mu.Lock()
+		lost, started := c.handlers.Lost, c.started
+		c.mu.Unlock()
+		if !started {
+			continue
+		}
+		if _, err := lost(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("finish lost hosts' processes", "err", err)
 		}
 	}
