@@ -72,7 +72,7 @@ type Cluster struct {
 
 	mu       sync.Mutex
 	handlers Handlers
-	started  bool // handlers are set
+	started  bool      // handlers are set
 	notify   *pgx.Conn // NOTIFY goes on its own connection, serialised by mu
 	// first is the listening connection opened by New, so what other hosts
 	// announce while this one loads its configuration waits on it until
