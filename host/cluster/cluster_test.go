@@ -151,3 +151,31 @@ func TestChannelPerSchema(t *testing.T) {
 		t.Fatalf("one channel %s for two schemas", a.channel)
 	}
 }
+
+// The lease is renewed from New on: a host loading its configuration
+// (starting interpreters) for longer than the lease must not look lost.
+func TestLeaseRenewedBeforeStart(t *testing.T) {
+	t.Parallel()
+	url, st := schemaURL(t)
+	ctx := context.Background()
+	c, err := New(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), url, "slow", st, Options{TTL: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx)
+	until := func() time.Time {
+		var at time.Time
+		if err := st.DB.QueryRowContext(ctx, "SELECT lease_until FROM hosts WHERE host_id = 'slow'").Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	first := until()
+	deadline := time.Now().Add(5 * time.Second)
+	for !until().After(first) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease was not renewed before Start")
+		}
+		time.Sleep(100 * time.Millisecond) // polling the row, not synchronising
+	}
+}
