@@ -107,7 +107,7 @@ func (e *Engine) Reload(ctx context.Context) error {
 	if err := json.Unmarshal([]byte(raw), set); err != nil {
 		return fmt.Errorf("stored tool policies: %w", err)
 	}
-	if err := set.Validate("tool-policies"); err != nil {
+	if err := set.Validate(); err != nil {
 		return fmt.Errorf("stored tool policies: %w", err)
 	}
 	e.cur.Store(set)
