@@ -78,13 +78,6 @@ func (s *Store) WriteProcesses(ctx context.Context, fn func(context.Context, *Tx
 	return nil
 }
 
-// GroupsCommits reports whether writes gain from sharing a transaction.
-// PostgreSQL flushes its log at each commit, so concurrent writes share one;
-// SQLite (WAL, synchronous=NORMAL) does not sync at commit, and a
-// transaction through database/sql costs more than the commits it saves
-// (measured: 2 inserts in one 137 µs, 8 in one 502 µs, one alone 37–41 µs).
-func (s *Store) GroupsCommits() bool { return !s.local }
-
 // WriteProcess runs fn, a single write, without a transaction around it:
 // each of its statements commits by itself, which on SQLite saves the BEGIN
 // and COMMIT round trips on the path of a lone execution. A full disk is
