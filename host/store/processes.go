@@ -50,7 +50,7 @@ const processColumns = `ref, code, state, exit_state, reason, error, timeout_ms,
  env_config, environment, output, stdout, stderr, stdout_truncated, stderr_truncated, output_truncated,
  runs, host_id, created_at, started_at, finished_at, duration_ms, cpu_ms, peak_memory_bytes`
 
-var insertProcess = "INSERT INTO processes (" + processColumns + ") VALUES (?" + strings.Repeat(", ?", 22) + ") RETURNING pid"
+var insertProcess = "INSERT INTO processes (" + processColumns + ") VALUES (?" + strings.Repeat(", ?", 22) + ")"
 
 // Tx is a unit of process-row writes: every write to the processes table
 // goes through one, so a host can group concurrent writes into one commit
@@ -107,12 +107,26 @@ func (t *Tx) InsertProcess(ctx context.Context, p *Process) error {
 		return fmt.Errorf("insert process: output: %w", err)
 	}
 	s := t.s
-	stmt, err := t.stmt(ctx, insertProcess)
+	// SQLite says the pid without RETURNING, whose result set costs the
+	// driver a few microseconds more; PostgreSQL needs it.
+	query := insertProcess
+	if !s.local {
+		query += " RETURNING pid"
+	}
+	stmt, err := t.stmt(ctx, query)
 	if err == nil {
-		err = stmt.QueryRowContext(ctx, p.Ref, p.Code, p.State, p.ExitState, p.Reason, p.Error, p.TimeoutMs,
+		args := []any{p.Ref, p.Code, p.State, p.ExitState, p.Reason, p.Error, p.TimeoutMs,
 			envConfig, p.Environment, output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated,
 			p.Runs, p.HostID, s.timeArg(&p.CreatedAt), s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs,
-			p.CPUMs, p.PeakMemoryBytes).Scan(&p.PID)
+			p.CPUMs, p.PeakMemoryBytes}
+		if s.local {
+			var res sql.Result
+			if res, err = stmt.ExecContext(ctx, args...); err == nil {
+				p.PID, err = res.LastInsertId()
+			}
+		} else {
+			err = stmt.QueryRowContext(ctx, args...).Scan(&p.PID)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("insert process: %w", err)
