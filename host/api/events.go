@@ -9,13 +9,14 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/sse"
 
+	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/process"
 )
 
 // SSE event payloads; each Go type names one event.
 type (
 	stateEvent struct {
-		State process.State `json:"state" enum:"idle,queued,running,terminating"`
+		State process.State `json:"state" enum:"idle,queued,running,suspended,terminating"`
 	}
 	stdoutEvent struct {
 		Text string `json:"text" doc:"Decoded text written to stdout."`
@@ -29,21 +30,26 @@ type (
 	exitEvent struct {
 		process.Process
 	}
+	// approvalEvent: a tool call of the process waits on this approval.
+	approvalEvent struct {
+		approval.Approval
+	}
 )
 
 func (s *server) registerEvents(api huma.API) {
 	sse.Register(api, huma.Operation{
 		OperationID: "streamProcessEvents", Method: http.MethodGet, Path: "/processes/{pid}/events", Tags: []string{"processes"},
 		Summary: "Follow a process as Server-Sent Events",
-		Description: "Replays what happened so far (state, stdout, stderr, output), then follows live; the last event is `exit`, " +
+		Description: "Replays what happened so far (state, stdout, stderr, output), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, " +
 			"carrying the final process, and the stream ends after it. A process that never ran ends after its state.",
 		Middlewares: huma.Middlewares{s.requireProcess(api)},
 	}, map[string]any{
-		"state":  stateEvent{},
-		"stdout": stdoutEvent{},
-		"stderr": stderrEvent{},
-		"output": outputEvent{},
-		"exit":   exitEvent{},
+		"state":    stateEvent{},
+		"stdout":   stdoutEvent{},
+		"stderr":   stderrEvent{},
+		"output":   outputEvent{},
+		"exit":     exitEvent{},
+		"approval": approvalEvent{},
 	}, func(ctx context.Context, in *pidPath, send sse.Sender) {
 		replay, next, stop, err := s.Processes.Follow(ctx, in.PID)
 		if err != nil {
@@ -99,6 +105,10 @@ func payload(ev process.Event) any {
 		return stderrEvent{Text: ev.Text}
 	case process.EventOutput:
 		return outputEvent{Patch: ev.Output}
+	case process.EventApproval:
+		if a, ok := ev.Approval.(*approval.Approval); ok {
+			return approvalEvent{*a}
+		}
 	}
 	return exitEvent{*ev.Process}
 }

@@ -14,6 +14,8 @@ const (
 	EventStderr EventType = "stderr"
 	EventOutput EventType = "output"
 	EventExit   EventType = "exit"
+	// EventApproval: a tool call of the process waits on an approval.
+	EventApproval EventType = "approval"
 )
 
 // Event is one thing that happened to a process.
@@ -23,6 +25,8 @@ type Event struct {
 	Text    string         // stdout, stderr
 	Output  map[string]any // output: a patch
 	Process *Process       // exit: the final process
+	// Approval is the approval (the approval package's view), for approval events.
+	Approval any
 }
 
 // followBuffer bounds how far a follower may lag before it is cut off.
@@ -58,6 +62,9 @@ func (m *Manager) Follow(ctx context.Context, pid int64) (replay []Event, next <
 			}
 			if len(r.output) > 0 {
 				replay = append(replay, Event{Type: EventOutput, Output: maps.Clone(r.output)})
+			}
+			for _, ev := range r.waiting {
+				replay = append(replay, *ev)
 			}
 			ch := make(chan Event, followBuffer)
 			r.subs[ch] = struct{}{}
