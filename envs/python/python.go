@@ -137,6 +137,11 @@ type interpreter struct {
 // readPaths is what the sandbox must let the interpreter read.
 func (p interpreter) readPaths() []string {
 	paths := append(append([]string{}, p.prefixes...), p.site...)
+	for _, d := range dataSciencePaths {
+		if _, err := os.Stat(d); err == nil {
+			paths = append(paths, d)
+		}
+	}
 	if real, err := filepath.EvalSymlinks(p.exe); err == nil {
 		paths = append(paths, filepath.Dir(real))
 	}
@@ -213,12 +218,31 @@ func extractRuntime() (string, error) {
 	return dir, nil
 }
 
-func (e *Env) spawn(ctx context.Context) (*worker.Worker, error) {
+func (e *Env) spawn(ctx context.Context) (*worker.Worker, error) { return e.start(ctx, nil) }
+
+// sessionGrace is how long a session's program gets to stop after a kill
+// (KeyboardInterrupt) before its interpreter is killed and the session ends.
+const sessionGrace = 2 * time.Second
+
+// StartSession starts an interpreter of its own, outside the pool, that
+// keeps its globals between executions and survives an interrupted program.
+func (e *Env) StartSession(ctx context.Context) (*worker.Session, error) {
+	w, err := e.start(ctx, []string{"CYRNEL_SESSION=1"})
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	b := e.b
+	e.mu.Unlock()
+	return worker.NewSession(w, b, stubs{}, sessionGrace), nil
+}
+
+func (e *Env) start(ctx context.Context, env []string) (*worker.Worker, error) {
 	e.mu.Lock()
 	python, paths, preload, launcher := e.python, e.paths, e.cfg.Preload, e.launch
 	e.mu.Unlock()
 	args := append([]string{"-I", "-S", "-c", boot, strings.Join(paths, "\n")}, preload...)
-	w, err := worker.Start(ctx, e.log, launcher, worker.Command{Path: python, Args: args})
+	w, err := worker.Start(ctx, e.log, launcher, worker.Command{Path: python, Args: args, Env: append(env, dataScienceEnv...)})
 	if err != nil {
 		return nil, err
 	}
@@ -228,6 +252,16 @@ func (e *Env) spawn(ctx context.Context) (*worker.Worker, error) {
 	}
 	return w, nil
 }
+
+// dataScienceEnv lets matplotlib work in the sandbox with no program-side
+// setup: the Agg backend (no display); its config and font cache go to
+// HOME, the interpreter's private writable work directory.
+var dataScienceEnv = []string{"MPLBACKEND=Agg"}
+
+// dataSciencePaths are read by matplotlib and fontconfig (Debian keeps
+// matplotlib's data outside site-packages); those that exist are readable in
+// the sandbox.
+var dataSciencePaths = []string{"/etc/fonts", "/usr/share/fonts", "/usr/share/fontconfig", "/usr/share/matplotlib", "/etc/matplotlibrc"}
 
 // Execute runs one program in a fresh interpreter.
 func (e *Env) Execute(ctx context.Context, in module.ExecutionInput) (module.Result, error) {

@@ -1,10 +1,11 @@
 """The cyrnel runtime inside a sandboxed interpreter.
 
 ``cyrnel.output({...})`` merges a structured result into the process output;
-``cyrnel.services.<service>.<tool>(**params)`` calls a tool through the host.
+``cyrnel.services.<service>.<tool>(**params)`` calls a tool through the host;
+``cyrnel.display(obj)`` shows an object (a figure, a table) as a notebook would.
 """
 
 from cyrnel._tools import ToolError, services
-from cyrnel._rpc import output
+from cyrnel._rpc import display, output
 
-__all__ = ["output", "services", "ToolError"]
+__all__ = ["display", "output", "services", "ToolError"]
