@@ -1,0 +1,104 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// Session is a row of the sessions table: a long-lived interpreter that
+// keeps state between the executions run in it.
+type Session struct {
+	bun.BaseModel `bun:"table:sessions"`
+
+	ID            string         `bun:"id,pk"`
+	Module        string         `bun:"module,notnull"`
+	State         string         `bun:"state,notnull"`
+	Ref           string         `bun:"ref,notnull"`
+	EnvConfig     map[string]any `bun:"env_config,type:text"`
+	IdleTimeoutMs int64          `bun:"idle_timeout_ms,notnull"`
+	MaxLifetimeMs int64          `bun:"max_lifetime_ms,notnull"`
+	HostID        string         `bun:"host_id,notnull"`
+	CreatedAt     time.Time      `bun:"created_at,notnull"`
+	LastUsedAt    time.Time      `bun:"last_used_at,notnull"`
+	EndedAt       *time.Time     `bun:"ended_at"`
+	EndReason     string         `bun:"end_reason,notnull"`
+	CPUMs         *int64         `bun:"cpu_ms"`
+	MemoryBytes   *int64         `bun:"memory_bytes"`
+}
+
+// SessionEnded is the state of a session whose interpreter is gone.
+const SessionEnded = "ended"
+
+// InsertSession stores a new session.
+func (s *Store) InsertSession(ctx context.Context, ses *Session) error {
+	if _, err := s.DB.NewInsert().Model(ses).Exec(ctx); err != nil {
+		return classify(fmt.Errorf("insert session: %w", err))
+	}
+	return nil
+}
+
+// UpdateSession writes the given columns of a session that has not ended
+// and reports whether it did: an ended session never changes again.
+func (s *Store) UpdateSession(ctx context.Context, ses *Session, columns ...string) (bool, error) {
+	res, err := s.DB.NewUpdate().Model(ses).Column(columns...).WherePK().Where("state <> ?", SessionEnded).Exec(ctx)
+	if err != nil {
+		return false, classify(fmt.Errorf("update session %s: %w", ses.ID, err))
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// GetSession reads one session.
+func (s *Store) GetSession(ctx context.Context, id string) (*Session, error) {
+	ses := &Session{}
+	err := s.DB.NewSelect().Model(ses).Where("id = ?", id).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get session %s: %w", id, err)
+	}
+	return ses, nil
+}
+
+// SessionFilter selects sessions: newest first, after the cursor (a
+// creation time and id), in state when set.
+type SessionFilter struct {
+	State      string
+	Limit      int
+	BeforeTime *time.Time
+	BeforeID   string
+}
+
+// ListSessions lists sessions newest first.
+func (s *Store) ListSessions(ctx context.Context, f SessionFilter) ([]Session, error) {
+	var out []Session
+	q := s.DB.NewSelect().Model(&out).OrderExpr("created_at DESC, id DESC").Limit(int64(f.Limit))
+	if f.State != "" {
+		q = q.Where("state = ?", f.State)
+	}
+	if f.BeforeTime != nil {
+		q = q.Where("(created_at < ? OR (created_at = ? AND id < ?))", *f.BeforeTime, *f.BeforeTime, f.BeforeID)
+	}
+	if err := q.Scan(ctx); err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	return out, nil
+}
+
+// EndHostSessions ends every session hostID left open (its interpreters
+// died with it), at start-up.
+func (s *Store) EndHostSessions(ctx context.Context, hostID, reason string, at time.Time) (int64, error) {
+	res, err := s.DB.NewUpdate().Model((*Session)(nil)).
+		Set("state = ?", SessionEnded).Set("end_reason = ?", reason).Set("ended_at = ?", at).
+		Where("state <> ?", SessionEnded).Where("host_id = ?", hostID).Exec(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("end sessions: %w", err)
+	}
+	return res.RowsAffected()
+}
