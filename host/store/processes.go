@@ -41,7 +41,7 @@ type Process struct {
 	CPUMs           *int64         `bun:"cpu_ms"`            // nil: unknown
 	PeakMemoryBytes *int64         `bun:"peak_memory_bytes"` // nil: unknown
 	Session         string         `bun:"session,notnull"`   // the session it runs in; "": its own interpreter
-	Displays        []Display      `bun:"displays,type:text"`
+	Displays        []Display      `bun:"displays,type:text,nullzero"`
 }
 
 // Display is one rich display of an execution (a MIME bundle).
