@@ -261,7 +261,7 @@ var dataScienceEnv = []string{"MPLBACKEND=Agg"}
 // dataSciencePaths are read by matplotlib and fontconfig (Debian keeps
 // matplotlib's data outside site-packages); those that exist are readable in
 // the sandbox.
-var dataSciencePaths = []string{"/etc/fonts", "/usr/share/fonts", "/usr/share/fontconfig", "/usr/share/matplotlib", "/etc/matplotlibrc"}
+var dataSciencePaths = []string{"/etc/alternatives", "/etc/fonts", "/usr/share/fonts", "/usr/share/fontconfig", "/usr/share/matplotlib", "/etc/matplotlibrc"}
 
 // Execute runs one program in a fresh interpreter.
 func (e *Env) Execute(ctx context.Context, in module.ExecutionInput) (module.Result, error) {

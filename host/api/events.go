@@ -29,21 +29,25 @@ type (
 	exitEvent struct {
 		process.Process
 	}
+	displayEvent struct {
+		process.Display
+	}
 )
 
 func (s *server) registerEvents(api huma.API) {
 	sse.Register(api, huma.Operation{
 		OperationID: "streamProcessEvents", Method: http.MethodGet, Path: "/processes/{pid}/events", Tags: []string{"processes"},
 		Summary: "Follow a process as Server-Sent Events",
-		Description: "Replays what happened so far (state, stdout, stderr, output), then follows live; the last event is `exit`, " +
+		Description: "Replays what happened so far (state, stdout, stderr, output, display), then follows live; the last event is `exit`, " +
 			"carrying the final process, and the stream ends after it. A process that never ran ends after its state.",
 		Middlewares: huma.Middlewares{s.requireProcess(api)},
 	}, map[string]any{
-		"state":  stateEvent{},
-		"stdout": stdoutEvent{},
-		"stderr": stderrEvent{},
-		"output": outputEvent{},
-		"exit":   exitEvent{},
+		"state":   stateEvent{},
+		"stdout":  stdoutEvent{},
+		"stderr":  stderrEvent{},
+		"output":  outputEvent{},
+		"exit":    exitEvent{},
+		"display": displayEvent{},
 	}, func(ctx context.Context, in *pidPath, send sse.Sender) {
 		replay, next, stop, err := s.Processes.Follow(ctx, in.PID)
 		if err != nil {
@@ -99,6 +103,8 @@ func payload(ev process.Event) any {
 		return stderrEvent{Text: ev.Text}
 	case process.EventOutput:
 		return outputEvent{Patch: ev.Output}
+	case process.EventDisplay:
+		return displayEvent{*ev.Display}
 	}
 	return exitEvent{*ev.Process}
 }

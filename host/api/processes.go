@@ -28,6 +28,13 @@ type createProcessInput struct {
 		Autorun   *bool          `json:"autorun,omitempty" doc:"Start the process at once (default true)."`
 		WaitMs    int64          `json:"waitMs,omitempty" minimum:"0" maximum:"300000" doc:"Hold the response until the process is idle or this many milliseconds pass."`
 		EnvConfig map[string]any `json:"envConfig,omitempty" doc:"Per-execution configuration for the environment."`
+		Session   string         `json:"session,omitempty" maxLength:"64" doc:"Run in this session (POST /sessions): its globals, imports and files persist; executions run one at a time, in order. 409 when it has ended."`
+	}
+}
+
+type displayList struct {
+	Body struct {
+		Items []process.Display `json:"items" nullable:"false"`
 	}
 }
 
@@ -78,13 +85,13 @@ func textResponses(what string) map[string]*huma.Response {
 func (s *server) registerProcesses(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "createProcess", Method: http.MethodPost, Path: "/processes", Tags: []string{"processes"},
-		Summary: "Create a process", DefaultStatus: http.StatusCreated, MaxBodyBytes: 8 << 20, Errors: []int{http.StatusInsufficientStorage},
+		Summary: "Create a process", DefaultStatus: http.StatusCreated, MaxBodyBytes: 8 << 20, Errors: []int{http.StatusConflict, http.StatusInsufficientStorage},
 		Description: "Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.",
 	}, func(ctx context.Context, in *createProcessInput) (*processBody, error) {
 		b := in.Body
 		v, err := s.Processes.Create(ctx, process.CreateInput{
 			Code: b.Code, Ref: b.Ref, TimeoutMs: b.TimeoutMs, EnvConfig: b.EnvConfig, Autorun: b.Autorun == nil || *b.Autorun,
-			Wait: time.Duration(b.WaitMs) * time.Millisecond,
+			Wait: time.Duration(b.WaitMs) * time.Millisecond, Session: b.Session,
 		})
 		if err != nil {
 			return nil, s.problem(err)
@@ -163,6 +170,20 @@ func (s *server) registerProcesses(api huma.API) {
 			return &textBody{ContentType: "text/plain; charset=utf-8", Body: []byte(text)}, nil
 		})
 	}
+
+	huma.Register(api, huma.Operation{
+		OperationID: "listProcessDisplays", Method: http.MethodGet, Path: "/processes/{pid}/displays", Tags: []string{"processes"},
+		Summary:     "List a process's displays",
+		Description: "What cyrnel.display() recorded, figures left open in pyplot, and the value of a final expression (kind result), as MIME bundles; while it runs, those so far. Capped: past the cap displays are dropped, outputTruncated is set and stderr says so.",
+	}, func(ctx context.Context, in *pidPath) (*displayList, error) {
+		ds, err := s.Processes.Displays(ctx, in.PID)
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		out := &displayList{}
+		out.Body.Items = ds
+		return out, nil
+	})
 
 	huma.Register(api, huma.Operation{
 		OperationID: "killProcess", Method: http.MethodPost, Path: "/processes/{pid}/kill", Tags: []string{"processes"},

@@ -9,11 +9,12 @@ import (
 type EventType string
 
 const (
-	EventState  EventType = "state"
-	EventStdout EventType = "stdout"
-	EventStderr EventType = "stderr"
-	EventOutput EventType = "output"
-	EventExit   EventType = "exit"
+	EventState   EventType = "state"
+	EventStdout  EventType = "stdout"
+	EventStderr  EventType = "stderr"
+	EventOutput  EventType = "output"
+	EventExit    EventType = "exit"
+	EventDisplay EventType = "display"
 )
 
 // Event is one thing that happened to a process.
@@ -23,6 +24,7 @@ type Event struct {
 	Text    string         // stdout, stderr
 	Output  map[string]any // output: a patch
 	Process *Process       // exit: the final process
+	Display *Display       // display
 }
 
 // followBuffer bounds how far a follower may lag before it is cut off.
@@ -58,6 +60,9 @@ func (m *Manager) Follow(ctx context.Context, pid int64) (replay []Event, next <
 			}
 			if len(r.output) > 0 {
 				replay = append(replay, Event{Type: EventOutput, Output: maps.Clone(r.output)})
+			}
+			for _, d := range displayViews(r.displays) {
+				replay = append(replay, Event{Type: EventDisplay, Display: &d})
 			}
 			ch := make(chan Event, followBuffer)
 			r.subs[ch] = struct{}{}

@@ -48,6 +48,12 @@ type conflictError struct{ msg string }
 func (e *conflictError) Error() string { return e.msg }
 func (e *conflictError) Unwrap() error { return ErrConflict }
 
+// isNotFound: an error that says what it names does not exist.
+func isNotFound(err error) bool {
+	var nf interface{ NotFound() bool }
+	return errors.As(err, &nf) && nf.NotFound()
+}
+
 func conflict(format string, args ...any) error {
 	return &conflictError{fmt.Sprintf(format, args...)}
 }
@@ -57,6 +63,17 @@ type Executor interface {
 	Execute(ctx context.Context, in module.ExecutionInput) (envID string, res module.Result, err error)
 	Kill(ctx context.Context, eid int64) error
 }
+
+// Sessions runs executions in sessions (host/session).
+type Sessions interface {
+	// Check says whether the session can take an execution; otherwise
+	// its error has NotFound() true (no such session) or Reason() (ended).
+	Check(ctx context.Context, session string) error
+	Execute(ctx context.Context, session string, in module.ExecutionInput) (envID string, res module.Result, err error)
+}
+
+// UseSessions lets processes run in sessions; call before serving.
+func (m *Manager) UseSessions(s Sessions) { m.sessions = s }
 
 // Limits bound what one process may hold.
 type Limits struct {
@@ -73,12 +90,13 @@ func DefaultLimits() Limits {
 
 // Manager owns the processes.
 type Manager struct {
-	log    *slog.Logger
-	host   string // this host's id, recorded on the processes it runs
-	st     *store.Store
-	exec   Executor
-	limits Limits
-	w      *writer // every write to a process row goes through it
+	log      *slog.Logger
+	host     string // this host's id, recorded on the processes it runs
+	st       *store.Store
+	exec     Executor
+	sessions Sessions // nil: no process names a session
+	limits   Limits
+	w        *writer // every write to a process row goes through it
 
 	ctx      context.Context // cancelled at shutdown: kills every execution
 	cancel   context.CancelFunc
@@ -173,6 +191,9 @@ type CreateInput struct {
 	Autorun   bool
 	// Wait, with Autorun: return once the process is idle or this passes.
 	Wait time.Duration
+	// Session: run in this session (its interpreter keeps state) instead
+	// of a fresh interpreter.
+	Session string
 }
 
 // Create stores a process and, with Autorun, starts it.
@@ -191,9 +212,24 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) 
 	if in.TimeoutMs < 1 || in.TimeoutMs > m.limits.MaxTimeoutMs {
 		return nil, &schema.FieldError{Field: "body.timeoutMs", Message: fmt.Sprintf("must be between 1 and %d", m.limits.MaxTimeoutMs)}
 	}
+	if in.Session != "" {
+		if m.sessions == nil {
+			return nil, &schema.FieldError{Field: "body.session", Message: "this host runs no sessions"}
+		}
+		if err := m.sessions.Check(ctx, in.Session); err != nil {
+			var ended interface{ Reason() module.Reason }
+			switch {
+			case errors.As(err, &ended):
+				return nil, &conflictError{err.Error()}
+			case isNotFound(err):
+				return nil, &schema.FieldError{Field: "body.session", Message: err.Error()}
+			}
+			return nil, err
+		}
+	}
 	p := &store.Process{
 		Ref: in.Ref, Code: in.Code, State: string(Idle), TimeoutMs: in.TimeoutMs,
-		EnvConfig: in.EnvConfig, CreatedAt: time.Now().UTC(), HostID: m.host,
+		EnvConfig: in.EnvConfig, CreatedAt: time.Now().UTC(), HostID: m.host, Session: in.Session,
 	}
 	if in.Autorun {
 		// Inserted already queued: one write fewer on the hot path.
@@ -241,12 +277,12 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 	p.Output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated = nil, "", "", false, false, false
 	p.StartedAt, p.FinishedAt, p.DurationMs, p.Environment = nil, nil, nil, ""
 	p.Runs, p.HostID = p.Runs+1, m.host
-	p.CPUMs, p.PeakMemoryBytes = nil, nil
+	p.CPUMs, p.PeakMemoryBytes, p.Displays = nil, nil, nil
 	var ok bool
 	err = m.w.do(func(ctx context.Context, tx *store.Tx) (err error) {
 		ok, err = tx.TransitionProcess(ctx, p, []string{string(Idle)}, "state", "exit_state", "reason", "error",
 			"output", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "output_truncated", "started_at", "finished_at",
-			"duration_ms", "cpu_ms", "peak_memory_bytes", "environment", "runs", "host_id")
+			"duration_ms", "cpu_ms", "peak_memory_bytes", "environment", "runs", "host_id", "displays")
 		return err
 	})
 	if err != nil {
@@ -285,7 +321,14 @@ func (m *Manager) launch(p *store.Process) {
 			EID: p.PID, Code: p.Code, EnvConfig: p.EnvConfig,
 			Options: module.Options{TimeoutMs: p.TimeoutMs, OutputLimitBytes: m.limits.OutputBytes},
 		}
-		envID, res, err := m.exec.Execute(ctx, in)
+		var envID string
+		var res module.Result
+		var err error
+		if p.Session != "" && m.sessions != nil {
+			envID, res, err = m.sessions.Execute(ctx, p.Session, in)
+		} else {
+			envID, res, err = m.exec.Execute(ctx, in)
+		}
 		m.finish(r, envID, res, err)
 	}()
 }

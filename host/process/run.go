@@ -3,13 +3,16 @@ package process
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -33,6 +36,8 @@ type run struct {
 	outputCap     int64
 	outputCut     bool
 	outputVersion int64 // counts the output's changes
+	displays      []store.Display
+	displaySize   int64
 	err           string
 	killed        bool
 	ended         bool // Execute returned: the environment's reports are late
@@ -82,7 +87,13 @@ func (r *run) result(envID string, res module.Result, err error, stopping bool) 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ended = true
-	if err != nil {
+	var reasoned interface{ Reason() module.Reason }
+	switch {
+	case errors.As(err, &reasoned):
+		// An error that says how the execution ended (its session ended).
+		res = module.Result{Exit: module.ExitFailed, Reason: reasoned.Reason()}
+		r.err = err.Error()
+	case err != nil:
 		res = module.Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError}
 		r.err = err.Error()
 	}
@@ -111,6 +122,7 @@ func (r *run) result(envID string, res module.Result, err error, stopping bool) 
 	p.State, p.ExitState, p.Reason, p.Error, p.Environment = string(Idle), &exit, clean(string(res.Reason)), clean(r.err), envID
 	p.Output, p.Stdout, p.Stderr = maps.Clone(r.output), r.stdout.text.String(), r.stderr.text.String()
 	p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated, p.FinishedAt = r.stdout.truncated, r.stderr.truncated, r.outputCut, &now
+	p.Displays = r.displays
 	if !r.startedAt.IsZero() {
 		d := now.Sub(r.startedAt).Milliseconds()
 		started := r.startedAt
@@ -246,6 +258,79 @@ func (m *Manager) EmitOutput(eid int64, patch map[string]any) {
 		r.outputVersion++
 		r.publishLocked(Event{Type: EventOutput, Output: applied})
 	}
+}
+
+// Display is one rich display of an execution: a MIME bundle (text, or
+// base64 for binary types) and whether the program showed it or it is the
+// value of its final expression.
+type Display struct {
+	Index int               `json:"index" doc:"Position among the process's displays, from 0."`
+	Kind  string            `json:"kind" enum:"display,result" doc:"display: cyrnel.display() or a figure left open; result: the value of the final expression."`
+	Data  map[string]string `json:"data" doc:"The MIME bundle: text types as text, binary types (image/png, ...) as base64."`
+}
+
+// maxDisplays bounds how many displays one execution keeps; their bytes
+// share the output cap.
+const maxDisplays = 100
+
+// EmitDisplay records a display. Past the cap (count, or the output cap in
+// bytes) displays are dropped, the output flagged truncated and a line
+// written to stderr, as for the structured output.
+func (m *Manager) EmitDisplay(eid int64, d worker.Display) {
+	r := m.lookup(eid)
+	if r == nil {
+		return
+	}
+	size := int64(0)
+	for k, v := range d.Data {
+		size += int64(len(k) + len(v))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended {
+		return
+	}
+	if len(r.displays) >= maxDisplays || r.displaySize+size > r.outputCap {
+		if !r.outputCut {
+			note := fmt.Sprintf("cyrnel: display dropped (%d bytes): an execution keeps at most %d displays and %d bytes of them\n", size, maxDisplays, r.outputCap)
+			if text := r.stderr.add([]byte(note)); text != "" {
+				r.publishLocked(Event{Type: EventStderr, Text: text})
+			}
+			m.log.Warn("displays over their cap; dropped", "pid", eid, "bytes", size)
+		}
+		r.outputCut = true
+		return
+	}
+	r.displaySize += size
+	r.displays = append(r.displays, store.Display{Kind: d.Kind, Data: d.Data})
+	r.publishLocked(Event{Type: EventDisplay, Display: &Display{Index: len(r.displays) - 1, Kind: d.Kind, Data: d.Data}})
+}
+
+// Displays returns a process's displays (a live one's so far).
+func (m *Manager) Displays(ctx context.Context, pid int64) ([]Display, error) {
+	var ds []store.Display
+	if r := m.lookup(pid); r != nil {
+		r.mu.Lock()
+		if r.final == nil {
+			ds = slices.Clone(r.displays)
+			r.mu.Unlock()
+			return displayViews(ds), nil
+		}
+		r.mu.Unlock()
+	}
+	p, err := m.get(ctx, pid)
+	if err != nil {
+		return nil, err
+	}
+	return displayViews(p.Displays), nil
+}
+
+func displayViews(ds []store.Display) []Display {
+	out := make([]Display, len(ds))
+	for i, d := range ds {
+		out[i] = Display{Index: i, Kind: d.Kind, Data: d.Data}
+	}
+	return out
 }
 
 // progress is the write that brings the run's row up to its live state

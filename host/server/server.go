@@ -27,6 +27,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/secrets"
 	"github.com/cyrnel/cyrnel/host/services"
+	"github.com/cyrnel/cyrnel/host/session"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -59,6 +60,8 @@ type Config struct {
 	// commands on it send their work here (cyrnel serve; not the CLI's own
 	// embedded hosts).
 	Announce bool
+	// Sessions bounds the sessions this host runs (serve --max-sessions).
+	Sessions session.Config
 }
 
 // Server is an assembled host.
@@ -69,6 +72,7 @@ type Server struct {
 	dir      *datadir.Dir
 	store    *store.Store
 	procs    *process.Manager
+	sessions *session.Manager
 	modules  *modules.Registry
 	services *services.Manager
 	handler  http.Handler
@@ -163,15 +167,20 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err = procs.Recover(ctx); err != nil {
 		return nil, err
 	}
+	sessions := session.New(log.With("component", "sessions"), st, reg, dir.HostID, cfg.Sessions)
+	if err = sessions.Recover(ctx); err != nil {
+		return nil, err
+	}
+	procs.UseSessions(sessions)
 	if err = reg.Start(ctx, &bindings{Manager: procs, tools: svcs}, cfg.Environment); err != nil {
 		return nil, err
 	}
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}})
-	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, MCP: mcpHandler})
+	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, Sessions: sessions, MCP: mcpHandler})
 	// The console's assets and the API reference sit in front of the API
 	// (and its authentication): they hold no data.
 	handler = console.Handler(handler)
-	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, modules: reg, services: svcs, handler: handler, egress: guard}, nil
+	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, modules: reg, services: svcs, handler: handler, egress: guard}, nil
 }
 
 // Handler is the HTTP API with the console in front.
@@ -229,6 +238,9 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	if err := s.procs.Shutdown(sctx); err != nil {
 		s.log.Warn("shutdown", "err", err)
 	}
+	if err := s.sessions.Shutdown(sctx); err != nil {
+		s.log.Warn("shutdown", "err", err)
+	}
 	if err := s.modules.Stop(sctx); err != nil {
 		s.log.Warn("shutdown", "err", err)
 	}
@@ -249,6 +261,7 @@ func (s *Server) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = s.procs.Shutdown(ctx)
+	_ = s.sessions.Shutdown(ctx)
 	_ = s.modules.Stop(ctx)
 	_ = s.services.Stop(ctx)
 	s.store.Close()

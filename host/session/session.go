@@ -294,6 +294,13 @@ func (m *Manager) own(l *live, ws *worker.Session) {
 	}
 }
 
+// notFoundError is ErrNotFound naming the session.
+type notFoundError struct{ id string }
+
+func (e notFoundError) Error() string  { return "no session " + e.id }
+func (e notFoundError) Unwrap() error  { return ErrNotFound }
+func (e notFoundError) NotFound() bool { return true }
+
 // endedError is why an execution could not run in its session: the
 // process manager reports it with reason session_ended.
 type endedError struct{ msg string }
@@ -443,7 +450,7 @@ func (m *Manager) Get(ctx context.Context, id string) (*store.Session, error) {
 	}
 	row, err := m.st.GetSession(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		return nil, notFoundError{id}
 	}
 	return row, err
 }
