@@ -47,3 +47,10 @@ func NewSession(w *Worker, b module.Bindings, stubs ToolStubs, grace time.Durati
 func (s *Session) Execute(ctx context.Context, in module.ExecutionInput) (module.Result, bool) {
 	return s.Run(ctx, s.b, Request{Input: in, OutputLimit: in.Options.OutputLimitBytes, Reuse: true, Grace: s.grace, Stubs: s.stubs})
 }
+
+// Call sends a request to the session's runtime between executions (its
+// file requests) and decodes the answer into out. The runtime is untrusted:
+// the caller bounds ctx and checks what comes back.
+func (s *Session) Call(ctx context.Context, method string, params, out any) error {
+	return s.conn.Call(ctx, method, params, out)
+}

@@ -77,6 +77,7 @@ func New(d Deps) (http.Handler, huma.API) {
 	s.registerTools(api)
 	if d.Sessions != nil {
 		s.registerSessions(api)
+		s.registerSessionFiles(api)
 	}
 	if d.MCP != nil {
 		r.Handle("/mcp", d.MCP)
@@ -164,7 +165,7 @@ func (s *server) problem(err error) error {
 		return huma.Error422UnprocessableEntity(err.Error(), &huma.ErrorDetail{Location: "body", Message: err.Error()})
 	case errors.Is(err, modules.ErrNoEnvironment), errors.Is(err, control.ErrStopped):
 		return huma.Error503ServiceUnavailable(err.Error())
-	case errors.Is(err, session.ErrNotFound):
+	case errors.Is(err, session.ErrNotFound), errors.Is(err, session.ErrFileNotFound):
 		return huma.Error404NotFound(err.Error())
 	case errors.Is(err, session.ErrEnded):
 		return huma.Error409Conflict(err.Error())

@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"encoding/base64"
+	"mime"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -144,4 +146,83 @@ func decodeSessionCursor(c string) (time.Time, string, bool) {
 	ts, id, ok := strings.Cut(string(b), " ")
 	at, err := time.Parse(time.RFC3339Nano, ts)
 	return at, id, ok && err == nil
+}
+
+type sessionFilePath struct {
+	ID   string `path:"id" maxLength:"64" doc:"Session id."`
+	Path string `path:"path" maxLength:"1024" doc:"The file's path in the workspace, relative; escape a / inside it as %2F (data%2Fin.csv)."`
+}
+
+type putFileInput struct {
+	ID      string `path:"id" maxLength:"64" doc:"Session id."`
+	Path    string `path:"path" maxLength:"1024" doc:"The file's path in the workspace, relative; escape a / inside it as %2F (data%2Fin.csv)."`
+	RawBody []byte `contentType:"application/octet-stream"`
+}
+
+type fileBody struct {
+	ContentType string `header:"Content-Type"`
+	Body        []byte
+}
+
+type fileList struct {
+	Body struct {
+		Items []session.File `json:"items" nullable:"false"`
+	}
+}
+
+func (s *server) registerSessionFiles(api huma.API) {
+	huma.Register(api, huma.Operation{
+		OperationID: "listSessionFiles", Method: http.MethodGet, Path: "/sessions/{id}/files", Tags: []string{"sessions"},
+		Summary: "List a session's files", Description: "The files of its workspace (its working directory), at most 1000. 409 when the session has ended.",
+		Errors: []int{http.StatusConflict},
+	}, func(ctx context.Context, in *sessionPath) (*fileList, error) {
+		files, err := s.Sessions.ListFiles(ctx, in.ID)
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		out := &fileList{}
+		out.Body.Items = append([]session.File{}, files...)
+		return out, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "putSessionFile", Method: http.MethodPut, Path: "/sessions/{id}/files/{path}", Tags: []string{"sessions"},
+		Summary: "Upload a file into a session's workspace", DefaultStatus: http.StatusNoContent, MaxBodyBytes: session.MaxFileBytes,
+		Description: "The body is the file's bytes (at most 8 MiB); directories are created. 422 (path.path) for a path that leaves the workspace.",
+		Errors:      []int{http.StatusConflict},
+	}, func(ctx context.Context, in *putFileInput) (*struct{}, error) {
+		if err := s.Sessions.PutFile(ctx, in.ID, in.Path, in.RawBody); err != nil {
+			return nil, s.problem(err)
+		}
+		return nil, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "getSessionFile", Method: http.MethodGet, Path: "/sessions/{id}/files/{path}", Tags: []string{"sessions"},
+		Summary: "Download a file from a session's workspace", Description: "Raw bytes, the content type chosen by the extension.",
+		Errors: []int{http.StatusConflict},
+		Responses: map[string]*huma.Response{"200": {Description: "The file.",
+			Content: map[string]*huma.MediaType{"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}}}}},
+	}, func(ctx context.Context, in *sessionFilePath) (*fileBody, error) {
+		data, err := s.Sessions.GetFile(ctx, in.ID, in.Path)
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		ct := mime.TypeByExtension(path.Ext(in.Path))
+		if ct == "" {
+			ct = "application/octet-stream"
+		}
+		return &fileBody{ContentType: ct, Body: data}, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "deleteSessionFile", Method: http.MethodDelete, Path: "/sessions/{id}/files/{path}", Tags: []string{"sessions"},
+		Summary: "Delete a file from a session's workspace", DefaultStatus: http.StatusNoContent,
+		Errors: []int{http.StatusConflict},
+	}, func(ctx context.Context, in *sessionFilePath) (*struct{}, error) {
+		if err := s.Sessions.DeleteFile(ctx, in.ID, in.Path); err != nil {
+			return nil, s.problem(err)
+		}
+		return nil, nil
+	})
 }

@@ -232,7 +232,8 @@ func (l *live) snapshot() store.Session {
 type job struct {
 	ctx   context.Context
 	in    module.ExecutionInput
-	state atomic.Int32 // jobWaiting, then jobClaimed (by the session) or jobDropped (by its caller)
+	op    func(context.Context, *worker.Session) error // a file request instead of an execution
+	state atomic.Int32                                 // jobWaiting, then jobClaimed (by the session) or jobDropped (by its caller)
 	res   module.Result
 	err   error
 	done  chan struct{}
@@ -259,6 +260,14 @@ func (m *Manager) own(l *live, ws *worker.Session) {
 		case j := <-l.jobs:
 			if !j.state.CompareAndSwap(jobWaiting, jobClaimed) {
 				continue // killed while it waited
+			}
+			if j.op != nil {
+				j.finish(module.Result{}, j.op(j.ctx, ws))
+				if ws.Dead() {
+					reason = EndCrashed
+				}
+				idle.Reset(time.Duration(row.IdleTimeoutMs) * time.Millisecond)
+				continue
 			}
 			reason = m.run(l, ws, j)
 			if l.ctx.Err() != nil {

@@ -18,7 +18,7 @@ import sys
 import traceback
 
 import cyrnel
-from cyrnel import _rpc
+from cyrnel import _files, _rpc
 
 TYPE_CHECKING = False  # typing costs every interpreter an import; mypy reads it as True
 if TYPE_CHECKING:
@@ -208,6 +208,11 @@ def _serve_session(conn: _rpc.Connection) -> None:
     import threading
 
     _state.scope = {"__name__": "__main__", "__builtins__": builtins, "cyrnel": cyrnel}
+    # The workspace: a directory of its own in the private work directory
+    # (which also holds the runtime), the working directory of every
+    # execution and the root of the file routes.
+    os.makedirs("workspace", exist_ok=True)
+    os.chdir("workspace")
     main = threading.get_ident()  # called on the main thread
 
     def on_cancel() -> None:
@@ -274,6 +279,9 @@ def main(preload: list[str] | tuple[str, ...] = ()) -> None:
             if not session:
                 _release_output()
             conn.reply(req_id, result)
+        elif session and req_id is not None and method in _files.OPS:
+            answer, error = _files.serve(str(method), msg.get("params") or {})
+            conn.reply(req_id, answer, error)
         elif req_id is not None:
             conn.reply(req_id, error={"code": -32601, "message": f"method not found: {method}"})
 
