@@ -220,6 +220,7 @@ type live struct {
 	end   context.CancelFunc // after a reason is sent: stops the running execution
 	done  chan struct{}
 	ended bool // under Manager.mu: no job may be queued any more
+	last  func() // releases the result of the execution that ended the session
 }
 
 func (l *live) snapshot() store.Session {
@@ -290,6 +291,9 @@ func (m *Manager) own(l *live, ws *worker.Session) {
 	m.mu.Unlock()
 	final := l.snapshot()
 	m.end(&final, reason, l)
+	if l.last != nil {
+		l.last()
+	}
 	// Nothing can be queued any more: what waits ends with the session.
 	for {
 		select {
@@ -356,11 +360,14 @@ func (m *Manager) run(l *live, ws *worker.Session, j *job) string {
 	}
 	row = l.row
 	l.mu.Unlock()
-	j.finish(res, nil)
 	if clean {
 		m.write(&row, "state", "last_used_at", "cpu_ms", "memory_bytes")
+		j.finish(res, nil)
 		return ""
 	}
+	// The session is ended before the execution's result is released: a
+	// client reading the result then sees the session ended.
+	l.last = func() { j.finish(res, nil) }
 	switch res.Reason {
 	case module.ReasonMemoryLimit, module.ReasonCPULimit, module.ReasonOutputLimit, module.ReasonTimeout:
 		return string(res.Reason)

@@ -1,0 +1,320 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// dataSciencePython is Debian's interpreter with numpy, pandas and
+// matplotlib (make test installs them). Without them the data-science
+// tests fail unless CYRNEL_TEST_NO_DATASCIENCE names why they cannot run.
+func dataSciencePython(t *testing.T) string {
+	t.Helper()
+	const py = "/usr/bin/python3"
+	out, err := exec.Command(py, "-c", "import numpy, pandas, matplotlib").CombinedOutput()
+	if err != nil {
+		if why := os.Getenv("CYRNEL_TEST_NO_DATASCIENCE"); why != "" {
+			t.Skipf("no data-science interpreter (CYRNEL_TEST_NO_DATASCIENCE: %s)", why)
+		}
+		t.Fatalf("%s cannot import numpy, pandas and matplotlib (%v: %s): apt-get install python3-numpy python3-pandas python3-matplotlib, or set CYRNEL_TEST_NO_DATASCIENCE=<why>", py, err, out)
+	}
+	return py
+}
+
+// raw sends a request with a raw body and returns the status and the body.
+func (h *host) raw(method, path, contentType string, body []byte) (int, http.Header, []byte) {
+	h.t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), method, h.base+path, bytes.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, b
+}
+
+type sessionView struct {
+	ID        string `json:"id"`
+	State     string `json:"state"`
+	EndReason string `json:"endReason"`
+}
+
+type displayView struct {
+	Index int               `json:"index"`
+	Kind  string            `json:"kind"`
+	Data  map[string]string `json:"data"`
+}
+
+func (h *host) newSession(body map[string]any) sessionView {
+	h.t.Helper()
+	var s sessionView
+	if st, _ := h.do("POST", "/sessions", body, &s); st != http.StatusCreated || s.State != "ready" || !strings.HasPrefix(s.ID, "ses_") {
+		h.t.Fatalf("create session: %d %+v", st, s)
+	}
+	return s
+}
+
+func (h *host) displays(pid int64) []displayView {
+	h.t.Helper()
+	var out struct {
+		Items []displayView `json:"items"`
+	}
+	if st, _ := h.do("GET", fmt.Sprintf("/processes/%d/displays", pid), nil, &out); st != http.StatusOK {
+		h.t.Fatalf("displays of %d: %d", pid, st)
+	}
+	return out.Items
+}
+
+// sseDisplays follows a process's events to its end and returns the display
+// events it saw.
+func (h *host) sseDisplays(pid int64) []displayView {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/processes/%d/events", h.base, pid), nil)
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []displayView
+	event := ""
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if e, ok := strings.CutPrefix(line, "event: "); ok {
+			event = e
+		}
+		if d, ok := strings.CutPrefix(line, "data: "); ok && event == "display" {
+			var dv displayView
+			if err := json.Unmarshal([]byte(d), &dv); err != nil {
+				h.t.Fatalf("display event: %v", err)
+			}
+			out = append(out, dv)
+		}
+	}
+	return out
+}
+
+// TestDataScienceSession is an agent's session end to end: pandas
+// preloaded on Debian's interpreter, a CSV in, state kept between
+// executions, an HTML table and a PNG back (live too), a CSV out, a kill
+// that keeps the session, a memory bomb that ends it.
+func TestDataScienceSession(t *testing.T) {
+	t.Parallel()
+	py := dataSciencePython(t)
+	h := start(t, "", "CYRNEL_PYTHON="+py)
+	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"preload": []string{"asyncio", "pandas"}}, nil); st != http.StatusOK {
+		t.Fatalf("preload pandas: %d", st)
+	}
+	s := h.newSession(map[string]any{})
+	in := session(s.ID)
+
+	csv := "city,sales\nParis,3\nLyon,4\nParis,5\n"
+	if st, _, b := h.raw("PUT", "/sessions/"+s.ID+"/files/data%2Fsales.csv", "text/csv", []byte(csv)); st != http.StatusNoContent {
+		t.Fatalf("upload: %d %s", st, b)
+	}
+	var files struct {
+		Items []struct {
+			Path string `json:"path"`
+			Size int64  `json:"size"`
+		} `json:"items"`
+	}
+	h.do("GET", "/sessions/"+s.ID+"/files", nil, &files)
+	if len(files.Items) != 1 || files.Items[0].Path != "data/sales.csv" || files.Items[0].Size != int64(len(csv)) {
+		t.Fatalf("files: %+v", files.Items)
+	}
+
+	p := h.run("import pandas as pd\ndf = pd.read_csv('data/sales.csv')\nprint(len(df))", in)
+	if p.exit() != "success" || p.Stdout != "3\n" {
+		t.Fatalf("execution 1: %s %q %s", p.exit(), p.Stdout, p.Stderr)
+	}
+	p = h.run("totals = df.groupby('city').sum()\ntotals", in)
+	if p.exit() != "success" {
+		t.Fatalf("execution 2: %s %s", p.exit(), p.Stderr)
+	}
+	ds := h.displays(p.PID)
+	if len(ds) != 1 || ds[0].Kind != "result" || !strings.Contains(ds[0].Data["text/html"], "<table") || !strings.Contains(ds[0].Data["text/plain"], "Paris") {
+		t.Fatalf("execution 2 displays: %+v", ds)
+	}
+
+	var created proc
+	h.do("POST", "/processes", map[string]any{"session": s.ID, "code": "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n" +
+		"totals.plot.bar(ax=ax)\ncyrnel.display(fig)\nplt.close(fig)\ntotals.to_csv('result.csv')"}, &created)
+	live := h.sseDisplays(created.PID)
+	p = h.waitFor(created.PID, func(p proc) bool { return p.State == "idle" })
+	if p.exit() != "success" {
+		t.Fatalf("execution 3: %s %s", p.exit(), p.Stderr)
+	}
+	for what, ds := range map[string][]displayView{"stored": h.displays(p.PID), "streamed": live} {
+		if len(ds) != 1 || ds[0].Kind != "display" {
+			t.Fatalf("execution 3 %s displays: %+v", what, ds)
+		}
+		img, err := base64.StdEncoding.DecodeString(ds[0].Data["image/png"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := png.Decode(bytes.NewReader(img)); err != nil {
+			t.Fatalf("execution 3 %s display is not a PNG: %v", what, err)
+		}
+	}
+	st, hdr, b := h.raw("GET", "/sessions/"+s.ID+"/files/result.csv", "", nil)
+	if st != http.StatusOK || string(b) != "city,sales\nLyon,4\nParis,8\n" || !strings.HasPrefix(hdr.Get("Content-Type"), "text/csv") {
+		t.Fatalf("result.csv: %d %s %q", st, hdr.Get("Content-Type"), b)
+	}
+
+	// A kill interrupts the program; the session and its state stay.
+	h.do("POST", "/processes", map[string]any{"session": s.ID, "code": "import time\nwhile True:\n    time.sleep(0.01)"}, &created)
+	h.waitFor(created.PID, func(p proc) bool { return p.State == "running" })
+	h.do("POST", fmt.Sprintf("/processes/%d/kill", created.PID), nil, nil)
+	p = h.waitFor(created.PID, func(p proc) bool { return p.State == "idle" })
+	if p.exit() != "canceled" || p.reason() != "killed" {
+		t.Fatalf("killed loop: %s %s", p.exit(), p.reason())
+	}
+	if p = h.run("print(df.shape)", in); p.exit() != "success" || p.Stdout != "(3, 2)\n" {
+		t.Fatalf("after the kill: %s %q %s", p.exit(), p.Stdout, p.Stderr)
+	}
+
+	// A memory bomb ends the session; the next execution is refused.
+	p = h.run("b = []\nwhile True:\n    b.append(bytearray(1 << 24))", in)
+	if p.reason() != "memory_limit" {
+		t.Fatalf("memory bomb: %s %s %s", p.exit(), p.reason(), p.Error)
+	}
+	var ended sessionView
+	h.do("GET", "/sessions/"+s.ID, nil, &ended)
+	if ended.State != "ended" || ended.EndReason != "memory_limit" {
+		t.Fatalf("session after the bomb: %+v", ended)
+	}
+	var prob problem
+	if st, _ := h.do("POST", "/processes", map[string]any{"session": s.ID, "code": "1"}, &prob); st != http.StatusConflict || !strings.Contains(prob.Detail, "ended (memory_limit)") {
+		t.Fatalf("execution in an ended session: %d %+v", st, prob)
+	}
+}
+
+func session(id string) map[string]any { return map[string]any{"session": id} }
+
+// TestSessionLifecycle: state persists, an unused session ends at its idle
+// timeout, DELETE ends one, unknown sessions are refused, TypeScript has
+// none, and workspace paths cannot leave the workspace from the routes or
+// from inside a program.
+func TestSessionLifecycle(t *testing.T) {
+	t.Parallel()
+	h := start(t, "")
+	s := h.newSession(map[string]any{"ref": "lifecycle"})
+	if p := h.run("x = 41", session(s.ID)); p.exit() != "success" {
+		t.Fatalf("x = 41: %s %s", p.exit(), p.Stderr)
+	}
+	p := h.run("x + 1", session(s.ID))
+	if ds := h.displays(p.PID); p.exit() != "success" || len(ds) != 1 || ds[0].Data["text/plain"] != "42" {
+		t.Fatalf("x + 1: %s %+v", p.exit(), ds)
+	}
+	// A one-shot process does not see the session's globals.
+	if p := h.run("x", nil); p.exit() != "failed" || !strings.Contains(p.Error, "NameError") {
+		t.Fatalf("one-shot x: %s %s", p.exit(), p.Error)
+	}
+
+	// Traversal through the routes: 422 naming the path.
+	for _, bad := range []string{"..%2Fescape", "a%2F..%2F..%2Fescape", "%2Fetc%2Fpasswd", "a%2F%2Fb"} {
+		var prob problem
+		st, _, b := h.raw("PUT", "/sessions/"+s.ID+"/files/"+bad, "application/octet-stream", []byte("x"))
+		if json.Unmarshal(b, &prob); st != http.StatusUnprocessableEntity || len(prob.Errors) == 0 || prob.Errors[0].Location != "path.path" {
+			t.Fatalf("PUT %s: %d %s", bad, st, b)
+		}
+		if st, _, b := h.raw("GET", "/sessions/"+s.ID+"/files/"+bad, "", nil); st != http.StatusUnprocessableEntity {
+			t.Fatalf("GET %s: %d %s", bad, st, b)
+		}
+	}
+	// From inside: a symlink the program points outside the workspace is
+	// not followed by the routes. The control: the same program's own
+	// file is served.
+	if p := h.run("import os\nos.symlink('/etc/passwd', 'link')\nos.symlink('..', 'up')\nopen('own.txt', 'w').write('mine')\nopen('../outside.txt', 'w').write('x')", session(s.ID)); p.exit() != "success" {
+		t.Fatalf("symlinks: %s %s", p.exit(), p.Stderr)
+	}
+	if st, _, b := h.raw("GET", "/sessions/"+s.ID+"/files/own.txt", "", nil); st != http.StatusOK || string(b) != "mine" {
+		t.Fatalf("own.txt: %d %s", st, b)
+	}
+	for _, escape := range []string{"link", "up%2Foutside.txt"} {
+		if st, _, b := h.raw("GET", "/sessions/"+s.ID+"/files/"+escape, "", nil); st != http.StatusUnprocessableEntity {
+			t.Fatalf("GET %s: %d %s", escape, st, b)
+		}
+		if st, _, b := h.raw("PUT", "/sessions/"+s.ID+"/files/"+escape, "application/octet-stream", []byte("x")); st != http.StatusUnprocessableEntity {
+			t.Fatalf("PUT %s: %d %s", escape, st, b)
+		}
+	}
+	if st, _, _ := h.raw("GET", "/sessions/"+s.ID+"/files/missing.txt", "", nil); st != http.StatusNotFound {
+		t.Fatalf("missing file: %d", st)
+	}
+
+	if st, _ := h.do("DELETE", "/sessions/"+s.ID, nil, nil); st != http.StatusNoContent {
+		t.Fatalf("delete: %d", st)
+	}
+	var got sessionView
+	h.do("GET", "/sessions/"+s.ID, nil, &got)
+	if got.State != "ended" || got.EndReason != "deleted" {
+		t.Fatalf("deleted session: %+v", got)
+	}
+	if st, _ := h.do("POST", "/processes", map[string]any{"session": s.ID, "code": "1"}, nil); st != http.StatusConflict {
+		t.Fatalf("execution in a deleted session: %d", st)
+	}
+	var prob problem
+	if st, _ := h.do("POST", "/processes", map[string]any{"session": "ses_nope", "code": "1"}, &prob); st != http.StatusUnprocessableEntity || prob.Errors[0].Location != "body.session" {
+		t.Fatalf("unknown session: %d %+v", st, prob)
+	}
+	if st, _ := h.do("GET", "/sessions/ses_nope", nil, nil); st != http.StatusNotFound {
+		t.Fatalf("GET unknown session: %d", st)
+	}
+
+	// The idle timeout ends an unused session.
+	idle := h.newSession(map[string]any{"idleTimeoutMs": 300})
+	deadline := time.Now().Add(30 * time.Second)
+	for got.ID != idle.ID || got.State != "ended" {
+		if time.Now().After(deadline) {
+			t.Fatalf("idle session not ended: %+v", got)
+		}
+		h.do("GET", "/sessions/"+idle.ID, nil, &got)
+		time.Sleep(50 * time.Millisecond) // polling a state the server changes on its own clock
+	}
+	if got.EndReason != "idle_timeout" {
+		t.Fatalf("idle session: %+v", got)
+	}
+	var list struct {
+		Items []sessionView `json:"items"`
+	}
+	h.do("GET", "/sessions?state=ended", nil, &list)
+	if len(list.Items) != 2 {
+		t.Fatalf("ended sessions: %+v", list.Items)
+	}
+
+	// TypeScript has no sessions: 422 naming the module.
+	if st, _ := h.do("PUT", "/environment", map[string]any{"module": "typescript"}, nil); st != http.StatusOK {
+		t.Fatalf("switch to typescript: %d", st)
+	}
+	if st, _ := h.do("POST", "/sessions", map[string]any{}, &prob); st != http.StatusUnprocessableEntity || prob.Errors[0].Location != "body.module" {
+		t.Fatalf("typescript session: %d %+v", st, prob)
+	}
+}
