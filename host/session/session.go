@@ -219,7 +219,7 @@ type live struct {
 	ctx   context.Context
 	end   context.CancelFunc // after a reason is sent: stops the running execution
 	done  chan struct{}
-	ended bool // under Manager.mu: no job may be queued any more
+	ended bool   // under Manager.mu: no job may be queued any more
 	last  func() // releases the result of the execution that ended the session
 }
 
