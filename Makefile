@@ -131,6 +131,8 @@ test-db: ## provide a local PostgreSQL for the tests (Debian, as root), or say w
 bench: deps ## run the benchmarks: medians and ratios against baselines measured in the same run (docs/benchmarks.md)
 	@echo "== components"
 	$(GO) test -run '^$$' -bench . -benchtime 200x -count 1 ./envs/... ./host/process ./host/store ./host/server
+	@echo "== ranked tool search over the datadog-v2 document (top-1, top-5 hit rates, p50 query time)"
+	$(GO) test -run '^$$' -bench ToolSearch -benchtime 56x -count 1 ./host/services
 	@echo "== importing OpenAPI documents (time and peak memory per fixture)"
 	$(GO) test -run '^$$' -bench Import -benchtime 3x -count 1 -timeout 30m ./host/adapters/openapi
 	@echo "== through the HTTP API, against the real binary"

@@ -252,14 +252,23 @@ func BenchmarkToolCall(b *testing.B) {
 		"lat = []",
 		"for _ in range(200):",
 		"    t = time.perf_counter(); f(petId=1); lat.append(time.perf_counter() - t)",
-		"cyrnel.output({'p50us': statistics.median(lat) * 1e6})",
+		"from cyrnel import _rpc",
+		"rt = []",
+		"for _ in range(200):",
+		"    t = time.perf_counter()",
+		"    try: _rpc.conn.call('noSuchMethod', {})",
+		"    except _rpc.RPCError: pass",
+		"    rt.append(time.perf_counter() - t)",
+		"cyrnel.output({'p50us': statistics.median(lat) * 1e6, 'rpcus': statistics.median(rt) * 1e6})",
 	}, "\n")
-	var inPython, direct []time.Duration
+	var inPython, direct, rpc []time.Duration
 	client := &http.Client{}
 	for range b.N {
 		p := h.run(code, nil)
 		us, _ := p.Output["p50us"].(float64)
 		inPython = append(inPython, time.Duration(us*float64(time.Microsecond)))
+		rt, _ := p.Output["rpcus"].(float64)
+		rpc = append(rpc, time.Duration(rt*float64(time.Microsecond)))
 		var d []time.Duration
 		for range 200 {
 			t0 := time.Now()
@@ -276,6 +285,8 @@ func BenchmarkToolCall(b *testing.B) {
 	b.ReportMetric(p50(inPython)*1000, "python-call-p50-us")
 	b.ReportMetric(p50(direct)*1000, "direct-http-p50-us")
 	b.ReportMetric(p50(inPython)/p50(direct), "ratio")
+	// A bare round trip to the host (an unknown method): the crossing alone.
+	b.ReportMetric(p50(rpc)*1000, "rpc-roundtrip-p50-us")
 }
 
 // BenchmarkTypeScriptExecution: a trivial TypeScript program through the

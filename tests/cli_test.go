@@ -199,8 +199,8 @@ func TestCLIServicesAndTools(t *testing.T) {
 		t.Fatalf("services list: %+v", r)
 	}
 	r = cli(t, dir, "", key, append([]string{"tools", "--service", "petstore", "specific pet"}, srv...)...)
-	if r.code != 0 || !strings.Contains(r.stdout, "petstore.showPetById") || strings.Contains(r.stdout, "listPets") {
-		t.Fatalf("tools QUERY: %+v", r)
+	if lines := strings.Split(r.stdout, "\n"); r.code != 0 || len(lines) < 2 || !strings.HasPrefix(lines[1], "petstore.showPetById") {
+		t.Fatalf("tools QUERY: the best match first: %+v", r)
 	}
 	r = cli(t, dir, "", key, append([]string{"tools", "--docs", "showPetById"}, srv...)...)
 	if r.code != 0 || !strings.Contains(r.stdout, "cyrnel.services.petstore.showPetById(") {

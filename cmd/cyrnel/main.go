@@ -10,13 +10,16 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/cyrnel/cyrnel/cmd/cyrnel/internal/cli"
 	"github.com/cyrnel/cyrnel/envs/sandbox"
 	"github.com/cyrnel/cyrnel/envs/typescript"
 	"github.com/cyrnel/cyrnel/host/api"
+	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/server"
 )
@@ -31,6 +34,7 @@ Usage:
   cyrnel run [flags] FILE   run a program (FILE.py, FILE.ts, or - for stdin), streaming its output
   cyrnel services ...       add, list or remove services (cyrnel services --help)
   cyrnel tools [QUERY]      list or search the tools programs can call
+  cyrnel approvals ...      list, approve or deny the approvals tool calls wait on
   cyrnel openapi [flags]    print the OpenAPI spec
   cyrnel version            print the version
 
@@ -56,6 +60,8 @@ func main() {
 		err = cli.Services(os.Args[2:], version)
 	case "tools":
 		err = cli.Tools(os.Args[2:], version)
+	case "approvals":
+		err = cli.Approvals(os.Args[2:], version)
 	case "version", "--version":
 		fmt.Println(version)
 	case "help", "-h", "--help":
@@ -114,7 +120,12 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	gov, err := governanceFromEnv()
+	if err != nil {
+		return err
+	}
 	cfg := server.Config{
+		Governance:       gov,
 		Addr:             cli.Setting(fs, "addr", "CYRNEL_ADDR", "127.0.0.1:9371"),
 		DataDir:          cli.Setting(fs, "data-dir", "CYRNEL_DATA_DIR", "./cyrnel-data"),
 		DBURL:            cli.Setting(fs, "db-url", "CYRNEL_DB_URL", ""),
@@ -149,4 +160,33 @@ func printSpec(w io.Writer, args []string) error {
 	}
 	_, err = w.Write(b)
 	return err
+}
+
+// governanceFromEnv reads the tool governance settings.
+func governanceFromEnv() (server.Governance, error) {
+	var g server.Governance
+	g.DefaultPolicy = policy.Decision(os.Getenv("CYRNEL_TOOL_POLICY_DEFAULT"))
+	if g.DefaultPolicy != "" && !g.DefaultPolicy.Valid() {
+		return g, fmt.Errorf("CYRNEL_TOOL_POLICY_DEFAULT=%q: want allow, ask or block", g.DefaultPolicy)
+	}
+	for _, d := range []struct {
+		env string
+		to  *time.Duration
+	}{{"CYRNEL_APPROVAL_TTL", &g.ApprovalTTL}, {"CYRNEL_AUDIT_MAX_AGE", &g.Audit.MaxAge}} {
+		if v := os.Getenv(d.env); v != "" {
+			x, err := time.ParseDuration(v)
+			if err != nil {
+				return g, fmt.Errorf("%s: %w", d.env, err)
+			}
+			*d.to = x
+		}
+	}
+	if v := os.Getenv("CYRNEL_AUDIT_MAX_RECORDS"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return g, fmt.Errorf("CYRNEL_AUDIT_MAX_RECORDS: %w", err)
+		}
+		g.Audit.MaxRecords = n
+	}
+	return g, nil
 }

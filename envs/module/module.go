@@ -158,6 +158,9 @@ type Status interface {
 
 // InvokeInput is the payload of every tool call.
 type InvokeInput struct {
+	// EID is the execution that makes the call, set by the environment
+	// (never taken from the runtime's message); 0 for calls from outside.
+	EID        int64          `json:"-"`
 	ServiceID  string         `json:"serviceId"`
 	ToolID     string         `json:"toolId"`
 	Parameters map[string]any `json:"parameters"`
@@ -186,6 +189,22 @@ type ToolDocsSource interface {
 	ToolDocsInput(ctx context.Context, serviceID, toolID string) (ToolDocsInput, error)
 }
 
+// ToolMatch is a tool a search found, with its relevance (higher is
+// better, comparable within one search).
+type ToolMatch struct {
+	ServiceID   string  `json:"serviceId"`
+	ToolID      string  `json:"toolId"`
+	Name        string  `json:"name"`
+	Description string  `json:"description"`
+	Score       float64 `json:"score"`
+}
+
+// ToolSearch is optional for Bindings: tools ranked by relevance to a
+// natural-language query, for programs that look for a tool.
+type ToolSearch interface {
+	SearchTools(ctx context.Context, query string, limit int) ([]ToolMatch, error)
+}
+
 // Bindings are the host callbacks; calls may come from any goroutine.
 type Bindings interface {
 	InvokeTool(ctx context.Context, in InvokeInput) (any, error)
@@ -197,4 +216,22 @@ type Bindings interface {
 	EmitStdout(eid int64, p []byte)
 	EmitStderr(eid int64, p []byte)
 	EmitOutput(eid int64, patch map[string]any)
+}
+
+type pauseKey struct{}
+
+// WithPause returns ctx carrying the execution's clock control: the host
+// calls Pause(ctx) while a tool call waits on a human, and the environment
+// stops counting the execution's timeout until the returned resume runs.
+func WithPause(ctx context.Context, pause func() (resume func())) context.Context {
+	return context.WithValue(ctx, pauseKey{}, pause)
+}
+
+// Pause stops the clock of the execution behind ctx, if its environment
+// supports it; call resume (once) to restart it.
+func Pause(ctx context.Context) (resume func()) {
+	if p, ok := ctx.Value(pauseKey{}).(func() func()); ok {
+		return p()
+	}
+	return func() {}
 }

@@ -25,6 +25,8 @@ const (
 	ToolTransportError    ToolErrorCode = "transport_error"    // no answer: connection refused, DNS, TLS, timeout
 	ToolUpstreamError     ToolErrorCode = "upstream_error"     // an answer that cannot be used (e.g. larger than the limit)
 	ToolFailed            ToolErrorCode = "tool_error"         // any other failure of the tool's adapter
+	ToolBlocked           ToolErrorCode = "blocked"            // the operator's tool policy blocks the call
+	ToolDenied            ToolErrorCode = "denied"             // the human approval the call needed was denied or expired
 )
 
 func (e *ToolError) Error() string { return e.Err.Error() }

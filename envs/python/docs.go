@@ -46,7 +46,12 @@ help(cyrnel.services.petstore.getPetById)            # typed signature, paramete
   whose ` + "`.code`" + ` says what failed (` + "`invalid_parameters`" + ` with the failing
   fields in ` + "`.details`" + `, ` + "`not_found`" + `, ` + "`unavailable`" + `, ` + "`transport_error`" + `,
   ` + "`upstream_error`" + ` with the HTTP status in ` + "`.status`" + `, ` + "`tool_error`" + `,
-  ` + "`disconnected`" + `). An OpenAPI tool's non-2xx answer is a result, not an error.
+  ` + "`disconnected`" + `, and ` + "`blocked`" + ` or ` + "`denied`" + ` when the operator's tool policy
+  blocks the call or a human approval it needed was denied or expired; the
+  call waits for that decision, and waiting does not count against the
+  timeout). An OpenAPI tool's non-2xx answer is a result, not an error.
+- ` + "`cyrnel.search_tools(\"what you want to do\", limit=10)`" + ` lists tools ranked by
+  relevance: ` + "`[{serviceId, toolId, name, description, score}]`" + `.
 - Each tool has an awaitable form, so calls can run concurrently:
 
 ` + "```python" + `

@@ -93,17 +93,16 @@ type outcome struct {
 // enforced here: the host's own timer decides timeout, never the runtime.
 func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (module.Result, bool) {
 	in := req.Input
-	e := &execution{eid: in.EID, b: b, ctx: ctx, limit: req.OutputLimit, stubs: req.Stubs}
-	w.cur.Store(e)
-	defer w.cur.Store(nil)
-
 	timeout := time.Duration(in.Options.TimeoutMs) * time.Millisecond
 	if timeout <= 0 {
 		timeout = module.DefaultTimeoutMs * time.Millisecond
 	}
-	start := time.Now()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
+	// The host's own clock, paused while a tool call waits on a human.
+	timer := newDeadline(timeout)
+	defer timer.stop()
+	e := &execution{eid: in.EID, b: b, ctx: module.WithPause(ctx, timer.pause), limit: req.OutputLimit, stubs: req.Stubs}
+	w.cur.Store(e)
+	defer w.cur.Store(nil)
 
 	w.resetUsage()
 	b.SetState(in.EID, module.StateRunning)
@@ -125,10 +124,10 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (modul
 	stopped := false // the host decided how it ended and stopped it
 	select {
 	case err := <-replied:
-		out = w.answered(err, raw, req.Reuse, time.Since(start) >= timeout)
+		out = w.answered(err, raw, req.Reuse, timer.passed())
 	case <-w.h.Done():
 		out.res, out.msg = w.died()
-	case <-deadline.C:
+	case <-timer.C():
 		stopped = true
 		out = w.stop(in.EID, req.Grace, replied, &raw, module.Result{Exit: module.ExitTimeout, Reason: module.ReasonTimeout})
 	case <-ctx.Done():

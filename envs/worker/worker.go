@@ -356,6 +356,7 @@ func (w *Worker) call(e *execution, req *jsonrpc2.Request) (any, error) {
 		if in.Parameters == nil {
 			in.Parameters = map[string]any{}
 		}
+		in.EID = e.eid
 		return e.b.InvokeTool(e.ctx, in)
 	case "listTools":
 		var in struct {
@@ -403,6 +404,19 @@ func (w *Worker) call(e *execution, req *jsonrpc2.Request) (any, error) {
 			return nil, err
 		}
 		return e.stubs.Docs(docs), nil
+	case "searchTools":
+		var in struct {
+			Query string `json:"query"`
+			Limit int    `json:"limit"`
+		}
+		if err := json.Unmarshal(params, &in); err != nil {
+			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidParams, Message: "searchTools: " + err.Error()}
+		}
+		ts, ok := e.b.(module.ToolSearch)
+		if !ok {
+			return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "this host cannot search tools"}
+		}
+		return ts.SearchTools(e.ctx, in.Query, min(max(in.Limit, 1), 50))
 	}
 	return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "method not found: " + req.Method}
 }

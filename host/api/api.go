@@ -16,8 +16,12 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humachi"
 	"github.com/go-chi/chi/v5"
 
+	"github.com/cyrnel/cyrnel/host/approval"
+	"github.com/cyrnel/cyrnel/host/audit"
 	"github.com/cyrnel/cyrnel/host/control"
+	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/modules"
+	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/services"
@@ -43,6 +47,13 @@ type Deps struct {
 	Services  *services.Manager
 	Sessions  *session.Manager // nil: no session routes
 	MCP       http.Handler     // the MCP endpoint, mounted at /mcp when set
+	// Tool governance: policies, approvals, the audit and the gate every
+	// tool call passes.
+	Policies   *policy.Engine
+	Approvals  *approval.Manager
+	Audit      *audit.Writer
+	AuditStore audit.Lister
+	Gate       *gate.Gate
 }
 
 type server struct {
@@ -75,6 +86,7 @@ func New(d Deps) (http.Handler, huma.API) {
 	s.registerServices(api)
 	s.registerSettings(api, "/services", "Service", " (the adapter is given the new state).", d.Services)
 	s.registerTools(api)
+	s.registerGovernance(api)
 	if d.Sessions != nil {
 		s.registerSessions(api)
 		s.registerSessionFiles(api)
@@ -148,6 +160,12 @@ func (s *server) problem(err error) error {
 		return invalid(inv)
 	case errors.As(err, &unsandboxed):
 		return forbiddenSandbox(unsandboxed)
+	case errors.Is(err, gate.ErrBlocked), errors.Is(err, gate.ErrDenied), errors.Is(err, gate.ErrNeedsApproval):
+		return huma.Error403Forbidden(err.Error())
+	case errors.Is(err, approval.ErrNotFound):
+		return huma.Error404NotFound(err.Error())
+	case errors.Is(err, approval.ErrDecided):
+		return huma.Error409Conflict(err.Error())
 	case errors.Is(err, services.ErrNotFound):
 		return huma.Error404NotFound(err.Error())
 	case errors.Is(err, services.ErrExists), errors.Is(err, services.ErrUnavailable):

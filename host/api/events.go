@@ -9,13 +9,14 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/sse"
 
+	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/process"
 )
 
 // SSE event payloads; each Go type names one event.
 type (
 	stateEvent struct {
-		State process.State `json:"state" enum:"idle,queued,running,terminating"`
+		State process.State `json:"state" enum:"idle,queued,running,suspended,terminating"`
 	}
 	stdoutEvent struct {
 		Text string `json:"text" doc:"Decoded text written to stdout."`
@@ -32,22 +33,27 @@ type (
 	displayEvent struct {
 		process.Display
 	}
+	// approvalEvent: a tool call of the process waits on this approval.
+	approvalEvent struct {
+		approval.Approval
+	}
 )
 
 func (s *server) registerEvents(api huma.API) {
 	sse.Register(api, huma.Operation{
 		OperationID: "streamProcessEvents", Method: http.MethodGet, Path: "/processes/{pid}/events", Tags: []string{"processes"},
 		Summary: "Follow a process as Server-Sent Events",
-		Description: "Replays what happened so far (state, stdout, stderr, output, display), then follows live; the last event is `exit`, " +
+		Description: "Replays what happened so far (state, stdout, stderr, output, display), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, " +
 			"carrying the final process, and the stream ends after it. A process that never ran ends after its state.",
 		Middlewares: huma.Middlewares{s.requireProcess(api)},
 	}, map[string]any{
-		"state":   stateEvent{},
-		"stdout":  stdoutEvent{},
-		"stderr":  stderrEvent{},
-		"output":  outputEvent{},
-		"exit":    exitEvent{},
-		"display": displayEvent{},
+		"state":    stateEvent{},
+		"stdout":   stdoutEvent{},
+		"stderr":   stderrEvent{},
+		"output":   outputEvent{},
+		"exit":     exitEvent{},
+		"approval": approvalEvent{},
+		"display":  displayEvent{},
 	}, func(ctx context.Context, in *pidPath, send sse.Sender) {
 		replay, next, stop, err := s.Processes.Follow(ctx, in.PID)
 		if err != nil {
@@ -105,6 +111,10 @@ func payload(ev process.Event) any {
 		return outputEvent{Patch: ev.Output}
 	case process.EventDisplay:
 		return displayEvent{*ev.Display}
+	case process.EventApproval:
+		if a, ok := ev.Approval.(*approval.Approval); ok {
+			return approvalEvent{*a}
+		}
 	}
 	return exitEvent{*ev.Process}
 }

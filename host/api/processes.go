@@ -39,7 +39,7 @@ type displayList struct {
 }
 
 type listProcessesInput struct {
-	State     string `query:"state" enum:"idle,queued,running,terminating" doc:"Only processes in this state."`
+	State     string `query:"state" enum:"idle,queued,running,suspended,terminating" doc:"Only processes in this state."`
 	ExitState string `query:"exitState" enum:"success,failed,timeout,canceled" doc:"Only processes whose latest execution ended so."`
 	Ref       string `query:"ref" maxLength:"256" pattern:"^[^\\x00]*$" doc:"Only processes with this ref."`
 	Limit     int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`

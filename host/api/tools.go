@@ -4,27 +4,38 @@ import (
 	"context"
 	"encoding/base64"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/gate"
+	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/services"
+	"github.com/cyrnel/cyrnel/host/store"
 )
 
 type listToolsInput struct {
 	ServiceID string `query:"serviceId" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Only this service's tools."`
 	Enabled   string `query:"enabled" enum:"true,false" doc:"Only enabled (true) or disabled (false) tools."`
-	Q         string `query:"q" maxLength:"200" pattern:"^[^\\x00]*$" doc:"Case-insensitive text to find in the id, name or description."`
+	Q         string `query:"q" maxLength:"200" pattern:"^[^\\x00]*$" doc:"What to find, in words: tools are ranked by relevance over their ids, names, summaries, descriptions and parameter names, best first, each with its score."`
 	Limit     int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
 	Cursor    string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
 }
 
+// toolItem is a tool in a listing with its effective policy.
+type toolItem struct {
+	services.ToolSummary
+	Policy policy.Decision `json:"policy" enum:"allow,ask,block" doc:"What the tool policies decide for calls of this tool."`
+	Score  *float64        `json:"score,omitempty" doc:"With q: the relevance to the query (higher is better, comparable within one query)."`
+}
+
 type toolList struct {
 	Body struct {
-		Items      []services.ToolSummary `json:"items" nullable:"false"`
-		NextCursor *string                `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
-		HasMore    bool                   `json:"hasMore"`
+		Items      []toolItem `json:"items" nullable:"false"`
+		NextCursor *string    `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
+		HasMore    bool       `json:"hasMore"`
 	}
 }
 
@@ -33,8 +44,18 @@ type toolPath struct {
 	ToolID    string `path:"toolId" maxLength:"1024" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Tool id."`
 }
 
+// toolDetail is a tool with its schemas and effective policy.
+type toolDetail struct {
+	*services.Tool
+	Policy policy.Decision `json:"policy" enum:"allow,ask,block" doc:"What the tool policies decide for calls of this tool."`
+}
+
 type toolBody struct {
-	Body *services.Tool
+	Body toolDetail
+}
+
+func (s *server) toolBody(t *services.Tool) *toolBody {
+	return &toolBody{toolDetail{t, s.Policies.Decide(t.ServiceID, t.ID)}}
 }
 
 type patchToolInput struct {
@@ -62,21 +83,28 @@ func (s *server) registerTools(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "listTools", Method: http.MethodGet, Path: "/tools", Tags: tags, Summary: "List and search tools",
 	}, func(ctx context.Context, in *listToolsInput) (*toolList, error) {
-		after, ok := decodeToolCursor(in.Cursor)
-		if !ok {
-			return nil, huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{Location: "query.cursor", Message: "not a cursor from this API", Value: in.Cursor})
-		}
 		var enabled *bool
 		if in.Enabled != "" {
 			v := in.Enabled == "true"
 			enabled = &v
 		}
-		items, more, err := s.Services.Tools(ctx, services.ToolListInput{ServiceID: in.ServiceID, Enabled: enabled, Query: in.Q, After: after, Limit: in.Limit})
+		if store.HasTerms(in.Q) {
+			return s.searchTools(ctx, in, enabled)
+		}
+		after, ok := decodeToolCursor(in.Cursor)
+		if !ok {
+			return nil, badCursor(in.Cursor)
+		}
+		items, more, err := s.Services.Tools(ctx, services.ToolListInput{ServiceID: in.ServiceID, Enabled: enabled, After: after, Limit: in.Limit})
 		if err != nil {
 			return nil, s.problem(err)
 		}
 		out := &toolList{}
-		out.Body.Items, out.Body.HasMore = items, more
+		out.Body.HasMore = more
+		out.Body.Items = make([]toolItem, 0, len(items))
+		for _, it := range items {
+			out.Body.Items = append(out.Body.Items, toolItem{ToolSummary: it, Policy: s.Policies.Decide(it.ServiceID, it.ID)})
+		}
 		if more {
 			last := items[len(items)-1]
 			c := base64.RawURLEncoding.EncodeToString([]byte(last.ServiceID + "\x00" + last.ID))
@@ -93,7 +121,7 @@ func (s *server) registerTools(api huma.API) {
 		if err != nil {
 			return nil, s.problem(err)
 		}
-		return &toolBody{t}, nil
+		return s.toolBody(t), nil
 	})
 
 	huma.Register(api, huma.Operation{
@@ -104,7 +132,7 @@ func (s *server) registerTools(api huma.API) {
 		if err != nil {
 			return nil, s.problem(err)
 		}
-		return &toolBody{t}, nil
+		return s.toolBody(t), nil
 	})
 
 	huma.Register(api, huma.Operation{
@@ -130,11 +158,12 @@ func (s *server) registerTools(api huma.API) {
 
 	huma.Register(api, huma.Operation{
 		OperationID: "invokeTool", Method: http.MethodPost, Path: "/tools/{serviceId}/{toolId}/invoke", Tags: tags,
-		Summary: "Call a tool", Errors: []int{http.StatusConflict, http.StatusBadGateway},
-		Description: "The same validation and adapter path as calls from code. A disabled tool or service is a 409; a failed call (transport, timeout) a 502. " +
+		Summary: "Call a tool", Errors: []int{http.StatusForbidden, http.StatusConflict, http.StatusBadGateway},
+		Description: "The same policy, validation, audit and adapter path as calls from code. A tool the policies block is a 403, and so is one " +
+			"they ask an approval for (only calls from code wait for one). A disabled tool or service is a 409; a failed call (transport, timeout) a 502. " +
 			"For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.",
 	}, func(ctx context.Context, in *invokeInput) (*invokeBody, error) {
-		res, err := s.Services.Invoke(ctx, module.InvokeInput{ServiceID: in.ServiceID, ToolID: in.ToolID, Parameters: in.Body.Parameters})
+		res, err := s.Gate.Invoke(ctx, gate.FromAPI, module.InvokeInput{ServiceID: in.ServiceID, ToolID: in.ToolID, Parameters: in.Body.Parameters})
 		if err != nil {
 			return nil, s.problem(err)
 		}
@@ -157,4 +186,35 @@ func decodeToolCursor(c string) ([2]string, bool) {
 		return [2]string{}, false
 	}
 	return [2]string{svc, tool}, true
+}
+
+// searchTools answers a listing with a query: ranked, paged by position.
+func (s *server) searchTools(ctx context.Context, in *listToolsInput, enabled *bool) (*toolList, error) {
+	offset := 0
+	if in.Cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(in.Cursor)
+		n, ok := strings.CutPrefix(string(b), "#")
+		if err != nil || !ok {
+			return nil, badCursor(in.Cursor)
+		}
+		if offset, err = strconv.Atoi(n); err != nil || offset < 0 || offset > 100000 {
+			return nil, badCursor(in.Cursor)
+		}
+	}
+	items, more, err := s.Services.Search(ctx, services.SearchInput{Query: in.Q, ServiceID: in.ServiceID, Enabled: enabled, Offset: offset, Limit: in.Limit})
+	if err != nil {
+		return nil, s.problem(err)
+	}
+	out := &toolList{}
+	out.Body.HasMore = more
+	out.Body.Items = make([]toolItem, 0, len(items))
+	for _, it := range items {
+		score := it.Score
+		out.Body.Items = append(out.Body.Items, toolItem{ToolSummary: it.ToolSummary, Policy: s.Policies.Decide(it.ServiceID, it.ID), Score: &score})
+	}
+	if more {
+		c := base64.RawURLEncoding.EncodeToString([]byte("#" + strconv.Itoa(offset+len(items))))
+		out.Body.NextCursor = &c
+	}
+	return out, nil
 }

@@ -4,14 +4,12 @@
 package mcp
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -26,6 +24,7 @@ type Processes interface {
 	Create(ctx context.Context, in process.CreateInput) (*process.Process, error)
 	Wait(ctx context.Context, pid int64, timeout time.Duration) (*process.Process, error)
 	Kill(ctx context.Context, pid int64) (*process.Process, error)
+	Follow(ctx context.Context, pid int64) (replay []process.Event, next <-chan process.Event, stop func(), err error)
 }
 
 // Environments gives the active environment.
@@ -39,12 +38,15 @@ type Tool struct {
 	ToolID      string `json:"toolId"`
 	Name        string `json:"name"`
 	Description string `json:"description"`
+	// Score is the relevance to the query (higher is better); absent
+	// without a query.
+	Score float64 `json:"score,omitempty"`
 }
 
 // Tools finds enabled tools and documents them for the active environment.
 type Tools interface {
-	// SearchTools returns up to limit enabled tools whose id, name or
-	// description contains query (case-insensitive); all for "".
+	// SearchTools returns up to limit enabled tools ranked by relevance to
+	// a natural-language query; the first ones for a query without words.
 	SearchTools(ctx context.Context, query string, limit int) ([]Tool, error)
 	// ToolDocs is the Markdown the active environment writes for a tool.
 	ToolDocs(ctx context.Context, serviceID, toolID string) (string, error)
@@ -146,6 +148,9 @@ type runOutput struct {
 	Stdout     string         `json:"stdout"`
 	Stderr     string         `json:"stderr"`
 	DurationMs int64          `json:"durationMs"`
+	// Pending: the program is suspended on these approvals (it has not
+	// ended; exitState is empty).
+	Pending []any `json:"pendingApprovals,omitempty" jsonschema:"approvals the program waits on: it is suspended until someone decides them"`
 }
 
 // waitGrace is how long past its own timeout a run may take to be reported
@@ -160,7 +165,16 @@ func (d Deps) runCode(ctx context.Context, _ *mcp.CallToolRequest, in runInput) 
 	if err != nil {
 		return nil, runOutput{}, fmt.Errorf("run_code: %w", err)
 	}
-	p, err = d.Processes.Wait(ctx, p.PID, time.Duration(p.TimeoutMs)*time.Millisecond+waitGrace)
+	pending, err := d.untilApproval(ctx, p.PID, time.Duration(p.TimeoutMs)*time.Millisecond+waitGrace)
+	if err == nil && len(pending) > 0 {
+		// This endpoint is stateless, so it cannot ask the client
+		// (elicitation needs a session): say who must decide, and how.
+		out := runOutput{PID: p.PID, Output: map[string]any{}, Pending: pending}
+		return text(pendingText(p.PID, pending)), out, nil
+	}
+	if err == nil {
+		p, err = d.Processes.Wait(ctx, p.PID, 0)
+	}
 	if err == nil && p.State != process.Idle {
 		err = errors.New("the process did not end in time")
 	}
@@ -189,6 +203,62 @@ func (d Deps) runCode(ctx context.Context, _ *mcp.CallToolRequest, in runInput) 
 	res := text(summarize(out))
 	res.IsError = out.ExitState != "success"
 	return res, out, nil
+}
+
+// untilApproval follows a process until it ends (nil) or one of its tool
+// calls waits on an approval (the approvals waiting then).
+func (d Deps) untilApproval(ctx context.Context, pid int64, limit time.Duration) ([]any, error) {
+	replay, next, stop, err := d.Processes.Follow(ctx, pid)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	var pending []any
+	for _, ev := range replay {
+		if ev.Type == process.EventApproval {
+			pending = append(pending, ev.Approval)
+		}
+	}
+	if len(pending) > 0 || next == nil {
+		return pending, nil
+	}
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		select {
+		case ev, ok := <-next:
+			if !ok {
+				// Ended, or this follower lagged: Wait tells which.
+				p, err := d.Processes.Wait(ctx, pid, limit)
+				if err != nil {
+					return nil, err
+				}
+				if p.State == process.Idle {
+					return nil, nil
+				}
+				return nil, errors.New("lost track of the process")
+			}
+			if ev.Type == process.EventApproval {
+				return []any{ev.Approval}, nil
+			}
+		case <-timer.C:
+			return nil, errors.New("the process did not end in time")
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func pendingText(pid int64, pending []any) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "process %d is suspended: a tool call needs a human approval (tool policy ask).\n", pid)
+	for _, a := range pending {
+		j, _ := json.Marshal(a)
+		fmt.Fprintf(&b, "approval: %s\n", j)
+	}
+	b.WriteString("Ask the operator to decide it: POST /approvals/{id}/approve or /deny on the HTTP API, or `cyrnel approvals approve|deny ID`. " +
+		"The program then goes on (or the call raises ToolError); read its result at GET /processes/{pid}. Unanswered, the approval expires.")
+	return b.String()
 }
 
 // summarize is run_code's text content, for clients that read text rather
@@ -235,53 +305,22 @@ type searchOutput struct {
 	Tools []searchResult `json:"tools"`
 }
 
-// perWord bounds the candidates one word of a query contributes.
-const perWord = 100
-
 func (d Deps) searchTools(ctx context.Context, _ *mcp.CallToolRequest, in searchInput) (*mcp.CallToolResult, searchOutput, error) {
 	limit := in.Limit
 	if limit <= 0 {
 		limit = 10
 	}
 	limit = min(limit, 50)
-	words := strings.Fields(strings.ToLower(in.Query))
-	slices.Sort(words)
-	words = slices.Compact(words)
-	if len(words) == 0 {
-		words = []string{""}
+	// The host ranks by relevance (its full-text index).
+	ranked, err := d.Tools.SearchTools(ctx, in.Query, limit)
+	if err != nil {
+		return nil, searchOutput{}, fmt.Errorf("search_tools: %w", err)
 	}
-	// The host searches for one substring; agents ask in words. Rank the
-	// tools by how many of the words they match.
-	type hit struct {
-		tool  Tool
-		score int
-	}
-	hits := map[[2]string]*hit{}
-	for _, w := range words {
-		tools, err := d.Tools.SearchTools(ctx, w, perWord)
-		if err != nil {
-			return nil, searchOutput{}, fmt.Errorf("search_tools: %w", err)
-		}
-		for _, t := range tools {
-			k := [2]string{t.ServiceID, t.ToolID}
-			if hits[k] == nil {
-				hits[k] = &hit{tool: t}
-			}
-			hits[k].score++
-		}
-	}
-	ranked := make([]*hit, 0, len(hits))
-	for _, h := range hits {
-		ranked = append(ranked, h)
-	}
-	slices.SortFunc(ranked, func(a, b *hit) int {
-		return cmp.Or(b.score-a.score, cmp.Compare(a.tool.ServiceID, b.tool.ServiceID), cmp.Compare(a.tool.ToolID, b.tool.ToolID))
-	})
 	out := searchOutput{Tools: []searchResult{}}
-	for _, h := range ranked[:min(limit, len(ranked))] {
-		r := searchResult{Tool: h.tool}
+	for _, t := range ranked {
+		r := searchResult{Tool: t}
 		if in.IncludeDocs {
-			docs, err := d.Tools.ToolDocs(ctx, h.tool.ServiceID, h.tool.ToolID)
+			docs, err := d.Tools.ToolDocs(ctx, t.ServiceID, t.ToolID)
 			if err != nil {
 				return nil, searchOutput{}, fmt.Errorf("search_tools: %w", err)
 			}

@@ -9,12 +9,14 @@ import (
 type EventType string
 
 const (
-	EventState   EventType = "state"
-	EventStdout  EventType = "stdout"
-	EventStderr  EventType = "stderr"
-	EventOutput  EventType = "output"
-	EventExit    EventType = "exit"
-	EventDisplay EventType = "display"
+	EventState  EventType = "state"
+	EventStdout EventType = "stdout"
+	EventStderr EventType = "stderr"
+	EventOutput EventType = "output"
+	EventExit   EventType = "exit"
+	// EventApproval: a tool call of the process waits on an approval.
+	EventApproval EventType = "approval"
+	EventDisplay  EventType = "display"
 )
 
 // Event is one thing that happened to a process.
@@ -25,6 +27,8 @@ type Event struct {
 	Output  map[string]any // output: a patch
 	Process *Process       // exit: the final process
 	Display *Display       // display
+	// Approval is the approval (the approval package's view), for approval events.
+	Approval any
 }
 
 // followBuffer bounds how far a follower may lag before it is cut off.
@@ -63,6 +67,9 @@ func (m *Manager) Follow(ctx context.Context, pid int64) (replay []Event, next <
 			}
 			for _, d := range displayViews(r.displays) {
 				replay = append(replay, Event{Type: EventDisplay, Display: &d})
+			}
+			for _, ev := range r.waiting {
+				replay = append(replay, *ev)
 			}
 			ch := make(chan Event, followBuffer)
 			r.subs[ch] = struct{}{}

@@ -29,9 +29,11 @@ const (
 	Queued      State = "queued"
 	Running     State = "running"
 	Terminating State = "terminating"
+	// Suspended: running, but a tool call waits on a human approval.
+	Suspended State = "suspended"
 )
 
-var live = []string{string(Queued), string(Running), string(Terminating)}
+var live = []string{string(Queued), string(Running), string(Suspended), string(Terminating)}
 
 // Errors the API maps to statuses.
 var (
@@ -393,17 +395,17 @@ func (m *Manager) Kill(ctx context.Context, pid int64) (*Process, error) {
 	r.mu.Lock()
 	was := r.state
 	r.killed = true
-	if was == Queued || was == Running {
+	if was == Queued || was == Running || was == Suspended {
 		r.state = Terminating
 		r.publishLocked(Event{Type: EventState, State: Terminating})
 	}
 	r.mu.Unlock()
 	r.cancel()
-	if was == Queued || was == Running {
+	if was == Queued || was == Running || was == Suspended {
 		// From queued too: the running state is written at the next flush.
 		p := &store.Process{PID: pid, State: string(Terminating)}
 		if err := m.w.do(func(ctx context.Context, tx *store.Tx) error {
-			_, err := tx.TransitionProcess(ctx, p, []string{string(Queued), string(Running)}, "state")
+			_, err := tx.TransitionProcess(ctx, p, []string{string(Queued), string(Running), string(Suspended)}, "state")
 			return err
 		}); err != nil {
 			return nil, err

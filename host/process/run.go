@@ -44,6 +44,10 @@ type run struct {
 	final         *Process
 	subs          map[chan Event]struct{}
 	saved         saved // what the database holds of this run
+	// suspends counts the tool calls waiting on approvals (suspend.go).
+	suspends int
+	waiting  []*Event   // approval events of the calls waiting, for replays
+	stateMu  sync.Mutex // orders the suspended/running writes
 }
 
 // saved is how much of a run's live state its row holds: the running

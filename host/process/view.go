@@ -10,7 +10,7 @@ import (
 type ProcessSummary struct {
 	PID             int64          `json:"pid" doc:"Process id: positive, unique, never reused."`
 	Ref             string         `json:"ref" doc:"Client-chosen label, for filtering."`
-	State           State          `json:"state" enum:"idle,queued,running,terminating" doc:"Host state."`
+	State           State          `json:"state" enum:"idle,queued,running,suspended,terminating" doc:"Host state."`
 	ExitState       *string        `json:"exitState" enum:"success,failed,timeout,canceled" nullable:"true" doc:"How the latest execution ended; null before the first."`
 	Reason          *string        `json:"reason" enum:"completed,exception,timeout,killed,memory_limit,cpu_limit,output_limit,environment_error,host_restart,host_shutdown,host_lost,session_ended" nullable:"true" doc:"Why the latest execution ended; null before the first."`
 	Error           string         `json:"error" doc:"Why the latest execution failed (e.g. 'ValueError: boom'); empty otherwise."`

@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/services"
 )
@@ -116,4 +118,52 @@ func BenchmarkToolCallFromPython(b *testing.B) {
 	if p, err = s.procs.Wait(ctx, p.PID, 10*time.Minute); err != nil || *p.ExitState != "success" {
 		b.Fatal(p, err)
 	}
+}
+
+// BenchmarkToolCallInHost: the host's side of a tool call without the
+// program (the gate: policy, validation, the adapter's HTTP request, the
+// audit record) next to the same request made directly, in one run.
+func BenchmarkToolCallInHost(b *testing.B) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"id":1}`))
+	}))
+	defer up.Close()
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := New(ctx, log, Config{Addr: "127.0.0.1:0", DataDir: b.TempDir(), Limits: process.DefaultLimits()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	doc, err := os.ReadFile("../../../shared/fixtures/openapi/petstore-3.0.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.services.Create(ctx, services.CreateInput{ID: "pets", Adapter: "openapi", Source: adapter.Source{Content: string(doc)},
+		Config: map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true}}); err != nil {
+		b.Fatal(err)
+	}
+	in := module.InvokeInput{ServiceID: "pets", ToolID: "showPetById", Parameters: map[string]any{"petId": "1"}}
+	var viaGate, direct []time.Duration
+	client := &http.Client{}
+	for range b.N {
+		t0 := time.Now()
+		if _, err := s.gate.Invoke(ctx, gate.FromCode, in); err != nil {
+			b.Fatal(err)
+		}
+		viaGate = append(viaGate, time.Since(t0))
+		t0 = time.Now()
+		resp, err := client.Get(up.URL + "/pets/1")
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		direct = append(direct, time.Since(t0))
+	}
+	slices.Sort(viaGate)
+	slices.Sort(direct)
+	b.ReportMetric(float64(viaGate[len(viaGate)/2].Microseconds()), "gate-p50-us")
+	b.ReportMetric(float64(direct[len(direct)/2].Microseconds()), "direct-p50-us")
 }

@@ -19,13 +19,13 @@ type mcpTools struct {
 
 func (t mcpTools) SearchTools(ctx context.Context, query string, limit int) ([]mcp.Tool, error) {
 	enabled := true
-	items, _, err := t.services.Tools(ctx, services.ToolListInput{Query: query, Enabled: &enabled, Limit: limit})
+	items, err := t.services.Find(ctx, query, &enabled, limit)
 	if err != nil {
 		return nil, fmt.Errorf("search tools: %w", err)
 	}
 	out := make([]mcp.Tool, 0, len(items))
 	for _, it := range items {
-		out = append(out, mcp.Tool{ServiceID: it.ServiceID, ToolID: it.ID, Name: it.Name, Description: it.Description})
+		out = append(out, mcp.Tool{ServiceID: it.ServiceID, ToolID: it.ID, Name: it.Name, Description: it.Description, Score: it.Score})
 	}
 	return out, nil
 }

@@ -18,12 +18,16 @@ import (
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/api"
+	"github.com/cyrnel/cyrnel/host/approval"
+	"github.com/cyrnel/cyrnel/host/audit"
 	"github.com/cyrnel/cyrnel/host/console"
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/datadir"
 	"github.com/cyrnel/cyrnel/host/egress"
+	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/mcp"
 	"github.com/cyrnel/cyrnel/host/modules"
+	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/secrets"
 	"github.com/cyrnel/cyrnel/host/services"
@@ -59,9 +63,20 @@ type Config struct {
 	// Announce records the listen URL in the data directory, so the CLI's
 	// commands on it send their work here (cyrnel serve; not the CLI's own
 	// embedded hosts).
-	Announce bool
-	// Sessions bounds the sessions this host runs (serve --max-sessions).
+	Announce   bool
+	Governance Governance
+	// Sessions bounds the sessions this host runs.
 	Sessions session.Config
+}
+
+// Governance configures tool policies, approvals and the audit (zero values
+// take the defaults).
+type Governance struct {
+	// DefaultPolicy applies until the operator stores policies (allow).
+	DefaultPolicy policy.Decision
+	// ApprovalTTL is how long an approval waits for a decision (10 min).
+	ApprovalTTL time.Duration
+	Audit       audit.Options
 }
 
 // Server is an assembled host.
@@ -73,6 +88,8 @@ type Server struct {
 	store    *store.Store
 	procs    *process.Manager
 	sessions *session.Manager
+	audit    *audit.Writer
+	gate     *gate.Gate
 	modules  *modules.Registry
 	services *services.Manager
 	handler  http.Handler
@@ -167,20 +184,31 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err = procs.Recover(ctx); err != nil {
 		return nil, err
 	}
+	policies, err := policy.Load(ctx, st, cfg.Governance.DefaultPolicy)
+	if err != nil {
+		return nil, err
+	}
+	approvals := approval.New(log.With("component", "approvals"), st, cfg.Governance.ApprovalTTL)
+	if err = approvals.Recover(ctx); err != nil {
+		return nil, err
+	}
+	auditor := audit.New(log.With("component", "audit"), st, cfg.Governance.Audit)
 	sessions := session.New(log.With("component", "sessions"), st, reg, dir.HostID, cfg.Sessions)
 	if err = sessions.Recover(ctx); err != nil {
 		return nil, err
 	}
 	procs.UseSessions(sessions)
-	if err = reg.Start(ctx, &bindings{Manager: procs, tools: svcs}, cfg.Environment); err != nil {
+	g := &gate.Gate{Policies: policies, Approvals: approvals, Audit: auditor, Processes: procs, Tools: svcs}
+	if err = reg.Start(ctx, &bindings{Manager: procs, tools: svcs, gate: g}, cfg.Environment); err != nil {
 		return nil, err
 	}
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}})
-	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, Sessions: sessions, MCP: mcpHandler})
+	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, Sessions: sessions, MCP: mcpHandler,
+		Policies: policies, Approvals: approvals, Audit: auditor, AuditStore: st, Gate: g})
 	// The console's assets and the API reference sit in front of the API
 	// (and its authentication): they hold no data.
 	handler = console.Handler(handler)
-	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, modules: reg, services: svcs, handler: handler, egress: guard}, nil
+	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, audit: auditor, gate: g, modules: reg, services: svcs, handler: handler, egress: guard}, nil
 }
 
 // Handler is the HTTP API with the console in front.
@@ -250,6 +278,7 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	if err := <-httpDone; err != nil {
 		srv.Close()
 	}
+	s.audit.Close()
 	err = s.store.Close()
 	s.dir.Close()
 	return err
@@ -264,6 +293,7 @@ func (s *Server) Close() {
 	_ = s.sessions.Shutdown(ctx)
 	_ = s.modules.Stop(ctx)
 	_ = s.services.Stop(ctx)
+	s.audit.Close()
 	s.store.Close()
 	s.dir.Close()
 }
@@ -273,10 +303,24 @@ func (s *Server) Close() {
 type bindings struct {
 	*process.Manager
 	tools *services.Manager
+	gate  *gate.Gate
 }
 
 func (b *bindings) InvokeTool(ctx context.Context, in module.InvokeInput) (any, error) {
-	return b.tools.Invoke(ctx, in)
+	return b.gate.Invoke(ctx, gate.FromCode, in)
+}
+
+func (b *bindings) SearchTools(ctx context.Context, query string, limit int) ([]module.ToolMatch, error) {
+	enabled := true
+	items, err := b.tools.Find(ctx, query, &enabled, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]module.ToolMatch, 0, len(items))
+	for _, it := range items {
+		out = append(out, module.ToolMatch{ServiceID: it.ServiceID, ToolID: it.ID, Name: it.Name, Description: it.Description, Score: it.Score})
+	}
+	return out, nil
 }
 
 func (b *bindings) ListTools(ctx context.Context) ([]module.Tool, error) {

@@ -52,6 +52,7 @@ type Store interface {
 	ListTools(ctx context.Context, f store.ToolFilter) ([]store.Tool, error)
 	GetTool(ctx context.Context, serviceID, id string) (*store.Tool, error)
 	SetToolEnabled(ctx context.Context, serviceID, id string, enabled bool) error
+	SearchTools(ctx context.Context, f store.SearchFilter) ([]store.ScoredTool, error)
 }
 
 // Manager owns services and tools. Every change to them goes through the

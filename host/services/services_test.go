@@ -19,7 +19,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
-func newManager(t *testing.T) *Manager {
+func newManager(t testing.TB) *Manager {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(context.Background(), "", dir)
@@ -32,7 +32,7 @@ func newManager(t *testing.T) *Manager {
 
 // startManager starts a manager on st, as a host does on its data
 // directory dir (a second one on the same store is a restart).
-func startManager(t *testing.T, st Store, dir string) *Manager {
+func startManager(t testing.TB, st Store, dir string) *Manager {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	key, err := secrets.LoadKey(log, "", dir)

@@ -23,14 +23,13 @@ type Tool struct {
 type ToolListInput struct {
 	ServiceID string
 	Enabled   *bool
-	Query     string
 	After     [2]string // (service id, tool id) of the last item of the previous page
 	Limit     int
 }
 
 // Tools lists tools ordered by service and id; more says whether more follow.
 func (m *Manager) Tools(ctx context.Context, in ToolListInput) (items []ToolSummary, more bool, err error) {
-	rows, err := m.st.ListTools(ctx, store.ToolFilter{ServiceID: in.ServiceID, Enabled: in.Enabled, Query: in.Query, AfterKey: in.After, Limit: in.Limit + 1})
+	rows, err := m.st.ListTools(ctx, store.ToolFilter{ServiceID: in.ServiceID, Enabled: in.Enabled, AfterKey: in.After, Limit: in.Limit + 1})
 	if err != nil {
 		return nil, false, err
 	}

@@ -67,7 +67,7 @@ func (s *Store) PutService(ctx context.Context, svc *Service, tools []Tool) erro
 				return err
 			}
 		}
-		return nil
+		return s.indexTools(ctx, tx, svc.ID, tools)
 	})
 	if err != nil {
 		return fmt.Errorf("write service %s: %w", svc.ID, err)
@@ -126,6 +126,9 @@ func (s *Store) UpdateService(ctx context.Context, svc *Service, columns ...stri
 func (s *Store) DeleteService(ctx context.Context, id string) error {
 	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		// Explicit, so it holds without foreign-key enforcement too.
+		if _, err := tx.NewRaw("DELETE FROM tool_search WHERE service_id = ?", id).Exec(ctx); err != nil {
+			return err
+		}
 		if _, err := tx.NewDelete().Model((*Tool)(nil)).Where("service_id = ?", id).Exec(ctx); err != nil {
 			return err
 		}
@@ -148,7 +151,6 @@ func (s *Store) DeleteService(ctx context.Context, id string) error {
 type ToolFilter struct {
 	ServiceID string
 	Enabled   *bool
-	Query     string // case-insensitive substring of id, name or description
 	AfterKey  [2]string
 	Limit     int
 	// Schemas includes the input and output schemas (large) in the rows.
@@ -168,14 +170,6 @@ func (s *Store) ListTools(ctx context.Context, f ToolFilter) ([]Tool, error) {
 	if f.Enabled != nil {
 		q = q.Where("enabled = ?", *f.Enabled)
 	}
-	if f.Query != "" {
-		like := "%" + escapeLike(f.Query) + "%"
-		q = q.WhereGroup(" AND ", func(q *bun.SelectQuery) *bun.SelectQuery {
-			return q.Where("LOWER(id) LIKE LOWER(?) ESCAPE '\\'", like).
-				WhereOr("LOWER(name) LIKE LOWER(?) ESCAPE '\\'", like).
-				WhereOr("LOWER(description) LIKE LOWER(?) ESCAPE '\\'", like)
-		})
-	}
 	if f.AfterKey[0] != "" {
 		q = q.Where("(service_id > ? OR (service_id = ? AND id > ?))", f.AfterKey[0], f.AfterKey[0], f.AfterKey[1])
 	}
@@ -186,17 +180,6 @@ func (s *Store) ListTools(ctx context.Context, f ToolFilter) ([]Tool, error) {
 		return nil, fmt.Errorf("list tools: %w", err)
 	}
 	return out, nil
-}
-
-func escapeLike(s string) string {
-	out := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' || s[i] == '_' || s[i] == '\\' {
-			out = append(out, '\\')
-		}
-		out = append(out, s[i])
-	}
-	return string(out)
 }
 
 // GetTool reads one tool with its schemas.

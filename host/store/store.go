@@ -152,6 +152,10 @@ func Open(ctx context.Context, dbURL, dataDir string, opts ...Options) (*Store, 
 		}
 		return nil, err
 	}
+	if err := s.syncToolSearch(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -171,6 +175,9 @@ type dialectSQL struct {
 	PK   string
 	Time string
 	Blob string
+	// SQLite selects the embedded store's form where the two differ (tool
+	// search: FTS5 there, tsvector on PostgreSQL).
+	SQLite bool
 }
 
 func connect(dbURL, dataDir string) (*bun.DB, dialectSQL, error) {
@@ -214,7 +221,7 @@ func connect(dbURL, dataDir string) (*bun.DB, dialectSQL, error) {
 	sqldb.SetMaxOpenConns(8)
 	sqldb.SetMaxIdleConns(8)
 	return bun.NewDB(sqldb, sqlitedialect.New()), dialectSQL{
-		PK: "INTEGER PRIMARY KEY AUTOINCREMENT", Time: "TIMESTAMP", Blob: "BLOB",
+		PK: "INTEGER PRIMARY KEY AUTOINCREMENT", Time: "TIMESTAMP", Blob: "BLOB", SQLite: true,
 	}, nil
 }
 

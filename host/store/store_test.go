@@ -143,12 +143,15 @@ func TestServicesModulesSettingsOnEveryDialect(t *testing.T) {
 			if err != nil || len(got) != 75 {
 				t.Fatalf("enabled tools: %d %v", len(got), err)
 			}
-			// LIKE wildcards in the query are literal.
-			if got, _ = st.ListTools(ctx, ToolFilter{Query: "50%_THINGS", Limit: 200}); len(got) != 150 {
-				t.Fatalf("query: %d", len(got))
+			// The search index follows the tools; query syntax is words only.
+			if found, err := st.SearchTools(ctx, SearchFilter{Query: "THINGS", Limit: 200}); err != nil || len(found) != 150 || found[0].Score <= 0 {
+				t.Fatalf("search: %d %v", len(found), err)
 			}
-			if got, _ = st.ListTools(ctx, ToolFilter{Query: "5%x", Limit: 200}); len(got) != 0 {
-				t.Fatalf("wildcard matched: %d", len(got))
+			if found, err := st.SearchTools(ctx, SearchFilter{Query: `zz" OR * NEAR(`, Limit: 200}); err != nil || len(found) != 0 {
+				t.Fatalf("search with syntax in it: %d %v", len(found), err)
+			}
+			if found, _ := st.SearchTools(ctx, SearchFilter{Query: "tool 7", Enabled: &on, Limit: 3}); len(found) != 3 {
+				t.Fatalf("search enabled tools: %+v", found)
 			}
 			got, _ = st.ListTools(ctx, ToolFilter{AfterKey: [2]string{"pets", "t147"}, Limit: 10})
 			if len(got) != 2 || got[0].ID != "t148" {
@@ -162,6 +165,9 @@ func TestServicesModulesSettingsOnEveryDialect(t *testing.T) {
 			}
 			if err := st.DeleteService(ctx, "pets"); err != nil {
 				t.Fatal(err)
+			}
+			if found, _ := st.SearchTools(ctx, SearchFilter{Query: "things", Limit: 10}); len(found) != 0 {
+				t.Fatalf("deleted tools found: %d", len(found))
 			}
 			if got, _ = st.ListTools(ctx, ToolFilter{ServiceID: "pets"}); len(got) != 0 {
 				t.Fatalf("tools survive their service: %d", len(got))
@@ -326,8 +332,13 @@ func TestAFullDatabaseIsErrFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Close()
-	// SQLite's limit on the file's pages fails a write as a full disk does.
-	st, err = Open(ctx, "sqlite://"+dir+"/cyrnel.db?_pragma=max_page_count(40)", "")
+	// SQLite's limit on the file's pages fails a write as a full disk does:
+	// room for a few rows beyond what the migrated schema holds.
+	fi, err := os.Stat(dir + "/cyrnel.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err = Open(ctx, fmt.Sprintf("sqlite://%s/cyrnel.db?_pragma=max_page_count(%d)", dir, fi.Size()/4096+8), "")
 	if err != nil {
 		t.Fatal(err)
 	}

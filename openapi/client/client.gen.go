@@ -17,6 +17,123 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for ApprovalState.
+const (
+	ApprovalStateApproved ApprovalState = "approved"
+	ApprovalStateDenied   ApprovalState = "denied"
+	ApprovalStateExpired  ApprovalState = "expired"
+	ApprovalStatePending  ApprovalState = "pending"
+)
+
+// Valid indicates whether the value is a known member of the ApprovalState enum.
+func (e ApprovalState) Valid() bool {
+	switch e {
+	case ApprovalStateApproved:
+		return true
+	case ApprovalStateDenied:
+		return true
+	case ApprovalStateExpired:
+		return true
+	case ApprovalStatePending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ApprovalEventState.
+const (
+	ApprovalEventStateApproved ApprovalEventState = "approved"
+	ApprovalEventStateDenied   ApprovalEventState = "denied"
+	ApprovalEventStateExpired  ApprovalEventState = "expired"
+	ApprovalEventStatePending  ApprovalEventState = "pending"
+)
+
+// Valid indicates whether the value is a known member of the ApprovalEventState enum.
+func (e ApprovalEventState) Valid() bool {
+	switch e {
+	case ApprovalEventStateApproved:
+		return true
+	case ApprovalEventStateDenied:
+		return true
+	case ApprovalEventStateExpired:
+		return true
+	case ApprovalEventStatePending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CallOutcome.
+const (
+	CallOutcomeBlocked        CallOutcome = "blocked"
+	CallOutcomeDenied         CallOutcome = "denied"
+	CallOutcomeInvalid        CallOutcome = "invalid"
+	CallOutcomeSuccess        CallOutcome = "success"
+	CallOutcomeTransportError CallOutcome = "transport_error"
+	CallOutcomeUpstreamError  CallOutcome = "upstream_error"
+)
+
+// Valid indicates whether the value is a known member of the CallOutcome enum.
+func (e CallOutcome) Valid() bool {
+	switch e {
+	case CallOutcomeBlocked:
+		return true
+	case CallOutcomeDenied:
+		return true
+	case CallOutcomeInvalid:
+		return true
+	case CallOutcomeSuccess:
+		return true
+	case CallOutcomeTransportError:
+		return true
+	case CallOutcomeUpstreamError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CallPolicy.
+const (
+	CallPolicyAllow CallPolicy = "allow"
+	CallPolicyAsk   CallPolicy = "ask"
+	CallPolicyBlock CallPolicy = "block"
+)
+
+// Valid indicates whether the value is a known member of the CallPolicy enum.
+func (e CallPolicy) Valid() bool {
+	switch e {
+	case CallPolicyAllow:
+		return true
+	case CallPolicyAsk:
+		return true
+	case CallPolicyBlock:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CallSource.
+const (
+	Api  CallSource = "api"
+	Code CallSource = "code"
+)
+
+// Valid indicates whether the value is a known member of the CallSource enum.
+func (e CallSource) Valid() bool {
+	switch e {
+	case Api:
+		return true
+	case Code:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ExitEventExitState.
 const (
 	ExitEventExitStateCanceled    ExitEventExitState = "canceled"
@@ -100,6 +217,7 @@ const (
 	ExitEventStateIdle        ExitEventState = "idle"
 	ExitEventStateQueued      ExitEventState = "queued"
 	ExitEventStateRunning     ExitEventState = "running"
+	ExitEventStateSuspended   ExitEventState = "suspended"
 	ExitEventStateTerminating ExitEventState = "terminating"
 )
 
@@ -111,6 +229,8 @@ func (e ExitEventState) Valid() bool {
 	case ExitEventStateQueued:
 		return true
 	case ExitEventStateRunning:
+		return true
+	case ExitEventStateSuspended:
 		return true
 	case ExitEventStateTerminating:
 		return true
@@ -235,6 +355,7 @@ const (
 	ProcessStateIdle        ProcessState = "idle"
 	ProcessStateQueued      ProcessState = "queued"
 	ProcessStateRunning     ProcessState = "running"
+	ProcessStateSuspended   ProcessState = "suspended"
 	ProcessStateTerminating ProcessState = "terminating"
 )
 
@@ -246,6 +367,8 @@ func (e ProcessState) Valid() bool {
 	case ProcessStateQueued:
 		return true
 	case ProcessStateRunning:
+		return true
+	case ProcessStateSuspended:
 		return true
 	case ProcessStateTerminating:
 		return true
@@ -337,6 +460,7 @@ const (
 	ProcessSummaryStateIdle        ProcessSummaryState = "idle"
 	ProcessSummaryStateQueued      ProcessSummaryState = "queued"
 	ProcessSummaryStateRunning     ProcessSummaryState = "running"
+	ProcessSummaryStateSuspended   ProcessSummaryState = "suspended"
 	ProcessSummaryStateTerminating ProcessSummaryState = "terminating"
 )
 
@@ -349,7 +473,51 @@ func (e ProcessSummaryState) Valid() bool {
 		return true
 	case ProcessSummaryStateRunning:
 		return true
+	case ProcessSummaryStateSuspended:
+		return true
 	case ProcessSummaryStateTerminating:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RuleDecision.
+const (
+	RuleDecisionAllow RuleDecision = "allow"
+	RuleDecisionAsk   RuleDecision = "ask"
+	RuleDecisionBlock RuleDecision = "block"
+)
+
+// Valid indicates whether the value is a known member of the RuleDecision enum.
+func (e RuleDecision) Valid() bool {
+	switch e {
+	case RuleDecisionAllow:
+		return true
+	case RuleDecisionAsk:
+		return true
+	case RuleDecisionBlock:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SetDefault.
+const (
+	SetDefaultAllow SetDefault = "allow"
+	SetDefaultAsk   SetDefault = "ask"
+	SetDefaultBlock SetDefault = "block"
+)
+
+// Valid indicates whether the value is a known member of the SetDefault enum.
+func (e SetDefault) Valid() bool {
+	switch e {
+	case SetDefaultAllow:
+		return true
+	case SetDefaultAsk:
+		return true
+	case SetDefaultBlock:
 		return true
 	default:
 		return false
@@ -361,6 +529,7 @@ const (
 	StateEventStateIdle        StateEventState = "idle"
 	StateEventStateQueued      StateEventState = "queued"
 	StateEventStateRunning     StateEventState = "running"
+	StateEventStateSuspended   StateEventState = "suspended"
 	StateEventStateTerminating StateEventState = "terminating"
 )
 
@@ -373,7 +542,75 @@ func (e StateEventState) Valid() bool {
 		return true
 	case StateEventStateRunning:
 		return true
+	case StateEventStateSuspended:
+		return true
 	case StateEventStateTerminating:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ToolDetailPolicy.
+const (
+	ToolDetailPolicyAllow ToolDetailPolicy = "allow"
+	ToolDetailPolicyAsk   ToolDetailPolicy = "ask"
+	ToolDetailPolicyBlock ToolDetailPolicy = "block"
+)
+
+// Valid indicates whether the value is a known member of the ToolDetailPolicy enum.
+func (e ToolDetailPolicy) Valid() bool {
+	switch e {
+	case ToolDetailPolicyAllow:
+		return true
+	case ToolDetailPolicyAsk:
+		return true
+	case ToolDetailPolicyBlock:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ToolItemPolicy.
+const (
+	ToolItemPolicyAllow ToolItemPolicy = "allow"
+	ToolItemPolicyAsk   ToolItemPolicy = "ask"
+	ToolItemPolicyBlock ToolItemPolicy = "block"
+)
+
+// Valid indicates whether the value is a known member of the ToolItemPolicy enum.
+func (e ToolItemPolicy) Valid() bool {
+	switch e {
+	case ToolItemPolicyAllow:
+		return true
+	case ToolItemPolicyAsk:
+		return true
+	case ToolItemPolicyBlock:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListApprovalsParamsState.
+const (
+	ListApprovalsParamsStateApproved ListApprovalsParamsState = "approved"
+	ListApprovalsParamsStateDenied   ListApprovalsParamsState = "denied"
+	ListApprovalsParamsStateExpired  ListApprovalsParamsState = "expired"
+	ListApprovalsParamsStatePending  ListApprovalsParamsState = "pending"
+)
+
+// Valid indicates whether the value is a known member of the ListApprovalsParamsState enum.
+func (e ListApprovalsParamsState) Valid() bool {
+	switch e {
+	case ListApprovalsParamsStateApproved:
+		return true
+	case ListApprovalsParamsStateDenied:
+		return true
+	case ListApprovalsParamsStateExpired:
+		return true
+	case ListApprovalsParamsStatePending:
 		return true
 	default:
 		return false
@@ -385,6 +622,7 @@ const (
 	ListProcessesParamsStateIdle        ListProcessesParamsState = "idle"
 	ListProcessesParamsStateQueued      ListProcessesParamsState = "queued"
 	ListProcessesParamsStateRunning     ListProcessesParamsState = "running"
+	ListProcessesParamsStateSuspended   ListProcessesParamsState = "suspended"
 	ListProcessesParamsStateTerminating ListProcessesParamsState = "terminating"
 )
 
@@ -396,6 +634,8 @@ func (e ListProcessesParamsState) Valid() bool {
 	case ListProcessesParamsStateQueued:
 		return true
 	case ListProcessesParamsStateRunning:
+		return true
+	case ListProcessesParamsStateSuspended:
 		return true
 	case ListProcessesParamsStateTerminating:
 		return true
@@ -428,6 +668,66 @@ func (e ListProcessesParamsExitState) Valid() bool {
 	}
 }
 
+// Defines values for ListProcessToolCallsParamsOutcome.
+const (
+	ListProcessToolCallsParamsOutcomeBlocked        ListProcessToolCallsParamsOutcome = "blocked"
+	ListProcessToolCallsParamsOutcomeDenied         ListProcessToolCallsParamsOutcome = "denied"
+	ListProcessToolCallsParamsOutcomeInvalid        ListProcessToolCallsParamsOutcome = "invalid"
+	ListProcessToolCallsParamsOutcomeSuccess        ListProcessToolCallsParamsOutcome = "success"
+	ListProcessToolCallsParamsOutcomeTransportError ListProcessToolCallsParamsOutcome = "transport_error"
+	ListProcessToolCallsParamsOutcomeUpstreamError  ListProcessToolCallsParamsOutcome = "upstream_error"
+)
+
+// Valid indicates whether the value is a known member of the ListProcessToolCallsParamsOutcome enum.
+func (e ListProcessToolCallsParamsOutcome) Valid() bool {
+	switch e {
+	case ListProcessToolCallsParamsOutcomeBlocked:
+		return true
+	case ListProcessToolCallsParamsOutcomeDenied:
+		return true
+	case ListProcessToolCallsParamsOutcomeInvalid:
+		return true
+	case ListProcessToolCallsParamsOutcomeSuccess:
+		return true
+	case ListProcessToolCallsParamsOutcomeTransportError:
+		return true
+	case ListProcessToolCallsParamsOutcomeUpstreamError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListToolCallsParamsOutcome.
+const (
+	ListToolCallsParamsOutcomeBlocked        ListToolCallsParamsOutcome = "blocked"
+	ListToolCallsParamsOutcomeDenied         ListToolCallsParamsOutcome = "denied"
+	ListToolCallsParamsOutcomeInvalid        ListToolCallsParamsOutcome = "invalid"
+	ListToolCallsParamsOutcomeSuccess        ListToolCallsParamsOutcome = "success"
+	ListToolCallsParamsOutcomeTransportError ListToolCallsParamsOutcome = "transport_error"
+	ListToolCallsParamsOutcomeUpstreamError  ListToolCallsParamsOutcome = "upstream_error"
+)
+
+// Valid indicates whether the value is a known member of the ListToolCallsParamsOutcome enum.
+func (e ListToolCallsParamsOutcome) Valid() bool {
+	switch e {
+	case ListToolCallsParamsOutcomeBlocked:
+		return true
+	case ListToolCallsParamsOutcomeDenied:
+		return true
+	case ListToolCallsParamsOutcomeInvalid:
+		return true
+	case ListToolCallsParamsOutcomeSuccess:
+		return true
+	case ListToolCallsParamsOutcomeTransportError:
+		return true
+	case ListToolCallsParamsOutcomeUpstreamError:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListToolsParamsEnabled.
 const (
 	False ListToolsParamsEnabled = "false"
@@ -445,6 +745,99 @@ func (e ListToolsParamsEnabled) Valid() bool {
 		return false
 	}
 }
+
+// Approval defines model for Approval.
+type Approval struct {
+	CreatedAt time.Time  `json:"createdAt"`
+	DecidedAt *time.Time `json:"decidedAt,omitempty"`
+	ExpiresAt time.Time  `json:"expiresAt"`
+
+	// Id Opaque id (apr_…).
+	Id string `json:"id"`
+
+	// Parameters The call's parameters, secret-bearing fields redacted.
+	Parameters map[string]interface{} `json:"parameters"`
+
+	// Pid The process whose call waits; absent for calls from the API or MCP.
+	Pid       *int64        `json:"pid,omitempty"`
+	ServiceId string        `json:"serviceId"`
+	State     ApprovalState `json:"state"`
+	ToolId    string        `json:"toolId"`
+}
+
+// ApprovalState defines model for Approval.State.
+type ApprovalState string
+
+// ApprovalEvent defines model for ApprovalEvent.
+type ApprovalEvent struct {
+	CreatedAt time.Time  `json:"createdAt"`
+	DecidedAt *time.Time `json:"decidedAt,omitempty"`
+	ExpiresAt time.Time  `json:"expiresAt"`
+
+	// Id Opaque id (apr_…).
+	Id string `json:"id"`
+
+	// Parameters The call's parameters, secret-bearing fields redacted.
+	Parameters map[string]interface{} `json:"parameters"`
+
+	// Pid The process whose call waits; absent for calls from the API or MCP.
+	Pid       *int64             `json:"pid,omitempty"`
+	ServiceId string             `json:"serviceId"`
+	State     ApprovalEventState `json:"state"`
+	ToolId    string             `json:"toolId"`
+}
+
+// ApprovalEventState defines model for ApprovalEvent.State.
+type ApprovalEventState string
+
+// ApprovalListBody defines model for ApprovalListBody.
+type ApprovalListBody struct {
+	HasMore bool       `json:"hasMore"`
+	Items   []Approval `json:"items"`
+
+	// NextCursor Pass as cursor for the next page; null on the last.
+	NextCursor *string `json:"nextCursor"`
+}
+
+// Call defines model for Call.
+type Call struct {
+	// ApprovalId The approval the call waited on.
+	ApprovalId *string `json:"approvalId,omitempty"`
+
+	// At When the call was made.
+	At time.Time `json:"at"`
+
+	// DurationMs From the call reaching the host to its answer, approval wait included.
+	DurationMs float64     `json:"durationMs"`
+	Id         int64       `json:"id"`
+	Outcome    CallOutcome `json:"outcome"`
+
+	// Parameters The parameters, secret-bearing fields redacted.
+	Parameters map[string]interface{} `json:"parameters"`
+
+	// Pid The calling process; absent for calls from the API or MCP.
+	Pid *int64 `json:"pid,omitempty"`
+
+	// Policy The policy decision the call met.
+	Policy    CallPolicy `json:"policy"`
+	ServiceId string     `json:"serviceId"`
+
+	// Source Where the call came from: a program (run over HTTP or MCP) or POST /tools/{serviceId}/{toolId}/invoke.
+	Source CallSource `json:"source"`
+
+	// Status The upstream's HTTP status, when it answered.
+	Status *int64 `json:"status,omitempty"`
+	ToolId string `json:"toolId"`
+}
+
+// CallOutcome defines model for Call.Outcome.
+type CallOutcome string
+
+// CallPolicy The policy decision the call met.
+type CallPolicy string
+
+// CallSource Where the call came from: a program (run over HTTP or MCP) or POST /tools/{serviceId}/{toolId}/invoke.
+type CallSource string
 
 // CreateProcessInputBody defines model for CreateProcessInputBody.
 type CreateProcessInputBody struct {
@@ -866,6 +1259,18 @@ type RefreshResult struct {
 	Service Service   `json:"service"`
 }
 
+// Rule defines model for Rule.
+type Rule struct {
+	// Decision What a matching call gets.
+	Decision RuleDecision `json:"decision"`
+
+	// Pattern Glob on serviceId.toolId, e.g. github.* or *.delete*.
+	Pattern string `json:"pattern"`
+}
+
+// RuleDecision What a matching call gets.
+type RuleDecision string
+
 // RunInputBody defines model for RunInputBody.
 type RunInputBody struct {
 	// Force Run even though the process has results, replacing them.
@@ -916,6 +1321,18 @@ type ServiceListBody struct {
 	NextCursor *string `json:"nextCursor"`
 }
 
+// Set defines model for Set.
+type Set struct {
+	// Default The decision when no rule matches.
+	Default SetDefault `json:"default"`
+
+	// Rules Tried in order; the first match wins.
+	Rules []Rule `json:"rules"`
+}
+
+// SetDefault The decision when no rule matches.
+type SetDefault string
+
 // SetEnvironmentInputBody defines model for SetEnvironmentInputBody.
 type SetEnvironmentInputBody struct {
 	// Module Module id of the environment to activate (python, typescript).
@@ -951,21 +1368,54 @@ type StdoutEvent struct {
 	Text string `json:"text"`
 }
 
-// Tool defines model for Tool.
-type Tool struct {
+// ToolCallListBody defines model for ToolCallListBody.
+type ToolCallListBody struct {
+	HasMore bool   `json:"hasMore"`
+	Items   []Call `json:"items"`
+
+	// NextCursor Pass as cursor for the next page; null on the last.
+	NextCursor *string `json:"nextCursor"`
+}
+
+// ToolDetail defines model for ToolDetail.
+type ToolDetail struct {
 	Description  string      `json:"description"`
 	Enabled      bool        `json:"enabled"`
 	Id           string      `json:"id"`
 	InputSchema  interface{} `json:"inputSchema"`
 	Name         string      `json:"name"`
 	OutputSchema interface{} `json:"outputSchema"`
-	ServiceId    string      `json:"serviceId"`
+
+	// Policy What the tool policies decide for calls of this tool.
+	Policy    ToolDetailPolicy `json:"policy"`
+	ServiceId string           `json:"serviceId"`
 }
+
+// ToolDetailPolicy What the tool policies decide for calls of this tool.
+type ToolDetailPolicy string
+
+// ToolItem defines model for ToolItem.
+type ToolItem struct {
+	Description string `json:"description"`
+	Enabled     bool   `json:"enabled"`
+	Id          string `json:"id"`
+	Name        string `json:"name"`
+
+	// Policy What the tool policies decide for calls of this tool.
+	Policy ToolItemPolicy `json:"policy"`
+
+	// Score With q: the relevance to the query (higher is better, comparable within one query).
+	Score     *float64 `json:"score,omitempty"`
+	ServiceId string   `json:"serviceId"`
+}
+
+// ToolItemPolicy What the tool policies decide for calls of this tool.
+type ToolItemPolicy string
 
 // ToolListBody defines model for ToolListBody.
 type ToolListBody struct {
-	HasMore bool          `json:"hasMore"`
-	Items   []ToolSummary `json:"items"`
+	HasMore bool       `json:"hasMore"`
+	Items   []ToolItem `json:"items"`
 
 	// NextCursor Pass as cursor for the next page; null on the last.
 	NextCursor *string `json:"nextCursor"`
@@ -979,6 +1429,24 @@ type ToolSummary struct {
 	Name        string `json:"name"`
 	ServiceId   string `json:"serviceId"`
 }
+
+// ListApprovalsParams defines parameters for ListApprovals.
+type ListApprovalsParams struct {
+	// State Only approvals in this state.
+	State *ListApprovalsParamsState `form:"state,omitempty" json:"state,omitempty"`
+
+	// Pid Only approvals of this process.
+	Pid *int64 `form:"pid,omitempty" json:"pid,omitempty"`
+
+	// Limit Page size.
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's nextCursor.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListApprovalsParamsState defines parameters for ListApprovals.
+type ListApprovalsParamsState string
 
 // SetModuleConfigJSONBody defines parameters for SetModuleConfig.
 type SetModuleConfigJSONBody map[string]interface{}
@@ -1010,6 +1478,21 @@ type ListProcessesParamsState string
 // ListProcessesParamsExitState defines parameters for ListProcesses.
 type ListProcessesParamsExitState string
 
+// ListProcessToolCallsParams defines parameters for ListProcessToolCalls.
+type ListProcessToolCallsParams struct {
+	// Outcome Only calls that ended so.
+	Outcome *ListProcessToolCallsParamsOutcome `form:"outcome,omitempty" json:"outcome,omitempty"`
+
+	// Limit Page size.
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's nextCursor.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListProcessToolCallsParamsOutcome defines parameters for ListProcessToolCalls.
+type ListProcessToolCallsParamsOutcome string
+
 // WaitProcessParams defines parameters for WaitProcess.
 type WaitProcessParams struct {
 	// TimeoutMs Longest wait in milliseconds.
@@ -1022,6 +1505,30 @@ type SetServiceConfigJSONBody map[string]interface{}
 // SetServiceSecretsJSONBody defines parameters for SetServiceSecrets.
 type SetServiceSecretsJSONBody map[string]interface{}
 
+// ListToolCallsParams defines parameters for ListToolCalls.
+type ListToolCallsParams struct {
+	// ServiceId Only calls of this service.
+	ServiceId *string `form:"serviceId,omitempty" json:"serviceId,omitempty"`
+
+	// ToolId Only calls of this tool.
+	ToolId *string `form:"toolId,omitempty" json:"toolId,omitempty"`
+
+	// Pid Only calls of this process.
+	Pid *int64 `form:"pid,omitempty" json:"pid,omitempty"`
+
+	// Outcome Only calls that ended so.
+	Outcome *ListToolCallsParamsOutcome `form:"outcome,omitempty" json:"outcome,omitempty"`
+
+	// Limit Page size.
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's nextCursor.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListToolCallsParamsOutcome defines parameters for ListToolCalls.
+type ListToolCallsParamsOutcome string
+
 // ListToolsParams defines parameters for ListTools.
 type ListToolsParams struct {
 	// ServiceId Only this service's tools.
@@ -1030,7 +1537,7 @@ type ListToolsParams struct {
 	// Enabled Only enabled (true) or disabled (false) tools.
 	Enabled *ListToolsParamsEnabled `form:"enabled,omitempty" json:"enabled,omitempty"`
 
-	// Q Case-insensitive text to find in the id, name or description.
+	// Q What to find, in words: tools are ranked by relevance over their ids, names, summaries, descriptions and parameter names, best first, each with its score.
 	Q *string `form:"q,omitempty" json:"q,omitempty"`
 
 	// Limit Page size.
@@ -1072,6 +1579,9 @@ type SetServiceConfigJSONRequestBody SetServiceConfigJSONBody
 
 // SetServiceSecretsJSONRequestBody defines body for SetServiceSecrets for application/json ContentType.
 type SetServiceSecretsJSONRequestBody SetServiceSecretsJSONBody
+
+// SetToolPoliciesJSONRequestBody defines body for SetToolPolicies for application/json ContentType.
+type SetToolPoliciesJSONRequestBody = Set
 
 // UpdateToolJSONRequestBody defines body for UpdateTool for application/json ContentType.
 type UpdateToolJSONRequestBody = EnabledBody
@@ -1152,6 +1662,30 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 
 // The interface specification for the client above.
 type ClientInterface interface {
+
+	// ListApprovals List approvals, newest first
+	//
+	// Corresponds with GET /approvals (the `ListApprovals` operationId).
+	ListApprovals(ctx context.Context, params *ListApprovalsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetApproval Get an approval
+	//
+	// Corresponds with GET /approvals/{id} (the `GetApproval` operationId).
+	GetApproval(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ApproveApproval Approve: the waiting call goes ahead
+	//
+	// A decided or expired approval answers 409.
+	//
+	// Corresponds with POST /approvals/{id}/approve (the `ApproveApproval` operationId).
+	ApproveApproval(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DenyApproval Deny: the waiting call raises ToolError
+	//
+	// A decided or expired approval answers 409.
+	//
+	// Corresponds with POST /approvals/{id}/deny (the `DenyApproval` operationId).
+	DenyApproval(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetEnvironment Get the active environment
 	//
@@ -1314,7 +1848,7 @@ type ClientInterface interface {
 
 	// StreamProcessEvents Follow a process as Server-Sent Events
 	//
-	// Replays what happened so far (state, stdout, stderr, output), then follows live; the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
+	// Replays what happened so far (state, stdout, stderr, output), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
 	//
 	// Corresponds with GET /processes/{pid}/events (the `StreamProcessEvents` operationId).
 	StreamProcessEvents(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1360,6 +1894,11 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /processes/{pid}/stdout (the `GetProcessStdout` operationId).
 	GetProcessStdout(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListProcessToolCalls The tool calls of one process, newest first
+	//
+	// Corresponds with GET /processes/{pid}/tool-calls (the `ListProcessToolCalls` operationId).
+	ListProcessToolCalls(ctx context.Context, pid int64, params *ListProcessToolCallsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// WaitProcess Wait for a process
 	//
@@ -1474,6 +2013,34 @@ type ClientInterface interface {
 	// Corresponds with PUT /services/{id}/secrets (the `SetServiceSecrets` operationId).
 	SetServiceSecrets(ctx context.Context, id string, body SetServiceSecretsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListToolCalls The audit of tool calls, newest first
+	//
+	// Corresponds with GET /tool-calls (the `ListToolCalls` operationId).
+	ListToolCalls(ctx context.Context, params *ListToolCallsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetToolPolicies Get the tool policies
+	//
+	// Corresponds with GET /tool-policies (the `GetToolPolicies` operationId).
+	GetToolPolicies(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetToolPoliciesWithBody Replace the tool policies
+	//
+	// The whole ordered list at once: rules are globs on `serviceId.toolId`, tried in order, the first match deciding (`allow`, `ask`: the call waits on a human approval, `block`); calls no rule matches get `default`. An invalid list changes nothing. Hint: OpenAPI GET operations are read-only, so `allow` suits them where others `ask`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /tool-policies (the `SetToolPolicies` operationId).
+	SetToolPoliciesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetToolPolicies Replace the tool policies
+	//
+	// The whole ordered list at once: rules are globs on `serviceId.toolId`, tried in order, the first match deciding (`allow`, `ask`: the call waits on a human approval, `block`); calls no rule matches get `default`. An invalid list changes nothing. Hint: OpenAPI GET operations are read-only, so `allow` suits them where others `ask`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /tool-policies (the `SetToolPolicies` operationId).
+	SetToolPolicies(ctx context.Context, body SetToolPoliciesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListTools List and search tools
 	//
 	// Corresponds with GET /tools (the `ListTools` operationId).
@@ -1505,7 +2072,7 @@ type ClientInterface interface {
 
 	// InvokeToolWithBody Call a tool
 	//
-	// The same validation and adapter path as calls from code. A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
+	// The same policy, validation, audit and adapter path as calls from code. A tool the policies block is a 403, and so is one they ask an approval for (only calls from code wait for one). A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1514,12 +2081,76 @@ type ClientInterface interface {
 
 	// InvokeTool Call a tool
 	//
-	// The same validation and adapter path as calls from code. A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
+	// The same policy, validation, audit and adapter path as calls from code. A tool the policies block is a 403, and so is one they ask an approval for (only calls from code wait for one). A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /tools/{serviceId}/{toolId}/invoke (the `InvokeTool` operationId).
 	InvokeTool(ctx context.Context, serviceId string, toolId string, body InvokeToolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// ListApprovals List approvals, newest first
+//
+// Corresponds with GET /approvals (the `ListApprovals` operationId).
+func (c *Client) ListApprovals(ctx context.Context, params *ListApprovalsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListApprovalsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetApproval Get an approval
+//
+// Corresponds with GET /approvals/{id} (the `GetApproval` operationId).
+func (c *Client) GetApproval(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetApprovalRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ApproveApproval Approve: the waiting call goes ahead
+//
+// A decided or expired approval answers 409.
+//
+// Corresponds with POST /approvals/{id}/approve (the `ApproveApproval` operationId).
+func (c *Client) ApproveApproval(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewApproveApprovalRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DenyApproval Deny: the waiting call raises ToolError
+//
+// A decided or expired approval answers 409.
+//
+// Corresponds with POST /approvals/{id}/deny (the `DenyApproval` operationId).
+func (c *Client) DenyApproval(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDenyApprovalRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // GetEnvironment Get the active environment
@@ -1893,7 +2524,7 @@ func (c *Client) GetProcessCode(ctx context.Context, pid int64, reqEditors ...Re
 
 // StreamProcessEvents Follow a process as Server-Sent Events
 //
-// Replays what happened so far (state, stdout, stderr, output), then follows live; the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
+// Replays what happened so far (state, stdout, stderr, output), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
 //
 // Corresponds with GET /processes/{pid}/events (the `StreamProcessEvents` operationId).
 func (c *Client) StreamProcessEvents(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2000,6 +2631,21 @@ func (c *Client) GetProcessStderr(ctx context.Context, pid int64, reqEditors ...
 // Corresponds with GET /processes/{pid}/stdout (the `GetProcessStdout` operationId).
 func (c *Client) GetProcessStdout(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetProcessStdoutRequest(c.Server, pid)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListProcessToolCalls The tool calls of one process, newest first
+//
+// Corresponds with GET /processes/{pid}/tool-calls (the `ListProcessToolCalls` operationId).
+func (c *Client) ListProcessToolCalls(ctx context.Context, pid int64, params *ListProcessToolCallsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListProcessToolCallsRequest(c.Server, pid, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2273,6 +2919,74 @@ func (c *Client) SetServiceSecrets(ctx context.Context, id string, body SetServi
 	return c.Client.Do(req)
 }
 
+// ListToolCalls The audit of tool calls, newest first
+//
+// Corresponds with GET /tool-calls (the `ListToolCalls` operationId).
+func (c *Client) ListToolCalls(ctx context.Context, params *ListToolCallsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListToolCallsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetToolPolicies Get the tool policies
+//
+// Corresponds with GET /tool-policies (the `GetToolPolicies` operationId).
+func (c *Client) GetToolPolicies(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetToolPoliciesRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetToolPoliciesWithBody Replace the tool policies
+//
+// The whole ordered list at once: rules are globs on `serviceId.toolId`, tried in order, the first match deciding (`allow`, `ask`: the call waits on a human approval, `block`); calls no rule matches get `default`. An invalid list changes nothing. Hint: OpenAPI GET operations are read-only, so `allow` suits them where others `ask`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /tool-policies (the `SetToolPolicies` operationId).
+func (c *Client) SetToolPoliciesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetToolPoliciesRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetToolPolicies Replace the tool policies
+//
+// The whole ordered list at once: rules are globs on `serviceId.toolId`, tried in order, the first match deciding (`allow`, `ask`: the call waits on a human approval, `block`); calls no rule matches get `default`. An invalid list changes nothing. Hint: OpenAPI GET operations are read-only, so `allow` suits them where others `ask`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /tool-policies (the `SetToolPolicies` operationId).
+func (c *Client) SetToolPolicies(ctx context.Context, body SetToolPoliciesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetToolPoliciesRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListTools List and search tools
 //
 // Corresponds with GET /tools (the `ListTools` operationId).
@@ -2354,7 +3068,7 @@ func (c *Client) GetToolDocs(ctx context.Context, serviceId string, toolId strin
 
 // InvokeToolWithBody Call a tool
 //
-// The same validation and adapter path as calls from code. A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
+// The same policy, validation, audit and adapter path as calls from code. A tool the policies block is a 403, and so is one they ask an approval for (only calls from code wait for one). A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2373,7 +3087,7 @@ func (c *Client) InvokeToolWithBody(ctx context.Context, serviceId string, toolI
 
 // InvokeTool Call a tool
 //
-// The same validation and adapter path as calls from code. A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
+// The same policy, validation, audit and adapter path as calls from code. A tool the policies block is a 403, and so is one they ask an approval for (only calls from code wait for one). A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2388,6 +3102,198 @@ func (c *Client) InvokeTool(ctx context.Context, serviceId string, toolId string
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// NewListApprovalsRequest constructs an http.Request for the ListApprovals method
+func NewListApprovalsRequest(server string, params *ListApprovalsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/approvals")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Pid != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "pid", *params.Pid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetApprovalRequest constructs an http.Request for the GetApproval method
+func NewGetApprovalRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/approvals/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewApproveApprovalRequest constructs an http.Request for the ApproveApproval method
+func NewApproveApprovalRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/approvals/%s/approve", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDenyApprovalRequest constructs an http.Request for the DenyApproval method
+func NewDenyApprovalRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/approvals/%s/deny", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
 }
 
 // NewGetEnvironmentRequest constructs an http.Request for the GetEnvironment method
@@ -3242,6 +4148,91 @@ func NewGetProcessStdoutRequest(server string, pid int64) (*http.Request, error)
 	return req, nil
 }
 
+// NewListProcessToolCallsRequest constructs an http.Request for the ListProcessToolCalls method
+func NewListProcessToolCallsRequest(server string, pid int64, params *ListProcessToolCallsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pid", pid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/processes/%s/tool-calls", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Outcome != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "outcome", *params.Outcome, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewWaitProcessRequest constructs an http.Request for the WaitProcess method
 func NewWaitProcessRequest(server string, pid int64, params *WaitProcessParams) (*http.Request, error) {
 	var err error
@@ -3681,6 +4672,187 @@ func NewSetServiceSecretsRequestWithBody(server string, id string, contentType s
 	return req, nil
 }
 
+// NewListToolCallsRequest constructs an http.Request for the ListToolCalls method
+func NewListToolCallsRequest(server string, params *ListToolCallsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/tool-calls")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.ServiceId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "serviceId", *params.ServiceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.ToolId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "toolId", *params.ToolId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Pid != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "pid", *params.Pid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Outcome != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "outcome", *params.Outcome, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetToolPoliciesRequest constructs an http.Request for the GetToolPolicies method
+func NewGetToolPoliciesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/tool-policies")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetToolPoliciesRequest calls the generic SetToolPolicies builder with application/json body
+func NewSetToolPoliciesRequest(server string, body SetToolPoliciesJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetToolPoliciesRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewSetToolPoliciesRequestWithBody constructs an http.Request for the SetToolPolicies method, with any body, and a specified content type
+func NewSetToolPoliciesRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/tool-policies")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListToolsRequest constructs an http.Request for the ListTools method
 func NewListToolsRequest(server string, params *ListToolsParams) (*http.Request, error) {
 	var err error
@@ -4017,6 +5189,38 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// ListApprovalsWithResponse List approvals, newest first
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /approvals (the `ListApprovals` operationId).
+	ListApprovalsWithResponse(ctx context.Context, params *ListApprovalsParams, reqEditors ...RequestEditorFn) (*ListApprovalsResponse, error)
+
+	// GetApprovalWithResponse Get an approval
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /approvals/{id} (the `GetApproval` operationId).
+	GetApprovalWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetApprovalResponse, error)
+
+	// ApproveApprovalWithResponse Approve: the waiting call goes ahead
+	//
+	// A decided or expired approval answers 409.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /approvals/{id}/approve (the `ApproveApproval` operationId).
+	ApproveApprovalWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*ApproveApprovalResponse, error)
+
+	// DenyApprovalWithResponse Deny: the waiting call raises ToolError
+	//
+	// A decided or expired approval answers 409.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /approvals/{id}/deny (the `DenyApproval` operationId).
+	DenyApprovalWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DenyApprovalResponse, error)
+
 	// GetEnvironmentWithResponse Get the active environment
 	//
 	// The active environment, with its health, and the draining ones.
@@ -4200,7 +5404,7 @@ type ClientWithResponsesInterface interface {
 
 	// StreamProcessEventsWithResponse Follow a process as Server-Sent Events
 	//
-	// Replays what happened so far (state, stdout, stderr, output), then follows live; the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
+	// Replays what happened so far (state, stdout, stderr, output), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4256,6 +5460,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /processes/{pid}/stdout (the `GetProcessStdout` operationId).
 	GetProcessStdoutWithResponse(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*GetProcessStdoutResponse, error)
+
+	// ListProcessToolCallsWithResponse The tool calls of one process, newest first
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /processes/{pid}/tool-calls (the `ListProcessToolCalls` operationId).
+	ListProcessToolCallsWithResponse(ctx context.Context, pid int64, params *ListProcessToolCallsParams, reqEditors ...RequestEditorFn) (*ListProcessToolCallsResponse, error)
 
 	// WaitProcessWithResponse Wait for a process
 	//
@@ -4384,6 +5595,38 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /services/{id}/secrets (the `SetServiceSecrets` operationId).
 	SetServiceSecretsWithResponse(ctx context.Context, id string, body SetServiceSecretsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetServiceSecretsResponse, error)
 
+	// ListToolCallsWithResponse The audit of tool calls, newest first
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /tool-calls (the `ListToolCalls` operationId).
+	ListToolCallsWithResponse(ctx context.Context, params *ListToolCallsParams, reqEditors ...RequestEditorFn) (*ListToolCallsResponse, error)
+
+	// GetToolPoliciesWithResponse Get the tool policies
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /tool-policies (the `GetToolPolicies` operationId).
+	GetToolPoliciesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetToolPoliciesResponse, error)
+
+	// SetToolPoliciesWithBodyWithResponse Replace the tool policies
+	//
+	// The whole ordered list at once: rules are globs on `serviceId.toolId`, tried in order, the first match deciding (`allow`, `ask`: the call waits on a human approval, `block`); calls no rule matches get `default`. An invalid list changes nothing. Hint: OpenAPI GET operations are read-only, so `allow` suits them where others `ask`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /tool-policies (the `SetToolPolicies` operationId).
+	SetToolPoliciesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetToolPoliciesResponse, error)
+
+	// SetToolPoliciesWithResponse Replace the tool policies
+	//
+	// The whole ordered list at once: rules are globs on `serviceId.toolId`, tried in order, the first match deciding (`allow`, `ask`: the call waits on a human approval, `block`); calls no rule matches get `default`. An invalid list changes nothing. Hint: OpenAPI GET operations are read-only, so `allow` suits them where others `ask`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /tool-policies (the `SetToolPolicies` operationId).
+	SetToolPoliciesWithResponse(ctx context.Context, body SetToolPoliciesJSONRequestBody, reqEditors ...RequestEditorFn) (*SetToolPoliciesResponse, error)
+
 	// ListToolsWithResponse List and search tools
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -4421,7 +5664,7 @@ type ClientWithResponsesInterface interface {
 
 	// InvokeToolWithBodyWithResponse Call a tool
 	//
-	// The same validation and adapter path as calls from code. A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
+	// The same policy, validation, audit and adapter path as calls from code. A tool the policies block is a 403, and so is one they ask an approval for (only calls from code wait for one). A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4430,12 +5673,246 @@ type ClientWithResponsesInterface interface {
 
 	// InvokeToolWithResponse Call a tool
 	//
-	// The same validation and adapter path as calls from code. A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
+	// The same policy, validation, audit and adapter path as calls from code. A tool the policies block is a 403, and so is one they ask an approval for (only calls from code wait for one). A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /tools/{serviceId}/{toolId}/invoke (the `InvokeTool` operationId).
 	InvokeToolWithResponse(ctx context.Context, serviceId string, toolId string, body InvokeToolJSONRequestBody, reqEditors ...RequestEditorFn) (*InvokeToolResponse, error)
+}
+
+type ListApprovalsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ApprovalListBody
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListApprovalsResponse) GetJSON200() *ApprovalListBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListApprovalsResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListApprovalsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListApprovalsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListApprovalsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListApprovalsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetApprovalResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Approval
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetApprovalResponse) GetJSON200() *Approval {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetApprovalResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetApprovalResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetApprovalResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetApprovalResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetApprovalResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ApproveApprovalResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Approval
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ApproveApprovalResponse) GetJSON200() *Approval {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ApproveApprovalResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ApproveApprovalResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ApproveApprovalResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ApproveApprovalResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ApproveApprovalResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ApproveApprovalResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ApproveApprovalResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ApproveApprovalResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DenyApprovalResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Approval
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DenyApprovalResponse) GetJSON200() *Approval {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DenyApprovalResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r DenyApprovalResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r DenyApprovalResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r DenyApprovalResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r DenyApprovalResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DenyApprovalResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DenyApprovalResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DenyApprovalResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 type GetEnvironmentResponse struct {
@@ -5585,6 +7062,54 @@ func (r GetProcessStdoutResponse) ContentType() string {
 	return ""
 }
 
+type ListProcessToolCallsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ToolCallListBody
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListProcessToolCallsResponse) GetJSON200() *ToolCallListBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListProcessToolCallsResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListProcessToolCallsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListProcessToolCallsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListProcessToolCallsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListProcessToolCallsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type WaitProcessResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -6120,6 +7645,150 @@ func (r SetServiceSecretsResponse) ContentType() string {
 	return ""
 }
 
+type ListToolCallsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ToolCallListBody
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListToolCallsResponse) GetJSON200() *ToolCallListBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListToolCallsResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListToolCallsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListToolCallsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListToolCallsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListToolCallsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetToolPoliciesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Set
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetToolPoliciesResponse) GetJSON200() *Set {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetToolPoliciesResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetToolPoliciesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetToolPoliciesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetToolPoliciesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetToolPoliciesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SetToolPoliciesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Set
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetToolPoliciesResponse) GetJSON200() *Set {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SetToolPoliciesResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r SetToolPoliciesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetToolPoliciesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetToolPoliciesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetToolPoliciesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListToolsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -6172,13 +7841,13 @@ type GetToolResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Tool
+	JSON200 *ToolDetail
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r GetToolResponse) GetJSON200() *Tool {
+func (r GetToolResponse) GetJSON200() *ToolDetail {
 	return r.JSON200
 }
 
@@ -6220,13 +7889,13 @@ type UpdateToolResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Tool
+	JSON200 *ToolDetail
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r UpdateToolResponse) GetJSON200() *Tool {
+func (r UpdateToolResponse) GetJSON200() *ToolDetail {
 	return r.JSON200
 }
 
@@ -6317,6 +7986,8 @@ type InvokeToolResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *InvokeBodyBody
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
@@ -6330,6 +8001,11 @@ type InvokeToolResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r InvokeToolResponse) GetJSON200() *InvokeBodyBody {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r InvokeToolResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -6379,6 +8055,62 @@ func (r InvokeToolResponse) ContentType() string {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
 	return ""
+}
+
+// ListApprovalsWithResponse List approvals, newest first
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /approvals (the `ListApprovals` operationId).
+func (c *ClientWithResponses) ListApprovalsWithResponse(ctx context.Context, params *ListApprovalsParams, reqEditors ...RequestEditorFn) (*ListApprovalsResponse, error) {
+	rsp, err := c.ListApprovals(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListApprovalsResponse(rsp)
+}
+
+// GetApprovalWithResponse Get an approval
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /approvals/{id} (the `GetApproval` operationId).
+func (c *ClientWithResponses) GetApprovalWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetApprovalResponse, error) {
+	rsp, err := c.GetApproval(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetApprovalResponse(rsp)
+}
+
+// ApproveApprovalWithResponse Approve: the waiting call goes ahead
+//
+// A decided or expired approval answers 409.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /approvals/{id}/approve (the `ApproveApproval` operationId).
+func (c *ClientWithResponses) ApproveApprovalWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*ApproveApprovalResponse, error) {
+	rsp, err := c.ApproveApproval(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseApproveApprovalResponse(rsp)
+}
+
+// DenyApprovalWithResponse Deny: the waiting call raises ToolError
+//
+// A decided or expired approval answers 409.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /approvals/{id}/deny (the `DenyApproval` operationId).
+func (c *ClientWithResponses) DenyApprovalWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DenyApprovalResponse, error) {
+	rsp, err := c.DenyApproval(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDenyApprovalResponse(rsp)
 }
 
 // GetEnvironmentWithResponse Get the active environment
@@ -6690,7 +8422,7 @@ func (c *ClientWithResponses) GetProcessCodeWithResponse(ctx context.Context, pi
 
 // StreamProcessEventsWithResponse Follow a process as Server-Sent Events
 //
-// Replays what happened so far (state, stdout, stderr, output), then follows live; the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
+// Replays what happened so far (state, stdout, stderr, output), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6787,6 +8519,19 @@ func (c *ClientWithResponses) GetProcessStdoutWithResponse(ctx context.Context, 
 		return nil, err
 	}
 	return ParseGetProcessStdoutResponse(rsp)
+}
+
+// ListProcessToolCallsWithResponse The tool calls of one process, newest first
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /processes/{pid}/tool-calls (the `ListProcessToolCalls` operationId).
+func (c *ClientWithResponses) ListProcessToolCallsWithResponse(ctx context.Context, pid int64, params *ListProcessToolCallsParams, reqEditors ...RequestEditorFn) (*ListProcessToolCallsResponse, error) {
+	rsp, err := c.ListProcessToolCalls(ctx, pid, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListProcessToolCallsResponse(rsp)
 }
 
 // WaitProcessWithResponse Wait for a process
@@ -7006,6 +8751,62 @@ func (c *ClientWithResponses) SetServiceSecretsWithResponse(ctx context.Context,
 	return ParseSetServiceSecretsResponse(rsp)
 }
 
+// ListToolCallsWithResponse The audit of tool calls, newest first
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /tool-calls (the `ListToolCalls` operationId).
+func (c *ClientWithResponses) ListToolCallsWithResponse(ctx context.Context, params *ListToolCallsParams, reqEditors ...RequestEditorFn) (*ListToolCallsResponse, error) {
+	rsp, err := c.ListToolCalls(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListToolCallsResponse(rsp)
+}
+
+// GetToolPoliciesWithResponse Get the tool policies
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /tool-policies (the `GetToolPolicies` operationId).
+func (c *ClientWithResponses) GetToolPoliciesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetToolPoliciesResponse, error) {
+	rsp, err := c.GetToolPolicies(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetToolPoliciesResponse(rsp)
+}
+
+// SetToolPoliciesWithBodyWithResponse Replace the tool policies
+//
+// The whole ordered list at once: rules are globs on `serviceId.toolId`, tried in order, the first match deciding (`allow`, `ask`: the call waits on a human approval, `block`); calls no rule matches get `default`. An invalid list changes nothing. Hint: OpenAPI GET operations are read-only, so `allow` suits them where others `ask`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /tool-policies (the `SetToolPolicies` operationId).
+func (c *ClientWithResponses) SetToolPoliciesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetToolPoliciesResponse, error) {
+	rsp, err := c.SetToolPoliciesWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetToolPoliciesResponse(rsp)
+}
+
+// SetToolPoliciesWithResponse Replace the tool policies
+//
+// The whole ordered list at once: rules are globs on `serviceId.toolId`, tried in order, the first match deciding (`allow`, `ask`: the call waits on a human approval, `block`); calls no rule matches get `default`. An invalid list changes nothing. Hint: OpenAPI GET operations are read-only, so `allow` suits them where others `ask`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /tool-policies (the `SetToolPolicies` operationId).
+func (c *ClientWithResponses) SetToolPoliciesWithResponse(ctx context.Context, body SetToolPoliciesJSONRequestBody, reqEditors ...RequestEditorFn) (*SetToolPoliciesResponse, error) {
+	rsp, err := c.SetToolPolicies(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetToolPoliciesResponse(rsp)
+}
+
 // ListToolsWithResponse List and search tools
 //
 // Returns a wrapper object for the known response body format(s).
@@ -7073,7 +8874,7 @@ func (c *ClientWithResponses) GetToolDocsWithResponse(ctx context.Context, servi
 
 // InvokeToolWithBodyWithResponse Call a tool
 //
-// The same validation and adapter path as calls from code. A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
+// The same policy, validation, audit and adapter path as calls from code. A tool the policies block is a 403, and so is one they ask an approval for (only calls from code wait for one). A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7088,7 +8889,7 @@ func (c *ClientWithResponses) InvokeToolWithBodyWithResponse(ctx context.Context
 
 // InvokeToolWithResponse Call a tool
 //
-// The same validation and adapter path as calls from code. A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
+// The same policy, validation, audit and adapter path as calls from code. A tool the policies block is a 403, and so is one they ask an approval for (only calls from code wait for one). A disabled tool or service is a 409; a failed call (transport, timeout) a 502. For OpenAPI tools a non-2xx answer of the upstream API is a result, not an error.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7099,6 +8900,180 @@ func (c *ClientWithResponses) InvokeToolWithResponse(ctx context.Context, servic
 		return nil, err
 	}
 	return ParseInvokeToolResponse(rsp)
+}
+
+// ParseListApprovalsResponse parses an HTTP response from a ListApprovalsWithResponse call
+func ParseListApprovalsResponse(rsp *http.Response) (*ListApprovalsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListApprovalsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ApprovalListBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetApprovalResponse parses an HTTP response from a GetApprovalWithResponse call
+func ParseGetApprovalResponse(rsp *http.Response) (*GetApprovalResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetApprovalResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Approval
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseApproveApprovalResponse parses an HTTP response from a ApproveApprovalWithResponse call
+func ParseApproveApprovalResponse(rsp *http.Response) (*ApproveApprovalResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ApproveApprovalResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Approval
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDenyApprovalResponse parses an HTTP response from a DenyApprovalWithResponse call
+func ParseDenyApprovalResponse(rsp *http.Response) (*DenyApprovalResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DenyApprovalResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Approval
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
 }
 
 // ParseGetEnvironmentResponse parses an HTTP response from a GetEnvironmentWithResponse call
@@ -7945,6 +9920,39 @@ func ParseGetProcessStdoutResponse(rsp *http.Response) (*GetProcessStdoutRespons
 	return response, nil
 }
 
+// ParseListProcessToolCallsResponse parses an HTTP response from a ListProcessToolCallsWithResponse call
+func ParseListProcessToolCallsResponse(rsp *http.Response) (*ListProcessToolCallsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListProcessToolCallsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ToolCallListBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseWaitProcessResponse parses an HTTP response from a WaitProcessWithResponse call
 func ParseWaitProcessResponse(rsp *http.Response) (*WaitProcessResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -8318,6 +10326,105 @@ func ParseSetServiceSecretsResponse(rsp *http.Response) (*SetServiceSecretsRespo
 	return response, nil
 }
 
+// ParseListToolCallsResponse parses an HTTP response from a ListToolCallsWithResponse call
+func ParseListToolCallsResponse(rsp *http.Response) (*ListToolCallsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListToolCallsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ToolCallListBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetToolPoliciesResponse parses an HTTP response from a GetToolPoliciesWithResponse call
+func ParseGetToolPoliciesResponse(rsp *http.Response) (*GetToolPoliciesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetToolPoliciesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Set
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSetToolPoliciesResponse parses an HTTP response from a SetToolPoliciesWithResponse call
+func ParseSetToolPoliciesResponse(rsp *http.Response) (*SetToolPoliciesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetToolPoliciesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Set
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListToolsResponse parses an HTTP response from a ListToolsWithResponse call
 func ParseListToolsResponse(rsp *http.Response) (*ListToolsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -8366,7 +10473,7 @@ func ParseGetToolResponse(rsp *http.Response) (*GetToolResponse, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Tool
+		var dest ToolDetail
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -8399,7 +10506,7 @@ func ParseUpdateToolResponse(rsp *http.Response) (*UpdateToolResponse, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Tool
+		var dest ToolDetail
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -8476,6 +10583,13 @@ func ParseInvokeToolResponse(rsp *http.Response) (*InvokeToolResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest ErrorModel

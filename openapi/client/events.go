@@ -19,12 +19,13 @@ import (
 // ProcessEvent is one event of GET /processes/{pid}/events; exactly one
 // payload field is set, the one Event names.
 type ProcessEvent struct {
-	Event  string // state, stdout, stderr, output or exit
-	State  *StateEvent
-	Stdout *StdoutEvent
-	Stderr *StderrEvent
-	Output *OutputEvent
-	Exit   *ExitEvent
+	Event    string // state, stdout, stderr, output, approval or exit
+	State    *StateEvent
+	Stdout   *StdoutEvent
+	Stderr   *StderrEvent
+	Output   *OutputEvent
+	Approval *ApprovalEvent
+	Exit     *ExitEvent
 }
 
 // ErrStreamEnded is returned by FollowProcess when the stream ends without an
@@ -117,6 +118,9 @@ func decodeEvent(name string, data []byte) (ProcessEvent, error) {
 	case "output":
 		ev.Output = &OutputEvent{}
 		target = ev.Output
+	case "approval":
+		ev.Approval = &ApprovalEvent{}
+		target = ev.Approval
 	case "exit":
 		ev.Exit = &ExitEvent{}
 		target = ev.Exit

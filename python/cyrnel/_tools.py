@@ -221,3 +221,12 @@ class Services:
 
 
 services = Services()
+
+
+def search_tools(query: str, limit: int = 10) -> list[dict[str, Any]]:
+    """Enabled tools ranked by relevance to ``query`` (words: what you want
+    to do), best first: a list of ``{"serviceId", "toolId", "name",
+    "description", "score"}``. Call one with
+    ``cyrnel.services[m["serviceId"]].tools[m["toolId"]].invoke({...})``."""
+    found: list[dict[str, Any]] = _conn().call("searchTools", {"query": str(query), "limit": int(limit)}) or []
+    return found

@@ -211,6 +211,10 @@ func runProgram(h *host, path, code, env string, timeout time.Duration) (*result
 			errN += len(ev.Stderr.Text)
 			_, err := io.WriteString(os.Stderr, ev.Stderr.Text)
 			return err
+		case ev.Approval != nil:
+			// Not the program's stderr: a note from cyrnel on its own line.
+			a := ev.Approval
+			fmt.Fprintf(os.Stderr, "cyrnel: waiting on approval %s for %s.%s (cyrnel approvals approve|deny %s)\n", a.Id, a.ServiceId, a.ToolId, a.Id)
 		case ev.Exit != nil:
 			e := ev.Exit
 			res = &result{exitState: string(deref(e.ExitState)), reason: string(deref(e.Reason)), error: e.Error, stdout: e.Stdout, stderr: e.Stderr, output: e.Output}

@@ -121,10 +121,8 @@ func addService(ctx context.Context, h *host, in client.CreateServiceJSONRequest
 	if !s.Enabled {
 		fmt.Printf("not enabled yet: its config or secrets do not validate; set them with PUT /services/%s/config and /secrets, then PATCH {\"enabled\": true}\n", s.Id)
 	}
-	if s.Tools != nil {
-		return printTools(os.Stdout, *s.Tools)
-	}
-	return nil
+	// Listed anew: listings carry each tool's effective policy.
+	return listTools(ctx, h, client.ListToolsParams{ServiceId: &s.Id}, false)
 }
 
 func listServices(ctx context.Context, h *host) error {
@@ -142,9 +140,9 @@ func listServices(ctx context.Context, h *host) error {
 
 const toolsUsage = `Usage: cyrnel tools [flags] [QUERY]
 
-Lists the tools programs can call, or those whose id, name or description
-contains QUERY (case-insensitive). With --docs, prints each one's docs: how
-the active environment calls it.
+Lists the tools programs can call, or the ten most relevant to QUERY (words
+saying what to do), best first. With --docs, prints each one's docs: how the
+active environment calls it.
 
 Flags:
 `
@@ -173,6 +171,7 @@ func Tools(args []string, version string) error {
 	}
 	if len(rest) == 1 {
 		params.Q = &rest[0]
+		params.Limit = new(int64(10))
 	}
 	h, err := hf.connect("")
 	if err != nil {
@@ -182,14 +181,15 @@ func Tools(args []string, version string) error {
 }
 
 func listTools(ctx context.Context, h *host, params client.ListToolsParams, docs bool) error {
-	var tools []client.ToolSummary
+	var tools []client.ToolItem
 	for {
 		r, err := client.Check(h.api.ListToolsWithResponse(ctx, &params))
 		if err != nil {
 			return fmt.Errorf("list tools: %w", err)
 		}
 		tools = append(tools, r.JSON200.Items...)
-		if !r.JSON200.HasMore || r.JSON200.NextCursor == nil {
+		// A search is ranked: its first page holds the best matches.
+		if params.Q != nil || !r.JSON200.HasMore || r.JSON200.NextCursor == nil {
 			break
 		}
 		params.Cursor = r.JSON200.NextCursor
@@ -210,15 +210,15 @@ func listTools(ctx context.Context, h *host, params client.ListToolsParams, docs
 	return nil
 }
 
-func printTools(out io.Writer, tools []client.ToolSummary) error {
+func printTools(out io.Writer, tools []client.ToolItem) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "TOOL\tENABLED\tDESCRIPTION")
+	fmt.Fprintln(w, "TOOL\tENABLED\tPOLICY\tDESCRIPTION")
 	for _, t := range tools {
 		desc, _, _ := strings.Cut(strings.TrimSpace(t.Description), "\n")
 		if desc == "" {
 			desc = t.Name
 		}
-		fmt.Fprintf(w, "%s.%s\t%t\t%s\n", t.ServiceId, t.Id, t.Enabled, desc)
+		fmt.Fprintf(w, "%s.%s\t%t\t%s\t%s\n", t.ServiceId, t.Id, t.Enabled, t.Policy, desc)
 	}
 	return w.Flush()
 }

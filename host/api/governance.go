@@ -1,0 +1,198 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"net/http"
+	"strconv"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/cyrnel/cyrnel/host/approval"
+	"github.com/cyrnel/cyrnel/host/audit"
+	"github.com/cyrnel/cyrnel/host/policy"
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+type policyBody struct {
+	Body *policy.Set
+}
+
+type putPolicyInput struct {
+	Body policy.Set
+}
+
+type listApprovalsInput struct {
+	State  string `query:"state" enum:"pending,approved,denied,expired" doc:"Only approvals in this state."`
+	PID    int64  `query:"pid" minimum:"1" doc:"Only approvals of this process."`
+	Limit  int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
+	Cursor string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
+}
+
+type approvalList struct {
+	Body struct {
+		Items      []approval.Approval `json:"items" nullable:"false"`
+		NextCursor *string             `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
+		HasMore    bool                `json:"hasMore"`
+	}
+}
+
+type approvalPath struct {
+	ID string `path:"id" maxLength:"64" doc:"Approval id."`
+}
+
+type approvalBody struct {
+	Body *approval.Approval
+}
+
+type listToolCallsInput struct {
+	ServiceID string `query:"serviceId" maxLength:"64" doc:"Only calls of this service."`
+	ToolID    string `query:"toolId" maxLength:"200" doc:"Only calls of this tool."`
+	PID       int64  `query:"pid" minimum:"1" doc:"Only calls of this process."`
+	Outcome   string `query:"outcome" enum:"success,invalid,blocked,denied,upstream_error,transport_error" doc:"Only calls that ended so."`
+	Limit     int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
+	Cursor    string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
+}
+
+type processToolCallsInput struct {
+	PID     int64  `path:"pid" minimum:"1" doc:"Process id."`
+	Outcome string `query:"outcome" enum:"success,invalid,blocked,denied,upstream_error,transport_error" doc:"Only calls that ended so."`
+	Limit   int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
+	Cursor  string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
+}
+
+type toolCallList struct {
+	Body struct {
+		Items      []audit.Call `json:"items" nullable:"false"`
+		NextCursor *string      `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
+		HasMore    bool         `json:"hasMore"`
+	}
+}
+
+func badCursor(c string) error {
+	return huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{Location: "query.cursor", Message: "not a cursor from this API", Value: c})
+}
+
+func (s *server) registerGovernance(api huma.API) {
+	huma.Register(api, huma.Operation{
+		OperationID: "getToolPolicies", Method: http.MethodGet, Path: "/tool-policies", Tags: []string{"tools"},
+		Summary: "Get the tool policies",
+	}, func(ctx context.Context, _ *struct{}) (*policyBody, error) {
+		return &policyBody{s.Policies.Get()}, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "setToolPolicies", Method: http.MethodPut, Path: "/tool-policies", Tags: []string{"tools"},
+		Summary: "Replace the tool policies",
+		Description: "The whole ordered list at once: rules are globs on `serviceId.toolId`, tried in order, the first match deciding " +
+			"(`allow`, `ask`: the call waits on a human approval, `block`); calls no rule matches get `default`. " +
+			"An invalid list changes nothing. Hint: OpenAPI GET operations are read-only, so `allow` suits them where others `ask`.",
+	}, func(ctx context.Context, in *putPolicyInput) (*policyBody, error) {
+		set, err := s.Policies.Put(ctx, in.Body)
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		return &policyBody{set}, nil
+	})
+
+	tags := []string{"approvals"}
+	huma.Register(api, huma.Operation{
+		OperationID: "listApprovals", Method: http.MethodGet, Path: "/approvals", Tags: tags, Summary: "List approvals, newest first",
+	}, func(ctx context.Context, in *listApprovalsInput) (*approvalList, error) {
+		before, ok := decodeStringCursor(in.Cursor)
+		if !ok {
+			return nil, badCursor(in.Cursor)
+		}
+		items, more, err := s.Approvals.List(ctx, approval.ListInput{State: in.State, PID: in.PID, Before: before, Limit: in.Limit})
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		out := &approvalList{}
+		out.Body.Items, out.Body.HasMore = items, more
+		if more {
+			c := base64.RawURLEncoding.EncodeToString([]byte(items[len(items)-1].ID))
+			out.Body.NextCursor = &c
+		}
+		return out, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "getApproval", Method: http.MethodGet, Path: "/approvals/{id}", Tags: tags, Summary: "Get an approval",
+	}, func(ctx context.Context, in *approvalPath) (*approvalBody, error) {
+		a, err := s.Approvals.Get(ctx, in.ID)
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		return &approvalBody{a}, nil
+	})
+
+	for _, d := range []struct {
+		verb, id string
+		approve  bool
+	}{{"approve", "approveApproval", true}, {"deny", "denyApproval", false}} {
+		huma.Register(api, huma.Operation{
+			OperationID: d.id, Method: http.MethodPost, Path: "/approvals/{id}/" + d.verb, Tags: tags,
+			Summary: map[bool]string{true: "Approve: the waiting call goes ahead", false: "Deny: the waiting call raises ToolError"}[d.approve],
+			Errors:  []int{http.StatusNotFound, http.StatusConflict}, Description: "A decided or expired approval answers 409.",
+		}, func(ctx context.Context, in *approvalPath) (*approvalBody, error) {
+			a, err := s.Approvals.Decide(ctx, in.ID, d.approve)
+			if err != nil {
+				return nil, s.problem(err)
+			}
+			return &approvalBody{a}, nil
+		})
+	}
+
+	huma.Register(api, huma.Operation{
+		OperationID: "listToolCalls", Method: http.MethodGet, Path: "/tool-calls", Tags: []string{"tools"},
+		Summary: "The audit of tool calls, newest first",
+	}, func(ctx context.Context, in *listToolCallsInput) (*toolCallList, error) {
+		return s.toolCalls(ctx, in.Cursor, store.ToolCallFilter{ServiceID: in.ServiceID, ToolID: in.ToolID, PID: in.PID, Outcome: in.Outcome, Limit: in.Limit})
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "listProcessToolCalls", Method: http.MethodGet, Path: "/processes/{pid}/tool-calls", Tags: []string{"processes"},
+		Summary: "The tool calls of one process, newest first",
+	}, func(ctx context.Context, in *processToolCallsInput) (*toolCallList, error) {
+		if _, err := s.Processes.Get(ctx, in.PID); err != nil {
+			return nil, s.problem(err)
+		}
+		return s.toolCalls(ctx, in.Cursor, store.ToolCallFilter{PID: in.PID, Outcome: in.Outcome, Limit: in.Limit})
+	})
+}
+
+func (s *server) toolCalls(ctx context.Context, cursor string, f store.ToolCallFilter) (*toolCallList, error) {
+	before, ok := decodeStringCursor(cursor)
+	if !ok {
+		return nil, badCursor(cursor)
+	}
+	if before != "" {
+		id, err := strconv.ParseInt(before, 10, 64)
+		if err != nil || id < 1 {
+			return nil, badCursor(cursor)
+		}
+		f.BeforeID = id
+	}
+	items, more, err := s.Audit.List(ctx, s.AuditStore, f)
+	if err != nil {
+		return nil, s.problem(err)
+	}
+	out := &toolCallList{}
+	out.Body.Items, out.Body.HasMore = items, more
+	if more {
+		c := base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(items[len(items)-1].ID, 10)))
+		out.Body.NextCursor = &c
+	}
+	return out, nil
+}
+
+func decodeStringCursor(c string) (string, bool) {
+	if c == "" {
+		return "", true
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || len(b) == 0 {
+		return "", false
+	}
+	return string(b), true
+}

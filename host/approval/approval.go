@@ -1,0 +1,217 @@
+// Package approval holds the human approvals that ask-policy tool calls
+// wait on: one approval per call, decided once (approved, denied) or
+// expired when nobody decides in time, when the waiting call goes away, or
+// when the host that held it restarts.
+package approval
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// States of an approval.
+const (
+	Pending  = "pending"
+	Approved = "approved"
+	Denied   = "denied"
+	Expired  = "expired"
+)
+
+// Errors the API maps to statuses.
+var (
+	ErrNotFound = errors.New("approval not found")
+	ErrDecided  = errors.New("approval already decided")
+)
+
+// Approval is an approval as the API shows it.
+type Approval struct {
+	ID         string         `json:"id" doc:"Opaque id (apr_…)."`
+	State      string         `json:"state" enum:"pending,approved,denied,expired"`
+	PID        *int64         `json:"pid,omitempty" doc:"The process whose call waits; absent for calls from the API or MCP."`
+	ServiceID  string         `json:"serviceId"`
+	ToolID     string         `json:"toolId"`
+	Parameters map[string]any `json:"parameters" doc:"The call's parameters, secret-bearing fields redacted."`
+	CreatedAt  time.Time      `json:"createdAt"`
+	ExpiresAt  time.Time      `json:"expiresAt"`
+	DecidedAt  *time.Time     `json:"decidedAt,omitempty"`
+}
+
+func view(a *store.Approval) *Approval {
+	return &Approval{ID: a.ID, State: a.State, PID: a.PID, ServiceID: a.ServiceID, ToolID: a.ToolID, Parameters: a.Parameters,
+		CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, DecidedAt: a.DecidedAt}
+}
+
+// Store is what approvals need of the database.
+type Store interface {
+	InsertApproval(ctx context.Context, a *store.Approval) error
+	GetApproval(ctx context.Context, id string) (*store.Approval, error)
+	DecideApproval(ctx context.Context, id, state string, at time.Time) (bool, error)
+	ExpirePendingApprovals(ctx context.Context, at time.Time) (int64, error)
+	ListApprovals(ctx context.Context, f store.ApprovalFilter) ([]store.Approval, error)
+	PruneApprovals(ctx context.Context, before time.Time) error
+}
+
+// DefaultTTL is how long an approval waits for a decision.
+const DefaultTTL = 10 * time.Minute
+
+// Manager creates approvals and wakes the calls waiting on them.
+type Manager struct {
+	log *slog.Logger
+	st  Store
+	ttl time.Duration
+
+	mu      sync.Mutex
+	waiting map[string]chan string // by id: the decision, for the call waiting here
+}
+
+// New returns a manager whose approvals expire after ttl (0: DefaultTTL).
+func New(log *slog.Logger, st Store, ttl time.Duration) *Manager {
+	if ttl <= 0 {
+		ttl = DefaultTTL
+	}
+	return &Manager{log: log, st: st, ttl: ttl, waiting: map[string]chan string{}}
+}
+
+// Recover expires the approvals a previous host left pending: the calls
+// waiting on them ended with it. Decided approvals older than 30 days are
+// dropped, so the table stays bounded.
+func (m *Manager) Recover(ctx context.Context) error {
+	now := time.Now().UTC()
+	n, err := m.st.ExpirePendingApprovals(ctx, now)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		m.log.Warn("expired approvals left pending by a previous host", "count", n)
+	}
+	return m.st.PruneApprovals(ctx, now.Add(-30*24*time.Hour))
+}
+
+// Request is one call that needs a decision.
+type Request struct {
+	PID        *int64
+	ServiceID  string
+	ToolID     string
+	Parameters map[string]any // already redacted
+}
+
+// Wait creates an approval for req, calls created with it (to suspend the
+// process and tell its followers), and blocks until it is decided, expires
+// or ctx ends (then it is expired). It returns the final approval.
+func (m *Manager) Wait(ctx context.Context, req Request, created func(*Approval)) (*Approval, error) {
+	now := time.Now().UTC()
+	row := &store.Approval{ID: newID(now), State: Pending, PID: req.PID, ServiceID: req.ServiceID, ToolID: req.ToolID,
+		Parameters: req.Parameters, CreatedAt: now, ExpiresAt: now.Add(m.ttl)}
+	decided := make(chan string, 1)
+	m.mu.Lock()
+	m.waiting[row.ID] = decided
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.waiting, row.ID)
+		m.mu.Unlock()
+	}()
+	if err := m.st.InsertApproval(context.WithoutCancel(ctx), row); err != nil {
+		return nil, err
+	}
+	created(view(row))
+	timer := time.NewTimer(m.ttl)
+	defer timer.Stop()
+	select {
+	case <-decided:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	// Expire it unless a decision got there first; the compare-and-set in
+	// the database settles the race.
+	at := time.Now().UTC()
+	if _, err := m.st.DecideApproval(context.WithoutCancel(ctx), row.ID, Expired, at); err != nil {
+		return nil, err
+	}
+	final, err := m.st.GetApproval(context.WithoutCancel(ctx), row.ID)
+	if err != nil {
+		return nil, err
+	}
+	return view(final), nil
+}
+
+// Decide approves or denies a pending approval and wakes its call.
+func (m *Manager) Decide(ctx context.Context, id string, approve bool) (*Approval, error) {
+	state := Denied
+	if approve {
+		state = Approved
+	}
+	ok, err := m.st.DecideApproval(ctx, id, state, time.Now().UTC())
+	if err != nil {
+		return nil, err
+	}
+	a, err := m.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("approval %s is %s: %w", id, a.State, ErrDecided)
+	}
+	m.mu.Lock()
+	if ch := m.waiting[id]; ch != nil {
+		select {
+		case ch <- state:
+		default:
+		}
+	}
+	m.mu.Unlock()
+	return a, nil
+}
+
+// Get returns one approval.
+func (m *Manager) Get(ctx context.Context, id string) (*Approval, error) {
+	a, err := m.st.GetApproval(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("approval %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return view(a), nil
+}
+
+// ListInput filters and pages approvals.
+type ListInput struct {
+	State  string
+	PID    int64
+	Before string
+	Limit  int
+}
+
+// List returns approvals, newest first; more says whether more follow.
+func (m *Manager) List(ctx context.Context, in ListInput) ([]Approval, bool, error) {
+	rows, err := m.st.ListApprovals(ctx, store.ApprovalFilter{State: in.State, PID: in.PID, Before: in.Before, Limit: in.Limit + 1})
+	if err != nil {
+		return nil, false, err
+	}
+	more := len(rows) > in.Limit
+	if more {
+		rows = rows[:in.Limit]
+	}
+	out := make([]Approval, 0, len(rows))
+	for i := range rows {
+		out = append(out, *view(&rows[i]))
+	}
+	return out, more, nil
+}
+
+// newID makes an id that sorts by creation time (newest-first listings
+// page on it) and cannot be guessed.
+func newID(t time.Time) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("apr_%016x%s", t.UnixNano(), hex.EncodeToString(b[:]))
+}

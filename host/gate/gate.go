@@ -1,0 +1,162 @@
+// Package gate governs tool calls: every call, from code, the API or MCP,
+// passes the policy, waits on a human approval when the policy asks for
+// one, is made, and is audited with its outcome.
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/approval"
+	"github.com/cyrnel/cyrnel/host/audit"
+	"github.com/cyrnel/cyrnel/host/policy"
+	"github.com/cyrnel/cyrnel/host/schema"
+	"github.com/cyrnel/cyrnel/host/services"
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// Errors the API maps to 403.
+var (
+	// ErrBlocked: a policy blocks the tool.
+	ErrBlocked = errors.New("blocked by tool policy")
+	// ErrDenied: the approval the call needed was denied or expired.
+	ErrDenied = errors.New("not approved")
+	// ErrNeedsApproval: the policy asks for an approval, which only calls
+	// from code can wait for.
+	ErrNeedsApproval = errors.New("needs approval")
+)
+
+// Source says where a call comes from. Calls of programs MCP runs are
+// calls from code.
+type Source string
+
+const (
+	FromCode Source = "code"
+	FromAPI  Source = "api"
+)
+
+// Invoker makes the call: the services manager.
+type Invoker interface {
+	Invoke(ctx context.Context, in module.InvokeInput) (any, error)
+}
+
+// Processes are told about suspensions: the process manager.
+type Processes interface {
+	Suspend(pid int64, approval any) (resume func())
+}
+
+// Recorder takes audit records: the audit writer.
+type Recorder interface {
+	Record(ctx context.Context, c store.ToolCall)
+}
+
+// Approvals wait on human decisions.
+type Approvals interface {
+	Wait(ctx context.Context, req approval.Request, created func(*approval.Approval)) (*approval.Approval, error)
+}
+
+// Gate is the one path of tool calls.
+type Gate struct {
+	Policies  *policy.Engine
+	Approvals Approvals
+	Audit     Recorder
+	Processes Processes
+	Tools     Invoker
+}
+
+// Invoke makes a call from src. in.EID names the calling process (0: none).
+func (g *Gate) Invoke(ctx context.Context, src Source, in module.InvokeInput) (any, error) {
+	start := time.Now()
+	rec := store.ToolCall{At: start.UTC(), ServiceID: in.ServiceID, ToolID: in.ToolID, Source: string(src)}
+	if in.EID > 0 {
+		pid := in.EID
+		rec.PID = &pid
+	}
+	decision := g.Policies.Decide(in.ServiceID, in.ToolID)
+	rec.Policy = string(decision)
+	// Redacted once, up front: the record and the approval carry the same
+	// copy and the adapter keeps the original.
+	rec.Parameters = audit.Redact(in.Parameters)
+	res, err := g.call(ctx, src, in, decision, &rec)
+	rec.DurationMs = float64(time.Since(start).Microseconds()) / 1000
+	rec.Outcome, rec.Status = outcome(res, err)
+	// The record must be queued even when the call's context ended (a kill
+	// while suspended is exactly what the audit is for).
+	g.Audit.Record(context.WithoutCancel(ctx), rec)
+	return res, err
+}
+
+func (g *Gate) call(ctx context.Context, src Source, in module.InvokeInput, decision policy.Decision, rec *store.ToolCall) (any, error) {
+	switch decision {
+	case policy.Block:
+		return nil, &module.ToolError{Code: module.ToolBlocked,
+			Err: fmt.Errorf("tool %s.%s is blocked by the tool policy: %w", in.ServiceID, in.ToolID, ErrBlocked)}
+	case policy.Ask:
+		if src != FromCode || in.EID <= 0 {
+			return nil, &module.ToolError{Code: module.ToolBlocked,
+				Err: fmt.Errorf("tool %s.%s needs a human approval (tool policy ask); call it from code, where the call waits for one: %w",
+					in.ServiceID, in.ToolID, ErrNeedsApproval)}
+		}
+		a, err := g.approve(ctx, in, rec.Parameters)
+		if a != nil {
+			id := a.ID
+			rec.ApprovalID = &id
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return g.Tools.Invoke(ctx, in)
+}
+
+// approve suspends the process (and its timeout) until the approval is
+// decided.
+func (g *Gate) approve(ctx context.Context, in module.InvokeInput, params map[string]any) (*approval.Approval, error) {
+	var resume, resumeClock func()
+	pid := in.EID
+	a, err := g.Approvals.Wait(ctx, approval.Request{PID: &pid, ServiceID: in.ServiceID, ToolID: in.ToolID, Parameters: params},
+		func(a *approval.Approval) {
+			resumeClock = module.Pause(ctx)
+			resume = g.Processes.Suspend(pid, a)
+		})
+	if resume != nil {
+		resume()
+		resumeClock()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("approval for %s.%s: %w", in.ServiceID, in.ToolID, err)
+	}
+	if a.State != approval.Approved {
+		return a, &module.ToolError{Code: module.ToolDenied,
+			Err: fmt.Errorf("tool %s.%s was not approved (approval %s %s): %w", in.ServiceID, in.ToolID, a.ID, a.State, ErrDenied)}
+	}
+	return a, nil
+}
+
+// outcome classifies a finished call for the audit.
+func outcome(res any, err error) (string, *int) {
+	var fe *schema.FieldError
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrBlocked):
+		return audit.Blocked, nil
+	case errors.Is(err, ErrDenied), errors.Is(err, ErrNeedsApproval):
+		return audit.Denied, nil
+	case errors.As(err, &fe), errors.Is(err, services.ErrNotFound), errors.Is(err, services.ErrUnavailable):
+		return audit.Invalid, nil
+	default:
+		return audit.TransportError, nil
+	}
+	if m, ok := res.(map[string]any); ok {
+		if s, ok := m["status"].(int); ok {
+			if s >= 400 {
+				return audit.UpstreamError, &s
+			}
+			return audit.Success, &s
+		}
+	}
+	return audit.Success, nil
+}

@@ -1,0 +1,147 @@
+// Package policy decides whether a tool may be called: ordered rules
+// {pattern, decision} matched against "serviceId.toolId", the first match
+// winning, and a default for calls no rule matches. The rules are replaced
+// as a whole and persisted as one host setting.
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"sync/atomic"
+
+	"github.com/cyrnel/cyrnel/host/schema"
+)
+
+// Decision is what a policy says about a call.
+type Decision string
+
+const (
+	Allow Decision = "allow"
+	Ask   Decision = "ask"
+	Block Decision = "block"
+)
+
+// Valid reports whether d is one of the three decisions.
+func (d Decision) Valid() bool { return d == Allow || d == Ask || d == Block }
+
+// Rule matches tools by a glob on "serviceId.toolId" (path.Match syntax:
+// *, ?, [...]; ids hold no '/', so * spans the whole key).
+type Rule struct {
+	Pattern  string   `json:"pattern" minLength:"1" maxLength:"200" doc:"Glob on serviceId.toolId, e.g. github.* or *.delete*."`
+	Decision Decision `json:"decision" enum:"allow,ask,block" doc:"What a matching call gets."`
+}
+
+// Set is the whole policy: rules in order, then the default.
+type Set struct {
+	Default Decision `json:"default" enum:"allow,ask,block" doc:"The decision when no rule matches."`
+	Rules   []Rule   `json:"rules" nullable:"false" maxItems:"1000" doc:"Tried in order; the first match wins."`
+}
+
+// MaxRules bounds a policy set.
+const MaxRules = 1000
+
+// Validate checks every rule, naming the failing field under prefix
+// (body.rules[2].pattern).
+func (s *Set) Validate(prefix string) error {
+	if !s.Default.Valid() {
+		return &schema.FieldError{Field: prefix + ".default", Message: "must be allow, ask or block"}
+	}
+	if len(s.Rules) > MaxRules {
+		return &schema.FieldError{Field: prefix + ".rules", Message: fmt.Sprintf("at most %d rules", MaxRules)}
+	}
+	for i, r := range s.Rules {
+		if r.Pattern == "" {
+			return &schema.FieldError{Field: fmt.Sprintf("%s.rules[%d].pattern", prefix, i), Message: "must not be empty"}
+		}
+		if _, err := path.Match(r.Pattern, ""); err != nil {
+			return &schema.FieldError{Field: fmt.Sprintf("%s.rules[%d].pattern", prefix, i), Message: "not a valid glob: " + err.Error()}
+		}
+		if !r.Decision.Valid() {
+			return &schema.FieldError{Field: fmt.Sprintf("%s.rules[%d].decision", prefix, i), Message: "must be allow, ask or block"}
+		}
+	}
+	return nil
+}
+
+// Decide returns the decision for a tool.
+func (s *Set) Decide(serviceID, toolID string) Decision {
+	key := serviceID + "." + toolID
+	for _, r := range s.Rules {
+		// Patterns were validated on the way in, so Match cannot fail.
+		if ok, _ := path.Match(r.Pattern, key); ok {
+			return r.Decision
+		}
+	}
+	return s.Default
+}
+
+// Settings persist the set.
+type Settings interface {
+	Setting(ctx context.Context, key string) (string, bool, error)
+	SetSetting(ctx context.Context, key, value string) error
+}
+
+const settingKey = "tool-policies"
+
+// Engine holds the current set; reads never block.
+type Engine struct {
+	st  Settings
+	cur atomic.Pointer[Set]
+}
+
+// Load reads the stored set; with none stored, the default is def (empty:
+// allow) and there are no rules.
+func Load(ctx context.Context, st Settings, def Decision) (*Engine, error) {
+	if def == "" {
+		def = Allow
+	}
+	if !def.Valid() {
+		return nil, fmt.Errorf("default tool policy %q: must be allow, ask or block", def)
+	}
+	e := &Engine{st: st}
+	set := &Set{Default: def, Rules: []Rule{}}
+	raw, ok, err := st.Setting(ctx, settingKey)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		if err := json.Unmarshal([]byte(raw), set); err != nil {
+			return nil, fmt.Errorf("stored tool policies: %w", err)
+		}
+		if err := set.Validate("tool-policies"); err != nil {
+			return nil, fmt.Errorf("stored tool policies: %w", err)
+		}
+	}
+	e.cur.Store(set)
+	return e, nil
+}
+
+// Get returns the current set (callers must not modify it).
+func (e *Engine) Get() *Set { return e.cur.Load() }
+
+// Decide returns the current decision for a tool.
+func (e *Engine) Decide(serviceID, toolID string) Decision {
+	return e.cur.Load().Decide(serviceID, toolID)
+}
+
+// Put validates, persists and then swaps in a new set, so a call sees the
+// old set or the new one, never a mix.
+func (e *Engine) Put(ctx context.Context, s Set) (*Set, error) {
+	if s.Rules == nil {
+		s.Rules = []Rule{}
+	}
+	if err := s.Validate("body"); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("encode tool policies: %w", err)
+	}
+	if err := e.st.SetSetting(ctx, settingKey, string(b)); err != nil {
+		return nil, err
+	}
+	e.cur.Store(&s)
+	return &s, nil
+}

@@ -1,0 +1,191 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// Approval is a row of the approvals table.
+type Approval struct {
+	bun.BaseModel `bun:"table:approvals"`
+	ID            string         `bun:"id,pk"`
+	State         string         `bun:"state,notnull"`
+	PID           *int64         `bun:"pid"`
+	ServiceID     string         `bun:"service_id,notnull"`
+	ToolID        string         `bun:"tool_id,notnull"`
+	Parameters    map[string]any `bun:"parameters,type:text,notnull"`
+	CreatedAt     time.Time      `bun:"created_at,notnull"`
+	ExpiresAt     time.Time      `bun:"expires_at,notnull"`
+	DecidedAt     *time.Time     `bun:"decided_at"`
+}
+
+// InsertApproval stores a new approval.
+func (s *Store) InsertApproval(ctx context.Context, a *Approval) error {
+	if _, err := s.DB.NewInsert().Model(a).Exec(ctx); err != nil {
+		return fmt.Errorf("insert approval: %w", err)
+	}
+	return nil
+}
+
+// GetApproval reads one approval.
+func (s *Store) GetApproval(ctx context.Context, id string) (*Approval, error) {
+	a := new(Approval)
+	err := s.DB.NewSelect().Model(a).Where("id = ?", id).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("approval %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get approval %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// DecideApproval moves a pending approval to state; false when it was not
+// pending (decided already, or unknown).
+func (s *Store) DecideApproval(ctx context.Context, id, state string, at time.Time) (bool, error) {
+	res, err := s.DB.NewUpdate().Model((*Approval)(nil)).Set("state = ?", state).Set("decided_at = ?", at).
+		Where("id = ?", id).Where("state = 'pending'").Exec(ctx)
+	if err != nil {
+		return false, fmt.Errorf("decide approval %s: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// ExpirePendingApprovals expires every pending approval (at start-up: the
+// calls that waited on them ended with the previous host).
+func (s *Store) ExpirePendingApprovals(ctx context.Context, at time.Time) (int64, error) {
+	res, err := s.DB.NewUpdate().Model((*Approval)(nil)).Set("state = 'expired'").Set("decided_at = ?", at).
+		Where("state = 'pending'").Exec(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("expire approvals: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+// ApprovalFilter selects approvals, newest first.
+type ApprovalFilter struct {
+	State  string
+	PID    int64
+	Before string // id of the last item of the previous page
+	Limit  int
+}
+
+// ListApprovals lists approvals, newest first (ids sort by creation).
+func (s *Store) ListApprovals(ctx context.Context, f ApprovalFilter) ([]Approval, error) {
+	var out []Approval
+	q := s.DB.NewSelect().Model(&out).Order("id DESC").Limit(int64(f.Limit))
+	if f.State != "" {
+		q = q.Where("state = ?", f.State)
+	}
+	if f.PID > 0 {
+		q = q.Where("pid = ?", f.PID)
+	}
+	if f.Before != "" {
+		q = q.Where("id < ?", f.Before)
+	}
+	if err := q.Scan(ctx); err != nil {
+		return nil, fmt.Errorf("list approvals: %w", err)
+	}
+	return out, nil
+}
+
+// PruneApprovals deletes decided approvals older than before.
+func (s *Store) PruneApprovals(ctx context.Context, before time.Time) error {
+	_, err := s.DB.NewDelete().Model((*Approval)(nil)).Where("state <> 'pending'").Where("created_at < ?", before).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("prune approvals: %w", err)
+	}
+	return nil
+}
+
+// ToolCall is a row of the tool_calls table: the audit.
+type ToolCall struct {
+	bun.BaseModel `bun:"table:tool_calls"`
+	ID            int64          `bun:"id,pk,autoincrement"`
+	At            time.Time      `bun:"at,notnull"`
+	PID           *int64         `bun:"pid"`
+	ServiceID     string         `bun:"service_id,notnull"`
+	ToolID        string         `bun:"tool_id,notnull"`
+	Policy        string         `bun:"policy,notnull"`
+	ApprovalID    *string        `bun:"approval_id"`
+	Outcome       string         `bun:"outcome,notnull"`
+	Status        *int           `bun:"status"`
+	DurationMs    float64        `bun:"duration_ms,notnull"`
+	Parameters    map[string]any `bun:"parameters,type:text,notnull"`
+	Source        string         `bun:"source,notnull"`
+}
+
+// InsertToolCalls stores a batch of audit records in one statement.
+func (s *Store) InsertToolCalls(ctx context.Context, calls []ToolCall) error {
+	if len(calls) == 0 {
+		return nil
+	}
+	// No RETURNING of the ids: nobody reads them back, and without it the
+	// insert is a plain statement rather than a query with rows to scan.
+	if _, err := s.DB.NewInsert().Model(&calls).Returning("NULL").Exec(ctx); err != nil {
+		return fmt.Errorf("insert tool calls: %w", err)
+	}
+	return nil
+}
+
+// ToolCallFilter selects audit records, newest first.
+type ToolCallFilter struct {
+	ServiceID, ToolID, Outcome string
+	PID                        int64
+	BeforeID                   int64
+	Limit                      int
+}
+
+// ListToolCalls lists audit records, newest first.
+func (s *Store) ListToolCalls(ctx context.Context, f ToolCallFilter) ([]ToolCall, error) {
+	var out []ToolCall
+	q := s.DB.NewSelect().Model(&out).Order("id DESC").Limit(int64(f.Limit))
+	if f.ServiceID != "" {
+		q = q.Where("service_id = ?", f.ServiceID)
+	}
+	if f.ToolID != "" {
+		q = q.Where("tool_id = ?", f.ToolID)
+	}
+	if f.Outcome != "" {
+		q = q.Where("outcome = ?", f.Outcome)
+	}
+	if f.PID > 0 {
+		q = q.Where("pid = ?", f.PID)
+	}
+	if f.BeforeID > 0 {
+		q = q.Where("id < ?", f.BeforeID)
+	}
+	if err := q.Scan(ctx); err != nil {
+		return nil, fmt.Errorf("list tool calls: %w", err)
+	}
+	return out, nil
+}
+
+// PruneToolCalls keeps at most keep records (the newest) and none older
+// than before (zero: no age bound).
+func (s *Store) PruneToolCalls(ctx context.Context, keep int64, before time.Time) error {
+	if keep > 0 {
+		var cut int64
+		err := s.DB.NewSelect().Model((*ToolCall)(nil)).Column("id").Order("id DESC").Offset(keep).Limit(1).Scan(ctx, &cut)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("prune tool calls: %w", err)
+		}
+		if cut > 0 {
+			if _, err := s.DB.NewDelete().Model((*ToolCall)(nil)).Where("id <= ?", cut).Exec(ctx); err != nil {
+				return fmt.Errorf("prune tool calls: %w", err)
+			}
+		}
+	}
+	if !before.IsZero() {
+		if _, err := s.DB.NewDelete().Model((*ToolCall)(nil)).Where("at < ?", before).Exec(ctx); err != nil {
+			return fmt.Errorf("prune tool calls: %w", err)
+		}
+	}
+	return nil
+}
