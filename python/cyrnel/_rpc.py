@@ -61,7 +61,7 @@ class Connection:
         # Called on the reader thread when the host asks to stop the running
         # program: the main thread is busy running it, so the queue would
         # only be read after the program ends.
-        self.on_cancel: Callable[[], None] | None = None
+        self.on_cancel: Callable[[Any], None] | None = None
         self._thread = threading.Thread(target=self._read_loop, name="cyrnel-rpc", daemon=True)
 
     def start(self) -> None:
@@ -139,8 +139,9 @@ class Connection:
                 if not isinstance(msg, dict):
                     continue
                 if msg.get("method") == "cancel" and "id" not in msg:
-                    if self.on_cancel is not None:
-                        self.on_cancel()
+                    params = msg.get("params")
+                    if self.on_cancel is not None and isinstance(params, dict):
+                        self.on_cancel(params.get("eid"))
                 elif "method" in msg:
                     self.requests.put(msg)
                 else:

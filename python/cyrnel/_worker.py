@@ -98,7 +98,11 @@ class _State:
     def __init__(self) -> None:
         self.scope: dict[str, Any] | None = None  # kept across executions in a session
         self.executing = False
+        self.eid: Any = None  # the execution being run
         self.cancelled = False  # the host asked to stop the running program
+        # The last execution the host asked to stop: its cancel can arrive
+        # before the main thread has started it.
+        self.cancel_eid: Any = None
 
 
 _state = _State()
@@ -215,8 +219,9 @@ def _serve_session(conn: _rpc.Connection) -> None:
     os.chdir("workspace")
     main = threading.get_ident()  # called on the main thread
 
-    def on_cancel() -> None:
-        if _state.executing:
+    def on_cancel(eid: Any) -> None:
+        _state.cancel_eid = eid
+        if _state.executing and _state.eid == eid:
             _state.cancelled = True
             signal.pthread_kill(main, signal.SIGINT)
 
@@ -274,8 +279,13 @@ def main(preload: list[str] | tuple[str, ...] = ()) -> None:
         if method == "execute":
             params = msg.get("params") or {}
             _state.cancelled = False
+            _state.eid = params.get("eid")
             _state.executing = True
-            result = run(params.get("code", ""))
+            if session and _state.cancel_eid == _state.eid:
+                _state.executing = False  # stopped before it started
+                result: dict[str, Any] = {"status": "stopped"}
+            else:
+                result = run(params.get("code", ""))
             if not session:
                 _release_output()
             conn.reply(req_id, result)
