@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // dataSciencePython is Debian's interpreter with numpy, pandas and
@@ -316,5 +318,53 @@ func TestSessionLifecycle(t *testing.T) {
 	}
 	if st, _ := h.do("POST", "/sessions", map[string]any{}, &prob); st != http.StatusUnprocessableEntity || prob.Errors[0].Location != "body.module" {
 		t.Fatalf("typescript session: %d %+v", st, prob)
+	}
+}
+
+// TestDataScienceSessionOverMCP: the same agent through MCP: create_session,
+// state kept between run_code calls, the DataFrame as text, the figure as
+// image content, end_session, then a run in the ended session fails.
+func TestDataScienceSessionOverMCP(t *testing.T) {
+	t.Parallel()
+	py := dataSciencePython(t)
+	h := start(t, "", "CYRNEL_PYTHON="+py)
+	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"preload": []string{"asyncio", "pandas"}}, nil); st != http.StatusOK {
+		t.Fatalf("preload pandas: %d", st)
+	}
+	s := mcpSession(t, h)
+	created := structured[struct {
+		Session string `json:"session"`
+	}](t, call(t, s, "create_session", map[string]any{}))
+	if !strings.HasPrefix(created.Session, "ses_") {
+		t.Fatalf("create_session: %+v", created)
+	}
+	r := call(t, s, "run_code", map[string]any{"session": created.Session, "code": "import pandas as pd\ndf = pd.DataFrame({'city': ['Paris', 'Lyon', 'Paris'], 'sales': [3, 4, 5]})"})
+	if out := structured[runResult](t, r); out.ExitState != "success" {
+		t.Fatalf("run 1: %+v", out)
+	}
+	r = call(t, s, "run_code", map[string]any{"session": created.Session, "code": "df.groupby('city').sum()"})
+	if out := structured[runResult](t, r); out.ExitState != "success" || !strings.Contains(textOf(r), "result: ") || !strings.Contains(textOf(r), "Paris") {
+		t.Fatalf("run 2: %+v %q", out, textOf(r))
+	}
+	r = call(t, s, "run_code", map[string]any{"session": created.Session, "code": "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot(df['sales'])"})
+	var images int
+	for _, c := range r.Content {
+		if img, ok := c.(*mcp.ImageContent); ok {
+			if _, err := png.Decode(bytes.NewReader(img.Data)); err != nil || img.MIMEType != "image/png" {
+				t.Fatalf("image content %s: %v", img.MIMEType, err)
+			}
+			images++
+		}
+	}
+	if images != 1 {
+		t.Fatalf("run 3: %d images, %q", images, textOf(r))
+	}
+	call(t, s, "end_session", map[string]any{"session": created.Session})
+	r, err := s.CallTool(deadline(t), &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"session": created.Session, "code": "1"}})
+	if err == nil && !r.IsError {
+		t.Fatalf("run in an ended session: %q", textOf(r))
+	}
+	if err == nil && !strings.Contains(textOf(r), "ended") {
+		t.Fatalf("run in an ended session: %q", textOf(r))
 	}
 }

@@ -202,7 +202,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err = reg.Start(ctx, &bindings{Manager: procs, tools: svcs, gate: g}, cfg.Environment); err != nil {
 		return nil, err
 	}
-	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}})
+	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}, Sessions: sessions})
 	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, Sessions: sessions, MCP: mcpHandler,
 		Policies: policies, Approvals: approvals, Audit: auditor, AuditStore: st, Gate: g})
 	// The console's assets and the API reference sit in front of the API
