@@ -45,8 +45,8 @@ type Deps struct {
 	Processes *process.Manager
 	Modules   *modules.Registry
 	Services  *services.Manager
-	Sessions  *session.Manager // nil: no session routes
-	MCP       http.Handler     // the MCP endpoint, mounted at /mcp when set
+	Sessions  *session.Manager
+	MCP       http.Handler // the MCP endpoint, mounted at /mcp when set
 	// Tool governance: policies, approvals, the audit and the gate every
 	// tool call passes.
 	Policies   *policy.Engine
@@ -87,10 +87,8 @@ func New(d Deps) (http.Handler, huma.API) {
 	s.registerSettings(api, "/services", "Service", " (the adapter is given the new state).", d.Services)
 	s.registerTools(api)
 	s.registerGovernance(api)
-	if d.Sessions != nil {
-		s.registerSessions(api)
-		s.registerSessionFiles(api)
-	}
+	s.registerSessions(api)
+	s.registerSessionFiles(api)
 	if d.MCP != nil {
 		r.Handle("/mcp", d.MCP)
 	}
