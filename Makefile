@@ -153,6 +153,12 @@ bench: deps ## run the benchmarks: medians and ratios against baselines measured
 	$(GO) test -run '^$$' -bench Import -benchtime 3x -count 1 -timeout 30m ./host/adapters/openapi
 	@echo "== through the HTTP API, against the real binary"
 	$(GO) test -run '^$$' -bench 'WarmExecutionVsSpawn|TypeScriptExecution|ToolCall|Preload' -benchtime 100x -count 1 ./tests
+	@echo "== sessions: an execution in a ready session through HTTP beside a Jupyter kernel's execute round trip"
+	@if ! /usr/bin/python3 -c 'import ipykernel, jupyter_client' >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-ipykernel python3-jupyter-client) >/dev/null 2>&1 || true; fi
+	@why=""; /usr/bin/python3 -c 'import ipykernel, jupyter_client' >/dev/null 2>&1 || \
+		why="no Jupyter kernel: Debian's python3-ipykernel and python3-jupyter-client could not be installed (needs apt-get and root)"; \
+	CYRNEL_TEST_NO_JUPYTER="$${CYRNEL_TEST_NO_JUPYTER:-$$why}" $(GO) test -run '^$$' -bench 'SessionExecution' -benchtime 200x -count 1 ./tests
 	@echo "== load: throughput with 8 clients, host memory over 10 000 executions"
 	$(GO) test -run '^$$' -bench 'Throughput|HostMemory' -benchtime 1x -count 1 -timeout 30m ./tests
 
