@@ -368,3 +368,51 @@ func TestDataScienceSessionOverMCP(t *testing.T) {
 		t.Fatalf("run in an ended session: %q", textOf(r))
 	}
 }
+
+// TestOneShotFiles: input files land in a fresh workspace, what the program
+// leaves there is kept with the process and deleted with it; bad paths are
+// 422 naming the field; a one-shot cannot see another's files.
+func TestOneShotFiles(t *testing.T) {
+	t.Parallel()
+	h := start(t, "")
+	p := h.run("import os\nrows = open('in/data.csv').read().splitlines()\nos.makedirs('out')\n"+
+		"open('out/count.txt', 'w').write(str(len(rows)))\nprint(sorted(os.listdir('.')))",
+		map[string]any{"files": []map[string]any{{"path": "in/data.csv", "content": base64.StdEncoding.EncodeToString([]byte("a\nb\nc\n"))}}})
+	if p.exit() != "success" || p.Stdout != "['in', 'out']\n" {
+		t.Fatalf("run: %s %q %s", p.exit(), p.Stdout, p.Stderr)
+	}
+	var files struct {
+		Items []struct {
+			Path string `json:"path"`
+			Size int64  `json:"size"`
+		} `json:"items"`
+	}
+	h.do("GET", fmt.Sprintf("/processes/%d/files", p.PID), nil, &files)
+	if len(files.Items) != 2 || files.Items[0].Path != "in/data.csv" || files.Items[1].Path != "out/count.txt" || files.Items[1].Size != 1 {
+		t.Fatalf("files: %+v", files.Items)
+	}
+	st, hdr, b := h.raw("GET", fmt.Sprintf("/processes/%d/files/out%%2Fcount.txt", p.PID), "", nil)
+	if st != http.StatusOK || string(b) != "3" || !strings.HasPrefix(hdr.Get("Content-Type"), "text/plain") {
+		t.Fatalf("count.txt: %d %s %q", st, hdr.Get("Content-Type"), b)
+	}
+	// A fresh workspace each time: the next program sees nothing.
+	if q := h.run("import os\nprint(os.listdir('.'))", nil); q.Stdout != "[]\n" {
+		t.Fatalf("fresh workspace: %q %s", q.Stdout, q.Stderr)
+	}
+	for i, bad := range []string{"../x", "/etc/passwd", "a//b", "."} {
+		var prob problem
+		st, _ := h.do("POST", "/processes", map[string]any{"code": "1", "files": []map[string]any{{"path": "ok.txt", "content": "eA=="}, {"path": bad, "content": "eA=="}}}, &prob)
+		if st != http.StatusUnprocessableEntity || len(prob.Errors) == 0 || prob.Errors[0].Location != "body.files[1].path" {
+			t.Fatalf("%d %q: %d %+v", i, bad, st, prob)
+		}
+	}
+	if st, _, _ := h.raw("GET", fmt.Sprintf("/processes/%d/files/..%%2Fx", p.PID), "", nil); st != http.StatusUnprocessableEntity {
+		t.Fatalf("GET ../x: %d", st)
+	}
+	if st, _ := h.do("DELETE", fmt.Sprintf("/processes/%d", p.PID), nil, nil); st != http.StatusNoContent {
+		t.Fatalf("delete: %d", st)
+	}
+	if st, _, _ := h.raw("GET", fmt.Sprintf("/processes/%d/files/out%%2Fcount.txt", p.PID), "", nil); st != http.StatusNotFound {
+		t.Fatalf("file of a deleted process: %d", st)
+	}
+}

@@ -26,6 +26,13 @@ type DisplaySink interface {
 	EmitDisplay(eid int64, d Display)
 }
 
+// FileSink receives the files a one-shot program left in its workspace;
+// bindings without it drop them. The runtime is untrusted: the sink caps
+// what it keeps.
+type FileSink interface {
+	EmitFile(eid int64, path string, data []byte)
+}
+
 // Session is one worker that serves many executions, one at a time, keeping
 // the runtime's state between them (a session's interpreter). Its owner
 // runs executions in it and closes it.

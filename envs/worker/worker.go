@@ -284,6 +284,21 @@ func (w *Worker) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Re
 		}
 		sink.EmitDisplay(e.eid, p)
 		return
+	case "file":
+		e := w.cur.Load()
+		sink, ok := FileSink(nil), false
+		if e != nil {
+			sink, ok = e.b.(FileSink)
+		}
+		var p struct {
+			Path string `json:"path"`
+			Data []byte `json:"data"`
+		}
+		if !ok || req.Params == nil || json.Unmarshal(*req.Params, &p) != nil || p.Path == "" {
+			return
+		}
+		sink.EmitFile(e.eid, p.Path, p.Data)
+		return
 	}
 	if req.Notif {
 		return

@@ -181,7 +181,7 @@ func (s *server) problem(err error) error {
 		return huma.Error422UnprocessableEntity(err.Error(), &huma.ErrorDetail{Location: "body", Message: err.Error()})
 	case errors.Is(err, modules.ErrNoEnvironment), errors.Is(err, control.ErrStopped):
 		return huma.Error503ServiceUnavailable(err.Error())
-	case errors.Is(err, session.ErrNotFound), errors.Is(err, session.ErrFileNotFound):
+	case errors.Is(err, session.ErrNotFound), errors.Is(err, session.ErrFileNotFound), errors.Is(err, process.ErrFileNotFound):
 		return huma.Error404NotFound(err.Error())
 	case errors.Is(err, session.ErrEnded):
 		return huma.Error409Conflict(err.Error())

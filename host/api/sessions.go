@@ -138,6 +138,14 @@ func (s *server) registerSessions(api huma.API) {
 	})
 }
 
+// contentType is a file's by its extension.
+func contentType(p string) string {
+	if ct := mime.TypeByExtension(path.Ext(p)); ct != "" {
+		return ct
+	}
+	return "application/octet-stream"
+}
+
 func decodeSessionCursor(c string) (time.Time, string, bool) {
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
@@ -208,11 +216,7 @@ func (s *server) registerSessionFiles(api huma.API) {
 		if err != nil {
 			return nil, s.problem(err)
 		}
-		ct := mime.TypeByExtension(path.Ext(in.Path))
-		if ct == "" {
-			ct = "application/octet-stream"
-		}
-		return &fileBody{ContentType: ct, Body: data}, nil
+		return &fileBody{ContentType: contentType(in.Path), Body: data}, nil
 	})
 
 	huma.Register(api, huma.Operation{

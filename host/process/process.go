@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/host/schema"
+	"github.com/cyrnel/cyrnel/host/workspace"
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/store"
@@ -196,6 +197,46 @@ type CreateInput struct {
 	// Session: run in this session (its interpreter keeps state) instead
 	// of a fresh interpreter.
 	Session string
+	// Files are placed in the workspace of the execution Create starts
+	// (with Autorun): at most MaxInputFiles, MaxFileBytes together.
+	Files []module.File
+}
+
+// Caps of a process's files: the inputs of one execution, and the outputs
+// it leaves in its workspace, each.
+const (
+	MaxInputFiles = 20
+	MaxFileBytes  = 8 << 20
+)
+
+// checkFiles validates a process's input files.
+func checkFiles(files []module.File, autorun bool) error {
+	if len(files) == 0 {
+		return nil
+	}
+	if !autorun {
+		return &schema.FieldError{Field: "body.files", Message: "input files go to the execution that creating the process starts: they need autorun"}
+	}
+	if len(files) > MaxInputFiles {
+		return &schema.FieldError{Field: "body.files", Message: fmt.Sprintf("%d files, more than the limit of %d", len(files), MaxInputFiles)}
+	}
+	total := 0
+	seen := map[string]bool{}
+	for i, f := range files {
+		field := fmt.Sprintf("body.files[%d].path", i)
+		if err := workspace.ValidPath(field, f.Path); err != nil {
+			return err
+		}
+		if seen[f.Path] {
+			return &schema.FieldError{Field: field, Message: "the same path twice"}
+		}
+		seen[f.Path] = true
+		total += len(f.Content)
+	}
+	if total > MaxFileBytes {
+		return &schema.FieldError{Field: "body.files", Message: fmt.Sprintf("%d bytes together, more than the limit of %d", total, MaxFileBytes)}
+	}
+	return nil
 }
 
 // Create stores a process and, with Autorun, starts it.
@@ -213,6 +254,12 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) 
 	}
 	if in.TimeoutMs < 1 || in.TimeoutMs > m.limits.MaxTimeoutMs {
 		return nil, &schema.FieldError{Field: "body.timeoutMs", Message: fmt.Sprintf("must be between 1 and %d", m.limits.MaxTimeoutMs)}
+	}
+	if err := checkFiles(in.Files, in.Autorun); err != nil {
+		return nil, err
+	}
+	if in.Session != "" && len(in.Files) > 0 {
+		return nil, &schema.FieldError{Field: "body.files", Message: "a session's files go through PUT /sessions/{id}/files/{path}"}
 	}
 	if in.Session != "" {
 		if m.sessions == nil {
@@ -249,7 +296,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) 
 	if !in.Autorun {
 		return m.view(p), nil
 	}
-	m.launch(p)
+	m.launch(p, in.Files)
 	if in.Wait > 0 {
 		return m.Wait(ctx, p.PID, in.Wait)
 	}
@@ -293,12 +340,12 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 	if !ok {
 		return nil, conflict("process %d changed state", pid)
 	}
-	m.launch(p)
+	m.launch(p, nil)
 	return m.view(p), nil
 }
 
 // launch starts the execution of a process stored as queued.
-func (m *Manager) launch(p *store.Process) {
+func (m *Manager) launch(p *store.Process, files []module.File) {
 	r := newRun(p, m.limits.OutputBytes)
 	// Its own context: a kill cancels it, so a kill that arrives before the
 	// environment has even seen the execution is not lost.
@@ -321,7 +368,7 @@ func (m *Manager) launch(p *store.Process) {
 		defer cancel()
 		in := module.ExecutionInput{
 			EID: p.PID, Code: p.Code, EnvConfig: p.EnvConfig,
-			Options: module.Options{TimeoutMs: p.TimeoutMs, OutputLimitBytes: m.limits.OutputBytes},
+			Options: module.Options{TimeoutMs: p.TimeoutMs, OutputLimitBytes: m.limits.OutputBytes}, Files: files,
 		}
 		var envID string
 		var res module.Result
@@ -348,6 +395,11 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 			ok, err := tx.FinishProcess(ctx, p, live)
 			if err == nil && !ok {
 				m.log.Warn("process result arrived for a process no longer live", "pid", p.PID)
+			}
+			// An earlier run's files are replaced; a first run without
+			// files costs no statement.
+			if err == nil && ok && (len(r.files) > 0 || p.Runs > 1) {
+				err = tx.ReplaceProcessFiles(ctx, p.PID, r.files)
 			}
 			return err
 		})

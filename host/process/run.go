@@ -14,6 +14,7 @@ import (
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/store"
+	"github.com/cyrnel/cyrnel/host/workspace"
 )
 
 // run is the live state of one execution, kept in memory while it lasts.
@@ -38,6 +39,8 @@ type run struct {
 	outputVersion int64 // counts the output's changes
 	displays      []store.Display
 	displaySize   int64
+	files         []store.ProcessFile // left in the workspace (one-shot), written with the final row
+	fileSize      int64
 	err           string
 	killed        bool
 	ended         bool // Execute returned: the environment's reports are late
@@ -308,6 +311,80 @@ func (m *Manager) EmitDisplay(eid int64, d worker.Display) {
 	r.displaySize += size
 	r.displays = append(r.displays, store.Display{Kind: d.Kind, Data: d.Data})
 	r.publishLocked(Event{Type: EventDisplay, Display: &Display{Index: len(r.displays) - 1, Kind: d.Kind, Data: d.Data}})
+}
+
+// EmitFile keeps a file a one-shot program left in its workspace, within
+// the caps (MaxInputFiles files, MaxFileBytes together); past them the file
+// is dropped, the output flagged truncated and stderr says so.
+func (m *Manager) EmitFile(eid int64, path string, data []byte) {
+	r := m.lookup(eid)
+	if r == nil || workspace.ValidPath("path", path) != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended {
+		return
+	}
+	for _, f := range r.files {
+		if f.Path == path {
+			return
+		}
+	}
+	if len(r.files) >= MaxInputFiles || r.fileSize+int64(len(data)) > MaxFileBytes {
+		note := fmt.Sprintf("cyrnel: output file %s (%d bytes) not kept: a process keeps at most %d files and %d bytes of them\n", path, len(data), MaxInputFiles, MaxFileBytes)
+		if text := r.stderr.add([]byte(note)); text != "" {
+			r.publishLocked(Event{Type: EventStderr, Text: text})
+		}
+		r.outputCut = true
+		return
+	}
+	r.fileSize += int64(len(data))
+	r.files = append(r.files, store.ProcessFile{PID: r.pid, Path: path, Size: int64(len(data)), ModifiedAt: time.Now().UTC(), Content: data})
+}
+
+// OutputFile is one file a process left in its workspace.
+type OutputFile struct {
+	Path       string    `json:"path"`
+	Size       int64     `json:"size"`
+	ModifiedAt time.Time `json:"modifiedAt"`
+}
+
+// Files lists the files the process's latest execution left.
+func (m *Manager) Files(ctx context.Context, pid int64) ([]OutputFile, error) {
+	if _, err := m.get(ctx, pid); err != nil {
+		return nil, err
+	}
+	rows, err := m.st.ListProcessFiles(ctx, pid)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]OutputFile, len(rows))
+	for i, f := range rows {
+		out[i] = OutputFile{Path: f.Path, Size: f.Size, ModifiedAt: f.ModifiedAt}
+	}
+	return out, nil
+}
+
+// ErrFileNotFound: the process has no such file.
+var ErrFileNotFound = errors.New("file not found")
+
+// File returns one file the process left.
+func (m *Manager) File(ctx context.Context, pid int64, path string) ([]byte, error) {
+	if err := workspace.ValidPath("path.path", path); err != nil {
+		return nil, err
+	}
+	if _, err := m.get(ctx, pid); err != nil {
+		return nil, err
+	}
+	f, err := m.st.GetProcessFile(ctx, pid, path)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: process %d has no file %s", ErrFileNotFound, pid, path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f.Content, nil
 }
 
 // Displays returns a process's displays (a live one's so far).

@@ -5,14 +5,13 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode"
 
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/schema"
+	"github.com/cyrnel/cyrnel/host/workspace"
 )
 
 // Limits of the workspace routes. The workspace itself is the sandbox's
@@ -20,7 +19,6 @@ import (
 const (
 	MaxFileBytes = 8 << 20 // one file in or out (it travels base64 in one protocol message)
 	maxListed    = 1000
-	maxPath      = 1024
 	fileTimeout  = 30 * time.Second
 )
 
@@ -38,33 +36,6 @@ type File struct {
 	Path       string    `json:"path"`
 	Size       int64     `json:"size"`
 	ModifiedAt time.Time `json:"modifiedAt"`
-}
-
-// ValidPath checks a workspace path: relative, segments that are names
-// (no "..", ".", empty segments, control characters), at most 1024 bytes.
-// field names where it came from, for the problem.
-func ValidPath(field, p string) error {
-	bad := func(msg string) error { return &schema.FieldError{Field: field, Message: msg} }
-	switch {
-	case p == "":
-		return bad("empty path")
-	case len(p) > maxPath:
-		return bad(fmt.Sprintf("longer than %d bytes", maxPath))
-	case strings.HasPrefix(p, "/"):
-		return bad("absolute path: paths are relative to the workspace")
-	}
-	for _, seg := range strings.Split(p, "/") {
-		switch seg {
-		case "":
-			return bad("empty path segment")
-		case ".", "..":
-			return bad(fmt.Sprintf("%q segment: paths stay inside the workspace", seg))
-		}
-		if strings.IndexFunc(seg, func(r rune) bool { return unicode.IsControl(r) || r == '\\' || r == unicode.ReplacementChar }) >= 0 {
-			return bad("control character, backslash or invalid UTF-8 in the path")
-		}
-	}
-	return nil
 }
 
 // do runs op in the session's goroutine, in order with its executions.
@@ -113,7 +84,7 @@ func fileError(field string, err error) error {
 
 // PutFile writes a file into the session's workspace.
 func (m *Manager) PutFile(ctx context.Context, id, path string, data []byte) error {
-	if err := ValidPath("path.path", path); err != nil {
+	if err := workspace.ValidPath("path.path", path); err != nil {
 		return err
 	}
 	if len(data) > MaxFileBytes {
@@ -130,7 +101,7 @@ func (m *Manager) PutFile(ctx context.Context, id, path string, data []byte) err
 
 // GetFile reads a file of the session's workspace.
 func (m *Manager) GetFile(ctx context.Context, id, path string) ([]byte, error) {
-	if err := ValidPath("path.path", path); err != nil {
+	if err := workspace.ValidPath("path.path", path); err != nil {
 		return nil, err
 	}
 	var data []byte
@@ -153,7 +124,7 @@ func (m *Manager) GetFile(ctx context.Context, id, path string) ([]byte, error) 
 
 // DeleteFile removes a file of the session's workspace.
 func (m *Manager) DeleteFile(ctx context.Context, id, path string) error {
-	if err := ValidPath("path.path", path); err != nil {
+	if err := workspace.ValidPath("path.path", path); err != nil {
 		return err
 	}
 	return m.do(ctx, id, func(ctx context.Context, ws *worker.Session) error {
@@ -180,7 +151,7 @@ func (m *Manager) ListFiles(ctx context.Context, id string) ([]File, error) {
 			return fileError("path.id", err)
 		}
 		for _, it := range out.Items[:min(len(out.Items), maxListed)] {
-			if ValidPath("", it.Path) != nil {
+			if workspace.ValidPath("", it.Path) != nil {
 				continue // a name the routes could not reach
 			}
 			sec := int64(it.ModifiedAt)

@@ -102,3 +102,52 @@ func (s *Store) EndHostSessions(ctx context.Context, hostID, reason string, at t
 	}
 	return res.RowsAffected()
 }
+
+// ProcessFile is a file a one-shot program left in its workspace, kept
+// with its process (deleted with it).
+type ProcessFile struct {
+	bun.BaseModel `bun:"table:process_files"`
+
+	PID        int64     `bun:"pid,pk"`
+	Path       string    `bun:"path,pk"`
+	Size       int64     `bun:"size,notnull"`
+	ModifiedAt time.Time `bun:"modified_at,notnull"`
+	Content    []byte    `bun:"content,notnull"`
+}
+
+// ReplaceProcessFiles stores the files of a process's latest execution in
+// place of those of earlier ones.
+func (t *Tx) ReplaceProcessFiles(ctx context.Context, pid int64, files []ProcessFile) error {
+	if _, err := t.db.NewDelete().Model((*ProcessFile)(nil)).Where("pid = ?", pid).Exec(ctx); err != nil {
+		return fmt.Errorf("replace files of process %d: %w", pid, err)
+	}
+	if len(files) == 0 {
+		return nil
+	}
+	if _, err := t.db.NewInsert().Model(&files).Exec(ctx); err != nil {
+		return fmt.Errorf("store files of process %d: %w", pid, err)
+	}
+	return nil
+}
+
+// ListProcessFiles lists a process's files, without their content.
+func (s *Store) ListProcessFiles(ctx context.Context, pid int64) ([]ProcessFile, error) {
+	var out []ProcessFile
+	if err := s.DB.NewSelect().Model(&out).ExcludeColumn("content").Where("pid = ?", pid).Order("path").Scan(ctx); err != nil {
+		return nil, fmt.Errorf("list files of process %d: %w", pid, err)
+	}
+	return out, nil
+}
+
+// GetProcessFile reads one file of a process.
+func (s *Store) GetProcessFile(ctx context.Context, pid int64, path string) (*ProcessFile, error) {
+	f := &ProcessFile{}
+	err := s.DB.NewSelect().Model(f).Where("pid = ? AND path = ?", pid, path).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get file of process %d: %w", pid, err)
+	}
+	return f, nil
+}

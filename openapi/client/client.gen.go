@@ -934,6 +934,9 @@ type CreateProcessInputBody struct {
 	// EnvConfig Per-execution configuration for the environment.
 	EnvConfig *map[string]interface{} `json:"envConfig,omitempty"`
 
+	// Files Files placed in the program's workspace (its working directory) before it runs: at most 20, 8 MiB together; needs autorun. What the program leaves there is kept with the process (GET /processes/{pid}/files).
+	Files *[]InputFile `json:"files,omitempty"`
+
 	// Ref A label of the client's choosing, for filtering.
 	Ref *string `json:"ref,omitempty"`
 
@@ -1198,6 +1201,15 @@ type HealthBodyBody struct {
 // HealthBodyBodyStatus Always ok when the server answers.
 type HealthBodyBodyStatus string
 
+// InputFile defines model for InputFile.
+type InputFile struct {
+	// Content The file's bytes, base64.
+	Content []byte `json:"content"`
+
+	// Path Relative path in the workspace (no .., no leading /).
+	Path string `json:"path"`
+}
+
 // InvokeBodyBody defines model for InvokeBodyBody.
 type InvokeBodyBody struct {
 	// Result What the tool returned (for OpenAPI tools: {status, headers, body}).
@@ -1244,6 +1256,13 @@ type ModuleViewType string
 type OutputEvent struct {
 	// Patch A patch merged into the structured output (on replay: the whole output so far).
 	Patch map[string]interface{} `json:"patch"`
+}
+
+// OutputFile defines model for OutputFile.
+type OutputFile struct {
+	ModifiedAt time.Time `json:"modifiedAt"`
+	Path       string    `json:"path"`
+	Size       int64     `json:"size"`
 }
 
 // Process defines model for Process.
@@ -1327,6 +1346,11 @@ type ProcessReason string
 
 // ProcessState Host state.
 type ProcessState string
+
+// ProcessFileListBody defines model for ProcessFileListBody.
+type ProcessFileListBody struct {
+	Items []OutputFile `json:"items"`
+}
 
 // ProcessListBody defines model for ProcessListBody.
 type ProcessListBody struct {
@@ -2075,6 +2099,20 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /processes/{pid}/events (the `StreamProcessEvents` operationId).
 	StreamProcessEvents(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListProcessFiles List the files a process left
+	//
+	// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 8 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
+	//
+	// Corresponds with GET /processes/{pid}/files (the `ListProcessFiles` operationId).
+	ListProcessFiles(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetProcessFile Download a file a process left
+	//
+	// Raw bytes, the content type chosen by the extension.
+	//
+	// Corresponds with GET /processes/{pid}/files/{path} (the `GetProcessFile` operationId).
+	GetProcessFile(ctx context.Context, pid int64, path string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// KillProcess Kill a process
 	//
@@ -2834,6 +2872,40 @@ func (c *Client) ListProcessDisplays(ctx context.Context, pid int64, reqEditors 
 // Corresponds with GET /processes/{pid}/events (the `StreamProcessEvents` operationId).
 func (c *Client) StreamProcessEvents(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewStreamProcessEventsRequest(c.Server, pid)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListProcessFiles List the files a process left
+//
+// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 8 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
+//
+// Corresponds with GET /processes/{pid}/files (the `ListProcessFiles` operationId).
+func (c *Client) ListProcessFiles(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListProcessFilesRequest(c.Server, pid)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetProcessFile Download a file a process left
+//
+// Raw bytes, the content type chosen by the extension.
+//
+// Corresponds with GET /processes/{pid}/files/{path} (the `GetProcessFile` operationId).
+func (c *Client) GetProcessFile(ctx context.Context, pid int64, path string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetProcessFileRequest(c.Server, pid, path)
 	if err != nil {
 		return nil, err
 	}
@@ -4442,6 +4514,81 @@ func NewStreamProcessEventsRequest(server string, pid int64) (*http.Request, err
 	}
 
 	operationPath := fmt.Sprintf("/processes/%s/events", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListProcessFilesRequest constructs an http.Request for the ListProcessFiles method
+func NewListProcessFilesRequest(server string, pid int64) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pid", pid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/processes/%s/files", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetProcessFileRequest constructs an http.Request for the GetProcessFile method
+func NewGetProcessFileRequest(server string, pid int64, path string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pid", pid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "path", path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/processes/%s/files/%s", pathParam0, pathParam1)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -6259,6 +6406,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /processes/{pid}/events (the `StreamProcessEvents` operationId).
 	StreamProcessEventsWithResponse(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*StreamProcessEventsResponse, error)
 
+	// ListProcessFilesWithResponse List the files a process left
+	//
+	// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 8 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /processes/{pid}/files (the `ListProcessFiles` operationId).
+	ListProcessFilesWithResponse(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*ListProcessFilesResponse, error)
+
+	// GetProcessFileWithResponse Download a file a process left
+	//
+	// Raw bytes, the content type chosen by the extension.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /processes/{pid}/files/{path} (the `GetProcessFile` operationId).
+	GetProcessFileWithResponse(ctx context.Context, pid int64, path string, reqEditors ...RequestEditorFn) (*GetProcessFileResponse, error)
+
 	// KillProcessWithResponse Kill a process
 	//
 	// A running process becomes terminating and ends canceled shortly after; a queued one ends canceled at once. 409 when it is already idle.
@@ -7761,6 +7926,102 @@ func (r StreamProcessEventsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r StreamProcessEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListProcessFilesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ProcessFileListBody
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListProcessFilesResponse) GetJSON200() *ProcessFileListBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListProcessFilesResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListProcessFilesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListProcessFilesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListProcessFilesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListProcessFilesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetProcessFileResponse200Headers the declared response headers of an HTTP 200 response for GetProcessFile
+type GetProcessFileResponse200Headers struct {
+	ContentType *string
+}
+
+type GetProcessFileResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetProcessFileResponse200Headers
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetProcessFileResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetProcessFileResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetProcessFileResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetProcessFileResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetProcessFileResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9870,6 +10131,36 @@ func (c *ClientWithResponses) StreamProcessEventsWithResponse(ctx context.Contex
 	return ParseStreamProcessEventsResponse(rsp)
 }
 
+// ListProcessFilesWithResponse List the files a process left
+//
+// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 8 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /processes/{pid}/files (the `ListProcessFiles` operationId).
+func (c *ClientWithResponses) ListProcessFilesWithResponse(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*ListProcessFilesResponse, error) {
+	rsp, err := c.ListProcessFiles(ctx, pid, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListProcessFilesResponse(rsp)
+}
+
+// GetProcessFileWithResponse Download a file a process left
+//
+// Raw bytes, the content type chosen by the extension.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /processes/{pid}/files/{path} (the `GetProcessFile` operationId).
+func (c *ClientWithResponses) GetProcessFileWithResponse(ctx context.Context, pid int64, path string, reqEditors ...RequestEditorFn) (*GetProcessFileResponse, error) {
+	rsp, err := c.GetProcessFile(ctx, pid, path, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetProcessFileResponse(rsp)
+}
+
 // KillProcessWithResponse Kill a process
 //
 // A running process becomes terminating and ends canceled shortly after; a queued one ends canceled at once. 409 when it is already idle.
@@ -11309,6 +11600,78 @@ func ParseStreamProcessEventsResponse(rsp *http.Response) (*StreamProcessEventsR
 		}
 		response.ApplicationproblemJSONDefault = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseListProcessFilesResponse parses an HTTP response from a ListProcessFilesWithResponse call
+func ParseListProcessFilesResponse(rsp *http.Response) (*ListProcessFilesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListProcessFilesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ProcessFileListBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetProcessFileResponse parses an HTTP response from a GetProcessFileWithResponse call
+func ParseGetProcessFileResponse(rsp *http.Response) (*GetProcessFileResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetProcessFileResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetProcessFileResponse200Headers
+		if values := rsp.Header.Values("Content-Type"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Type", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentType = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil

@@ -102,3 +102,42 @@ def serve(method: str, params: dict[str, Any]) -> tuple[dict[str, Any] | None, d
         return None, {"code": e.code, "message": str(e)}
     except OSError as e:
         return None, {"code": INVALID, "message": f"{params.get('path', '')}: {e.strerror}"}
+
+
+# What a one-shot program's workspace may send back; the host caps it again.
+MAX_FILES = 20
+MAX_BYTES = 8 << 20
+
+
+def place(files: Any) -> None:
+    """Write a one-shot execution's input files into the workspace."""
+    for f in files if isinstance(files, list) else []:
+        if isinstance(f, dict):
+            write(f)
+
+
+def collect(send: Callable[[str, Any], None]) -> None:
+    """Send the files a one-shot program left in its workspace, as
+    ``file`` notifications, within the caps; one past them is reported on
+    stderr (and by the host, which counts again)."""
+    import sys
+
+    total = 0
+    sent = 0
+    for item in list_all({"limit": MAX_FILES + 1})["items"]:
+        path, size = item["path"], item["size"]
+        if sent >= MAX_FILES or total + size > MAX_BYTES:
+            sys.stderr.write(
+                f"cyrnel: output file {path} ({size} bytes) not kept: a process keeps at most"
+                f" {MAX_FILES} files and {MAX_BYTES} bytes of them\n"
+            )
+            sys.stderr.flush()
+            continue
+        try:
+            with open(os.path.join(_root(), path), "rb") as fh:
+                data = fh.read(MAX_BYTES + 1)
+        except OSError:
+            continue
+        total += len(data)
+        sent += 1
+        send("file", {"path": path, "data": binascii.b2a_base64(data, newline=False).decode("ascii")})

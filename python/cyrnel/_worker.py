@@ -212,11 +212,6 @@ def _serve_session(conn: _rpc.Connection) -> None:
     import threading
 
     _state.scope = {"__name__": "__main__", "__builtins__": builtins, "cyrnel": cyrnel}
-    # The workspace: a directory of its own in the private work directory
-    # (which also holds the runtime), the working directory of every
-    # execution and the root of the file routes.
-    os.makedirs("workspace", exist_ok=True)
-    os.chdir("workspace")
     main = threading.get_ident()  # called on the main thread
 
     def on_cancel(eid: Any) -> None:
@@ -266,6 +261,11 @@ def main(preload: list[str] | tuple[str, ...] = ()) -> None:
     builtins.help = _help
     conn = _rpc.Connection()
     _rpc.conn = conn
+    # The workspace: a directory of its own in the private work directory
+    # (which also holds the runtime), the working directory of every
+    # execution, where input files go and output files are collected.
+    os.makedirs("workspace", exist_ok=True)
+    os.chdir("workspace")
     session = os.environ.get("CYRNEL_SESSION") == "1"
     if session:
         _serve_session(conn)
@@ -285,8 +285,16 @@ def main(preload: list[str] | tuple[str, ...] = ()) -> None:
                 _state.executing = False  # stopped before it started
                 result: dict[str, Any] = {"status": "stopped"}
             else:
-                result = run(params.get("code", ""))
+                try:
+                    _files.place(params.get("files"))
+                except (OSError, ValueError, _files.FileError) as e:
+                    _state.executing = False
+                    sys.stderr.write(f"cyrnel: input files: {e}\n")
+                    result = _failure(e)
+                else:
+                    result = run(params.get("code", ""))
             if not session:
+                _files.collect(conn.notify)
                 _release_output()
             conn.reply(req_id, result)
         elif session and req_id is not None and method in _files.OPS:

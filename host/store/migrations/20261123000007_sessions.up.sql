@@ -20,3 +20,12 @@ CREATE INDEX sessions_state ON sessions (state);
 ALTER TABLE processes ADD COLUMN session TEXT NOT NULL DEFAULT '';
 --bun:split
 ALTER TABLE processes ADD COLUMN displays TEXT;
+--bun:split
+CREATE TABLE process_files (
+	pid BIGINT NOT NULL REFERENCES processes (pid) ON DELETE CASCADE,
+	path TEXT NOT NULL,
+	size BIGINT NOT NULL,
+	modified_at {{.Time}} NOT NULL,
+	content {{.Blob}} NOT NULL,
+	PRIMARY KEY (pid, path)
+);
