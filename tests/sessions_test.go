@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -414,5 +416,28 @@ func TestOneShotFiles(t *testing.T) {
 	}
 	if st, _, _ := h.raw("GET", fmt.Sprintf("/processes/%d/files/out%%2Fcount.txt", p.PID), "", nil); st != http.StatusNotFound {
 		t.Fatalf("file of a deleted process: %d", st)
+	}
+}
+
+// TestCLIRunDisplays: cyrnel run prints a final expression's value and saves
+// a figure left open next to --output, as a valid PNG.
+func TestCLIRunDisplays(t *testing.T) {
+	t.Parallel()
+	py := dataSciencePython(t)
+	dir := writeFiles(t, map[string]string{
+		"plot.py": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nprint('plotted')\n6 * 7\n",
+	})
+	r := cli(t, dir, "", []string{"CYRNEL_PYTHON=" + py}, "run", "--data-dir", filepath.Join(dir, "data"), "--output", "out.json", "plot.py")
+	// A one-shot's stdout is a raw pipe, its displays travel on the
+	// protocol: their relative order is not kept.
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); r.code != 0 || len(lines) != 2 || !slices.Contains(lines, "plotted") || !slices.Contains(lines, "42") {
+		t.Fatalf("cyrnel run: %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	img, err := os.ReadFile(filepath.Join(dir, "out-display-1.png"))
+	if err != nil {
+		t.Fatalf("%v; stderr: %s", err, r.stderr)
+	}
+	if _, err := png.Decode(bytes.NewReader(img)); err != nil {
+		t.Fatalf("saved display is not a PNG: %v", err)
 	}
 }
