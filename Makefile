@@ -20,11 +20,16 @@ deps: ## check for (and on Debian, install) what builds and tests need: Go, Pyth
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			apt-get update -qq && apt-get install -y -qq gcc libc6-dev >/dev/null; \
 		else echo "a C compiler is required for the race detector (apt-get install gcc)"; exit 1; fi; }
+	@/usr/bin/python3 -c 'import numpy, pandas' 2>/dev/null || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing python3-numpy and python3-pandas (preload tests and benchmarks)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-numpy python3-pandas >/dev/null; \
+		else echo "no numpy/pandas for /usr/bin/python3 (needs Debian and root): the preload test and benchmark will skip"; fi; }
 	@$(GO) mod download
 
 .PHONY: build
-build: ## build bin/cyrnel
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/cyrnel
+build: ## build bin/cyrnel and its sandbox helper bin/cyrnel-sandbox (ship them side by side)
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/cyrnel ./cmd/cyrnel-sandbox
 
 .PHONY: run
 run: build ## run the server on its embedded defaults (SQLite in ./cyrnel-data, 127.0.0.1:9371)
@@ -161,6 +166,8 @@ bench: deps ## run the benchmarks: medians and ratios against baselines measured
 	CYRNEL_TEST_NO_JUPYTER="$${CYRNEL_TEST_NO_JUPYTER:-$$why}" $(GO) test -run '^$$' -bench 'SessionExecution' -benchtime 200x -count 1 ./tests
 	@echo "== load: throughput with 8 clients, host memory over 10 000 executions"
 	$(GO) test -run '^$$' -bench 'Throughput|HostMemory' -benchtime 1x -count 1 -timeout 30m ./tests
+	@echo "== fresh interpreters forked from a template vs spawned vs python3 -I -S -c pass; pandas preloaded; TypeScript 2 vs 8 clients"
+	$(GO) test -run '^$$' -bench 'ForkTemplate|ForkPandas|TypeScriptClients' -benchtime 1x -count 1 -timeout 30m ./tests
 
 .PHONY: openapi
 openapi: ## regenerate the committed spec under openapi/ and the Go client generated from it

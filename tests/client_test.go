@@ -204,6 +204,16 @@ func TestClientStream(t *testing.T) {
 	t.Run("disconnecting mid-stream costs nothing", func(t *testing.T) {
 		pid := startedLines(t, c)
 		errStop := errors.New("stop")
+		// The program's first line must be out before the kill below, which
+		// checks it was kept.
+		if err := c.FollowProcess(ctx, pid, func(ev client.ProcessEvent) error {
+			if ev.Stdout != nil {
+				return errStop
+			}
+			return nil
+		}); !errors.Is(err, errStop) {
+			t.Fatalf("no stdout before the stream ended: %v", err)
+		}
 		for range 20 {
 			sctx, cancel := context.WithCancel(ctx)
 			err := c.FollowProcess(sctx, pid, func(ev client.ProcessEvent) error {

@@ -392,14 +392,15 @@ func TestApprovals(t *testing.T) {
 		noSecrets(t, "an approval", raw)
 		// Listed and denied with the CLI.
 		srv := []string{"--server", h.base}
-		r := cli(t, t.TempDir(), "", nil, append([]string{"approvals"}, srv...)...)
+		key := []string{"CYRNEL_API_KEY=" + h.key}
+		r := cli(t, t.TempDir(), "", key, append([]string{"approvals"}, srv...)...)
 		if r.code != 0 || !strings.Contains(r.stdout, a.ID) || !strings.Contains(r.stdout, "petstore.deletePet") || strings.Contains(r.stdout, headerSecret) {
 			t.Fatalf("cyrnel approvals: %+v", r)
 		}
-		if r = cli(t, t.TempDir(), "", nil, append([]string{"approvals", "deny", a.ID}, srv...)...); r.code != 0 || !strings.Contains(r.stdout, "denied") {
+		if r = cli(t, t.TempDir(), "", key, append([]string{"approvals", "deny", a.ID}, srv...)...); r.code != 0 || !strings.Contains(r.stdout, "denied") {
 			t.Fatalf("cyrnel approvals deny: %+v", r)
 		}
-		if r = cli(t, t.TempDir(), "", nil, append([]string{"approvals", "approve", a.ID}, srv...)...); r.code != 1 || !strings.Contains(r.stderr, "409") {
+		if r = cli(t, t.TempDir(), "", key, append([]string{"approvals", "approve", a.ID}, srv...)...); r.code != 1 || !strings.Contains(r.stderr, "409") {
 			t.Fatalf("cyrnel approvals approve after deny: %+v", r)
 		}
 		p := h.wait(pid)

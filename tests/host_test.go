@@ -30,7 +30,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "cyrnel")
-	build := exec.Command("go", "build", "-o", binary, "../cmd/cyrnel")
+	// The sandbox helper next to it, as a release ships them.
+	build := exec.Command("go", "build", "-o", dir+"/", "../cmd/cyrnel", "../cmd/cyrnel-sandbox")
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build cyrnel:", err)

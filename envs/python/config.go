@@ -24,6 +24,10 @@ type Config struct {
 	// SitePackages puts the interpreter's site-packages on sys.path (without
 	// running site, which costs tens of milliseconds per start).
 	SitePackages bool `json:"sitePackages"`
+	// Fork forks each interpreter from a warm template that has imported
+	// the runtime and Preload, instead of starting it afresh; where the
+	// template cannot run, interpreters are spawned (Status says why).
+	Fork bool `json:"fork"`
 	// StartTimeoutMs bounds an interpreter's warm-up; slower ones are replaced.
 	StartTimeoutMs int `json:"startTimeoutMs"`
 	// Sandbox says which isolation layers hold each interpreter.
@@ -40,6 +44,7 @@ func defaultConfig() Config {
 		QueueLimit:     256,
 		Preload:        []string{"asyncio"},
 		SitePackages:   true,
+		Fork:           true,
 		StartTimeoutMs: 10000,
 		Sandbox:        worker.DefaultSandbox,
 		Limits:         worker.DefaultLimits,
@@ -55,8 +60,9 @@ const configSchema = `{
     "poolSize": {"type": "integer", "minimum": 1, "maximum": 64, "default": 2, "description": "Warm interpreters kept ready."},
     "concurrency": {"type": "integer", "minimum": 1, "maximum": 256, "default": 8, "description": "Executions running at once; more wait as queued."},
     "queueLimit": {"type": "integer", "minimum": 0, "maximum": 100000, "default": 256, "description": "Executions allowed to wait for a slot; beyond it they fail at once."},
-    "preload": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$"}, "maxItems": 64, "default": ["asyncio"], "description": "Modules every interpreter imports while warm (e.g. numpy, pandas). asyncio makes top-level await start at once; an empty list maximises fresh-interpreter throughput."},
+    "preload": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$"}, "maxItems": 64, "default": ["asyncio"], "description": "Modules every interpreter imports while warm (e.g. numpy, pandas). asyncio makes top-level await start at once; with fork (the default) they are imported once, by the template, outside any execution's sandbox: list only modules you trust, and only modules that start no threads at import (the template refuses those, naming the threads)."},
     "sitePackages": {"type": "boolean", "default": true, "description": "Put the interpreter's site-packages on sys.path."},
+    "fork": {"type": "boolean", "default": true, "description": "Fork each interpreter from a warm template that has imported the runtime and the preload list (milliseconds per fresh interpreter, preload paid once), each child in its own namespaces and cgroups. Where the template cannot run (not root, no cgroups, a sandbox layer turned off) interpreters are spawned and GET /environment says why."},
     "startTimeoutMs": {"type": "integer", "minimum": 100, "maximum": 600000, "default": 10000, "description": "An interpreter that is not warm within this time is replaced."},
     ` + worker.SandboxSchema + `
   }

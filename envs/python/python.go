@@ -26,6 +26,10 @@ import (
 // Version is the environment module's version.
 const Version = "0.1.0"
 
+// templateBoot is the template's entry: the runtime on sys.path, then fork
+// an interpreter per execution (python/cyrnel/_template.py).
+const templateBoot = "import sys; sys.path[:0] = sys.argv[1].split('\\n'); from cyrnel._template import main; sys.exit(main(sys.argv[2:]))"
+
 // boot is the interpreter's entry: put the runtime on sys.path, then serve.
 const boot = "import sys; sys.path[:0] = sys.argv[1].split('\\n'); from cyrnel._worker import main; main(sys.argv[2:])"
 
@@ -42,7 +46,9 @@ type Env struct {
 	paths   []string // sys.path prefix: the runtime, then site-packages
 	runtime string   // extracted runtime directory
 	launch  worker.Launcher
-	layers  map[string]any // the sandbox in force, for Status
+	forking *worker.Forking // nil when interpreters are spawned
+	layers  map[string]any  // the sandbox in force, for Status
+	tplWhy  string          // why interpreters are not forked from a template
 	runner  *worker.Runner
 }
 
@@ -100,13 +106,24 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 		s.ReadPaths = append(s.ReadPaths, dir)
 		launcher = s
 	}
+	var forking *worker.Forking
+	tplWhy := "turned off by config (fork: false)"
+	if cfg.Fork {
+		argv := append([]string{py.exe, "-I", "-S", "-c", templateBoot, strings.Join(paths, "\n")}, cfg.Preload...)
+		forking, tplWhy = worker.ChooseForking(e.log, cfg.Sandbox, cfg.Limits, append(py.readPaths(), dir), argv, nil)
+		if forking != nil {
+			launcher = forking
+		}
+	}
 	r := worker.NewRunner(e.log, worker.RunnerConfig{
 		PoolSize: cfg.PoolSize, Concurrency: cfg.Concurrency, QueueLimit: cfg.QueueLimit,
-		StartTimeout: time.Duration(cfg.StartTimeoutMs) * time.Millisecond,
-		Stubs:        stubs{},
+		StartTimeout:   time.Duration(cfg.StartTimeoutMs) * time.Millisecond,
+		Stubs:          stubs{},
+		RefillAfterRun: forking != nil,
 	}, e.spawn)
 	e.mu.Lock()
 	e.cfg, e.b, e.python, e.version, e.paths, e.runtime, e.launch, e.layers, e.runner = cfg, sc.Bindings, py.exe, py.version, paths, dir, launcher, layers, r
+	e.forking, e.tplWhy = forking, tplWhy
 	e.mu.Unlock()
 	// Set up means an interpreter is warm, its preload imported inside the
 	// sandbox: a config that cannot work is refused here, naming the
@@ -144,6 +161,11 @@ func (p interpreter) readPaths() []string {
 	}
 	if real, err := filepath.EvalSymlinks(p.exe); err == nil {
 		paths = append(paths, filepath.Dir(real))
+	}
+	// Debian links shared libraries through the alternatives system (numpy's
+	// libblas.so.3 → /etc/alternatives/…): only symlinks into /usr.
+	if _, err := os.Stat("/etc/alternatives"); err == nil {
+		paths = append(paths, "/etc/alternatives")
 	}
 	return paths
 }
@@ -283,7 +305,11 @@ func (e *Env) Kill(_ context.Context, eid int64) error {
 func (e *Env) Status() map[string]any {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	st := map[string]any{"interpreter": e.python, "version": e.version, "sandbox": e.layers}
+	tpl := map[string]any{"enabled": e.forking != nil}
+	if e.forking == nil {
+		tpl["reason"] = e.tplWhy
+	}
+	st := map[string]any{"interpreter": e.python, "version": e.version, "sandbox": e.layers, "template": tpl}
 	maps.Copy(st, e.runner.Status())
 	return st
 }
@@ -292,10 +318,13 @@ func (e *Env) Status() map[string]any {
 // extracted runtime.
 func (e *Env) Teardown(ctx context.Context) error {
 	e.mu.Lock()
-	r, dir := e.runner, e.runtime
+	r, dir, forking := e.runner, e.runtime, e.forking
 	e.runtime = ""
 	e.mu.Unlock()
 	err := r.Stop(ctx)
+	if forking != nil {
+		forking.Close()
+	}
 	if dir != "" {
 		err = errors.Join(err, os.RemoveAll(dir))
 	}

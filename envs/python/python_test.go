@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,30 +43,36 @@ func BenchmarkExecuteWarm(b *testing.B) {
 }
 
 // BenchmarkSpawnToReady: one sandboxed interpreter from launch until it is
-// warm (runtime and preload imported), with and without asyncio preloaded:
-// what every fresh-interpreter execution costs the machine.
+// warm (runtime and preload imported), spawned and forked from a template,
+// with and without asyncio preloaded: what every fresh-interpreter execution
+// costs the machine.
 func BenchmarkSpawnToReady(b *testing.B) {
-	for _, preload := range [][]string{{"asyncio"}, {}} {
-		name := "preload-asyncio"
-		if len(preload) == 0 {
-			name = "preload-none"
-		}
-		b.Run(name, func(b *testing.B) {
-			e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
-			if err := e.Setup(context.Background(), module.SetupContext{Bindings: envtest.NewRecorder(), Config: map[string]any{"preload": preload, "poolSize": 1}}); err != nil {
-				b.Fatal(err)
+	for _, fork := range []bool{false, true} {
+		for _, preload := range [][]string{{"asyncio"}, {}} {
+			name := map[bool]string{false: "spawn", true: "fork"}[fork] + "/preload-asyncio"
+			if len(preload) == 0 {
+				name = strings.Replace(name, "asyncio", "none", 1)
 			}
-			defer e.Teardown(context.Background())
-			b.ResetTimer()
-			for range b.N {
-				w, err := e.spawn(context.Background())
-				if err != nil {
+			b.Run(name, func(b *testing.B) {
+				e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+				if err := e.Setup(context.Background(), module.SetupContext{Bindings: envtest.NewRecorder(), Config: map[string]any{"preload": preload, "poolSize": 1, "fork": fork}}); err != nil {
 					b.Fatal(err)
 				}
-				b.StopTimer()
-				w.Close()
-				b.StartTimer()
-			}
-		})
+				defer e.Teardown(context.Background())
+				if fork && e.forking == nil {
+					b.Skipf("no template: %s", e.tplWhy)
+				}
+				b.ResetTimer()
+				for range b.N {
+					w, err := e.spawn(context.Background())
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.StopTimer()
+					w.Close()
+					b.StartTimer()
+				}
+			})
+		}
 	}
 }

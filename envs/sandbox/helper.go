@@ -21,6 +21,8 @@ import (
 const (
 	argInit = "__cyrnel_sandbox_init"
 	argExec = "__cyrnel_sandbox_exec"
+	// argTemplate starts a forking template (template.go).
+	argTemplate = "__cyrnel_sandbox_template"
 	// selfExe re-executes the running binary even if its file was replaced
 	// or deleted since it started.
 	selfExe = "/proc/self/exe"
@@ -81,7 +83,7 @@ type exitReport struct {
 // IsHelper reports whether args (normally os.Args) start a sandbox helper
 // stage, that is whether MaybeRun would take over the process.
 func IsHelper(args []string) bool {
-	return len(args) > 1 && (args[1] == argInit || args[1] == argExec)
+	return len(args) > 1 && (args[1] == argInit || args[1] == argExec || args[1] == argTemplate)
 }
 
 // MaybeRun runs the sandbox helper stage os.Args names and exits; it
@@ -98,8 +100,11 @@ func MaybeRun() {
 	// syscall.Exit, not os.Exit: a helper has nothing to finalise, and
 	// exit hooks of instrumented builds (the race detector sleeps a second
 	// at exit) would delay the sandbox's end.
-	if os.Args[1] == argInit {
+	switch os.Args[1] {
+	case argInit:
 		syscall.Exit(runInit())
+	case argTemplate:
+		syscall.Exit(runTemplate())
 	}
 	syscall.Exit(runExec(os.Args[2:]))
 }

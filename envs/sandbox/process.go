@@ -92,6 +92,10 @@ type Process struct {
 	proc   *os.Process // the init; nil until started
 	reaped bool
 	killed bool
+	// forked: a child of a Template; pidfd reaches its program (PID 1 of
+	// its namespaces), -1 until the child reported it.
+	forked bool
+	pidfd  int
 	// cpuOver: the CPU watch killed the sandbox for passing cpuLimit.
 	cpuOver bool
 	// cpuBase is the cgroup's CPU time at the last ResetUsage.
@@ -330,6 +334,13 @@ func (p *Process) Kill() error {
 }
 
 func (p *Process) killLocked() error {
+	if p.forked {
+		if p.pidfd >= 0 && !p.reaped {
+			// The kernel kills the rest of its PID namespace with it.
+			_ = unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0) // gone already is fine
+		}
+		return nil
+	}
 	if p.proc == nil || p.reaped {
 		return nil // not started yet (the owner kills it once it is) or gone
 	}
@@ -357,6 +368,12 @@ func (p *Process) killLocked() error {
 func (p *Process) Signal(sig os.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.forked {
+		if s, ok := sig.(syscall.Signal); ok && p.pidfd >= 0 && !p.reaped {
+			_ = unix.PidfdSendSignal(p.pidfd, s, nil, 0) // gone already is fine
+		}
+		return nil
+	}
 	if p.proc == nil || p.reaped {
 		return nil
 	}
@@ -415,7 +432,7 @@ func (p *Process) start(ctx context.Context, l launch) error {
 		return p.abort(fmt.Errorf("sandbox: status pipe: %w", err))
 	}
 	cmd := &exec.Cmd{
-		Path: selfExe,
+		Path: helperExe(),
 		Args: []string{"cyrnel-sandbox-init", argInit},
 		// Empty, not nil: the init's /proc/<pid>/environ must not hold
 		// the host's environment, which may carry secrets.

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/binary"
 	"fmt"
 	"unsafe"
 
@@ -47,15 +48,38 @@ func loadSeccomp(network bool) error {
 	if err := loadNativeArchOnly(); err != nil {
 		return err
 	}
+	for _, g := range seccompGroups(network) {
+		f := seccomp.Filter{
+			NoNewPrivs: true,
+			Flag:       seccomp.FilterFlagTSync,
+			Policy:     seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: []seccomp.SyscallGroup{g}},
+		}
+		if err := seccomp.LoadFilter(f); err != nil {
+			return fmt.Errorf("seccomp: %w", err)
+		}
+	}
+	return nil
+}
+
+// seccompGroups are the deny groups of the filter, one filter each.
+func seccompGroups(network bool) []seccomp.SyscallGroup {
+	return seccompGroupsDenying(deniedSyscalls, true, network)
+}
+
+// seccompGroupsDenying are the deny groups with the given EPERM list, and
+// clone(2) with namespace flags denied unless cloneNamespaces.
+func seccompGroupsDenying(denied []string, cloneNamespaces, network bool) []seccomp.SyscallGroup {
 	eperm := seccomp.SyscallGroup{
 		Action: seccomp.ActionErrno | seccomp.Action(unix.EPERM),
-		Names:  deniedSyscalls,
-		NamesWithCondtions: []seccomp.NameWithConditions{{
+		Names:  denied,
+	}
+	if cloneNamespaces {
+		eperm.NamesWithCondtions = append(eperm.NamesWithCondtions, seccomp.NameWithConditions{
 			Name: "clone",
 			Conditions: []seccomp.Condition{{
 				Argument: 0, Operation: seccomp.BitsSet, Value: cloneNamespaceFlags,
 			}},
-		}},
+		})
 	}
 	if !network {
 		// Any socket family but AF_UNIX: no TCP, UDP, raw, netlink or
@@ -75,32 +99,73 @@ func loadSeccomp(network bool) error {
 		Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS),
 		Names:  []string{"clone3"},
 	}
-	for _, g := range []seccomp.SyscallGroup{eperm, enosys} {
-		f := seccomp.Filter{
-			NoNewPrivs: true,
-			Flag:       seccomp.FilterFlagTSync,
-			Policy:     seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: []seccomp.SyscallGroup{g}},
-		}
-		if err := seccomp.LoadFilter(f); err != nil {
-			return fmt.Errorf("seccomp: %w", err)
-		}
+	return []seccomp.SyscallGroup{eperm, enosys}
+}
+
+// seccompPrograms are the same filters as loadSeccomp installs, as raw
+// struct sock_filter arrays (8 bytes per instruction, native byte order),
+// in the order to install them: for a process that cannot run Go (a child
+// forked from a Python template) to load itself.
+func seccompPrograms(network bool) ([][]byte, error) {
+	return seccompProgramsDenying(deniedSyscalls, true, network)
+}
+
+// seccompProgramsDenying is seccompPrograms with the given EPERM list, and
+// clone(2) with namespace flags denied unless cloneNamespaces.
+func seccompProgramsDenying(denied []string, cloneNamespaces, network bool) ([][]byte, error) {
+	arch, err := nativeArchOnly()
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	progs := [][]bpf.Instruction{arch}
+	for _, g := range seccompGroupsDenying(denied, cloneNamespaces, network) {
+		p := seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: []seccomp.SyscallGroup{g}}
+		ins, err := p.Assemble()
+		if err != nil {
+			return nil, fmt.Errorf("seccomp: assemble: %w", err)
+		}
+		progs = append(progs, ins)
+	}
+	var out [][]byte
+	for _, p := range progs {
+		raw, err := bpf.Assemble(p)
+		if err != nil {
+			return nil, fmt.Errorf("seccomp: assemble: %w", err)
+		}
+		b := make([]byte, 0, 8*len(raw))
+		for _, r := range raw {
+			b = binary.NativeEndian.AppendUint16(b, r.Op)
+			b = append(b, r.Jt, r.Jf)
+			b = binary.NativeEndian.AppendUint32(b, r.K)
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// nativeArchOnly is a filter that fails every system call made through
+// another ABI than the native one with ENOSYS.
+func nativeArchOnly() ([]bpf.Instruction, error) {
+	native, err := arch.GetInfo("")
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: native architecture: %w", err)
+	}
+	return []bpf.Instruction{
+		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(native.ID), SkipFalse: 1},
+		bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW},
+		bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
+	}, nil
 }
 
 // loadNativeArchOnly installs a filter that fails every system call made
 // through another ABI than the native one with ENOSYS.
 func loadNativeArchOnly() error {
-	native, err := arch.GetInfo("")
+	ins, err := nativeArchOnly()
 	if err != nil {
-		return fmt.Errorf("seccomp: native architecture: %w", err)
+		return err
 	}
-	prog, err := bpf.Assemble([]bpf.Instruction{
-		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(native.ID), SkipFalse: 1},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
-	})
+	prog, err := bpf.Assemble(ins)
 	if err != nil {
 		return fmt.Errorf("seccomp: assemble arch filter: %w", err)
 	}

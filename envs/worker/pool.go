@@ -28,6 +28,17 @@ type PoolConfig struct {
 	// it is out it still fills its slot and is not replaced. Without it a
 	// worker taken is gone and its slot is refilled.
 	Lend bool
+	// Keep is how many returned workers a lending pool keeps ready (at
+	// least Size): a pool that grew under load to serve its concurrency
+	// keeps its workers instead of discarding each returning one and
+	// spawning anew for the next waiter.
+	Keep int
+	// RefillAfterRun refills a taken worker's slot when its execution ends
+	// (Refilled) instead of refillDelay after it was taken: for workers
+	// that are cheap to start (forked from a template). The refill then
+	// never competes with the execution that took the worker, and none
+	// waits longer than that execution. Waiters still get spawns at once.
+	RefillAfterRun bool
 }
 
 // Pool keeps Size warm workers ready and refills in the background. It never
@@ -36,8 +47,11 @@ type Pool struct {
 	log          *slog.Logger
 	spawn        SpawnFunc
 	size         int
+	keep         int
 	startTimeout time.Duration
 	lend         bool
+	refillDelay  time.Duration
+	afterRun     bool
 
 	ready   chan *Worker
 	wake    chan struct{}
@@ -77,15 +91,17 @@ type Stats struct {
 // NewPool returns a pool of warm workers; Start starts it.
 func NewPool(log *slog.Logger, cfg PoolConfig, spawn SpawnFunc) *Pool {
 	size := max(cfg.Size, 1)
+	keep := max(cfg.Keep, size)
 	p := &Pool{
-		log: log, spawn: spawn, size: size, startTimeout: cfg.StartTimeout, lend: cfg.Lend,
+		log: log, spawn: spawn, size: size, keep: keep, startTimeout: cfg.StartTimeout, lend: cfg.Lend, refillDelay: refillDelay,
 		maxSpawning: max(size, 2*runtime.NumCPU()),
-		ready:       make(chan *Worker, size+max(size, 2*runtime.NumCPU())), // warm workers and every spawn in flight
+		ready:       make(chan *Worker, keep+max(size, 2*runtime.NumCPU())), // kept workers and every spawn in flight
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		failed:      make(chan struct{}),
 		warm:        make(chan struct{}),
 	}
+	p.afterRun = cfg.RefillAfterRun
 	return p
 }
 
@@ -182,10 +198,11 @@ func (p *Pool) take(w *Worker) (*Worker, bool) {
 	// would otherwise compete with the execution that took this worker and
 	// with the host returning its result. Under sustained load spawns run
 	// back to back regardless: each one that lands pokes the pool again. A
-	// lent worker keeps its slot: only Return can free it.
+	// lent worker keeps its slot: only Return can free it. A RefillAfterRun
+	// pool refills when the execution ends (Refilled).
 	dead := w.Dead()
-	if !p.lend || dead {
-		time.AfterFunc(refillDelay, p.poke)
+	if dead || (!p.lend && !p.afterRun) {
+		time.AfterFunc(p.refillDelay, p.poke)
 	}
 	if dead {
 		p.log.Warn("discarding a warm worker that died", "exit", w.h.Exit().String())
@@ -201,9 +218,17 @@ func (p *Pool) take(w *Worker) (*Worker, bool) {
 	return w, true
 }
 
+// Refilled says an execution of a RefillAfterRun pool has ended: the slot
+// its worker was taken from is refilled now.
+func (p *Pool) Refilled() {
+	if p.afterRun {
+		p.poke()
+	}
+}
+
 // Return gives back a worker lent by Get (a pool that does not lend takes
-// nothing back). A reusable one is kept if it is alive and a warm slot is
-// free; otherwise (false) the caller must close it and its slot is refilled.
+// nothing back). A reusable one is kept if it is alive and fewer than Keep
+// are ready; otherwise (false) the caller must close it and its slot is refilled.
 func (p *Pool) Return(w *Worker, reusable bool) bool {
 	if !p.lend {
 		return false
@@ -218,13 +243,13 @@ func (p *Pool) Return(w *Worker, reusable bool) bool {
 		// Room among the warm slots; the queue itself also has room for
 		// every spawn in flight, so a landing spawn is never left with
 		// nowhere to go.
-		if reusable && !w.Dead() && len(p.ready) < p.size {
+		if reusable && !w.Dead() && len(p.ready) < p.keep {
 			p.ready <- w
 			kept = true
 		}
 	}
 	if !kept {
-		time.AfterFunc(refillDelay, p.poke)
+		time.AfterFunc(p.refillDelay, p.poke)
 	}
 	return kept
 }

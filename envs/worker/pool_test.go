@@ -108,3 +108,48 @@ func TestSpawnsNeeded(t *testing.T) {
 		}
 	}
 }
+
+// TestLendingPoolKeepsWhatItGrew: a lending pool that grew beyond Size to
+// serve concurrent callers keeps the workers they return, up to Keep, and
+// hands them out again without spawning. (It kept only Size and discarded
+// the rest, so every burst above Size spawned and threw away workers: the
+// TypeScript pool under 8 clients.)
+func TestLendingPoolKeepsWhatItGrew(t *testing.T) {
+	t.Parallel()
+	var spawns atomic.Int32
+	p := NewPool(slog.New(slog.NewTextHandler(io.Discard, nil)), PoolConfig{Size: 1, Keep: 3, StartTimeout: 30 * time.Second, Lend: true},
+		func(ctx context.Context) (*Worker, error) {
+			spawns.Add(1)
+			return idleWorker(t, ctx)
+		})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(context.Background())
+	var lent []*Worker
+	for range 3 {
+		w, err := p.Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lent = append(lent, w)
+	}
+	for i, w := range lent {
+		if !p.Return(w, true) {
+			t.Fatalf("worker %d of 3 returned but not kept (Keep 3)", i+1)
+		}
+	}
+	before := spawns.Load()
+	for range 3 {
+		w, err := p.Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Return(w, true)
+	}
+	if n := spawns.Load() - before; n != 0 {
+		t.Errorf("%d spawns to serve 3 callers with 3 workers kept", n)
+	}
+}

@@ -31,6 +31,8 @@ type RunnerConfig struct {
 	// in a long-lived process). Without it each execution gets a fresh
 	// worker (Python: a fresh interpreter).
 	Reuse bool
+	// RefillAfterRun: see PoolConfig.
+	RefillAfterRun bool
 	// Grace is how long a reusable worker gets to stop an execution by
 	// itself after a kill or its timeout before its process is killed.
 	Grace time.Duration
@@ -69,7 +71,10 @@ type Runner struct {
 func NewRunner(log *slog.Logger, cfg RunnerConfig, spawn SpawnFunc) *Runner {
 	return &Runner{
 		log: log, cfg: cfg,
-		pool:    NewPool(log, PoolConfig{Size: cfg.PoolSize, StartTimeout: cfg.StartTimeout, Lend: cfg.Reuse}, spawn),
+		pool: NewPool(log, PoolConfig{Size: cfg.PoolSize, StartTimeout: cfg.StartTimeout, Lend: cfg.Reuse, RefillAfterRun: cfg.RefillAfterRun,
+			// Reused workers serve up to Concurrency executions at once:
+			// keep that many rather than respawn above PoolSize.
+			Keep: cfg.Concurrency}, spawn),
 		slots:   make(chan struct{}, max(cfg.Concurrency, 1)),
 		flights: map[int64]context.CancelFunc{},
 	}
@@ -131,6 +136,7 @@ func (r *Runner) Execute(ctx context.Context, b module.Bindings, in module.Execu
 		return module.Result{}, fmt.Errorf("get a worker: %w", err)
 	}
 	res, clean := w.Run(ctx, b, Request{Input: in, OutputLimit: in.Options.OutputLimitBytes, Reuse: r.cfg.Reuse, Grace: r.cfg.Grace, Stubs: r.cfg.Stubs})
+	r.pool.Refilled()
 	if r.cfg.Reuse && r.pool.Return(w, clean) {
 		return res, nil
 	}

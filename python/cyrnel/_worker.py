@@ -246,6 +246,12 @@ def _release_output() -> None:
 
 def main(preload: list[str] | tuple[str, ...] = ()) -> None:
     """Run the worker. ``preload`` names modules to import while warm."""
+    warm(preload)
+    serve()
+
+
+def warm(preload=()):
+    """Everything an execution should not pay: the preload imports."""
     sys.argv = [""]
     for i, name in enumerate(preload):
         try:
@@ -259,6 +265,10 @@ def main(preload: list[str] | tuple[str, ...] = ()) -> None:
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(line_buffering=True)
     builtins.help = _help
+
+
+def serve():
+    """Announce readiness on the protocol pipes and run one program."""
     conn = _rpc.Connection()
     _rpc.conn = conn
     # The workspace: a directory of its own in the private work directory

@@ -1,0 +1,106 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/cyrnel/cyrnel/envs/sandbox"
+)
+
+// Forking launches each worker as a child forked from a warm template
+// (sandbox.Template): as isolated as a spawned sandbox, without paying an
+// interpreter start and its imports per worker. The template is started on
+// first use and started again when it dies or stops answering.
+type Forking struct {
+	log  *slog.Logger
+	spec sandbox.TemplateSpec
+
+	mu     sync.Mutex // held while a template starts: launches wait for it
+	tpl    *sandbox.Template
+	closed bool
+}
+
+// ChooseForking returns a forking launcher for the template argv when the
+// sandbox config asks for the full sandbox and the machine can hold forked
+// children as tightly as spawned ones; otherwise nil and the reason, for
+// GET /environment.
+func ChooseForking(log *slog.Logger, s SandboxConfig, l LimitsConfig, readPaths []string, argv, env []string) (*Forking, string) {
+	if !s.Enabled {
+		return nil, "the sandbox is disabled"
+	}
+	if why := sandbox.TemplateUnavailable(s.relax()); why != "" {
+		return nil, why
+	}
+	return &Forking{log: log, spec: sandbox.TemplateSpec{
+		Argv: argv, Env: env, ReadPaths: readPaths, Limits: l.sandbox(), Network: s.Network,
+		Stderr: slogWriter{log}, Logger: log,
+	}}, ""
+}
+
+// Launch forks a child of the template; the command is the template's.
+func (f *Forking) Launch(ctx context.Context, _ Command, files Files) (Handle, error) {
+	tpl, err := f.template(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := tpl.Fork(ctx, files.Stdout, files.Stderr, []*os.File{files.ProtoIn, files.ProtoOut})
+	if err != nil {
+		select {
+		case <-tpl.Done():
+		default:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				return nil, err
+			}
+			// A template that does not fork in time is replaced.
+			f.log.Warn("the python template did not fork in time: restarting it")
+			tpl.Kill()
+		}
+		return nil, fmt.Errorf("fork from template: %w", err)
+	}
+	return sandboxHandle{p}, nil
+}
+
+// template returns the running template, starting one if there is none or
+// the last one died.
+func (f *Forking) template(ctx context.Context) (*sandbox.Template, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, ErrClosed
+	}
+	if f.tpl != nil {
+		if f.tpl.Alive() {
+			return f.tpl, nil
+		}
+		f.log.Warn("the python template ended: starting a new one")
+	}
+	tpl, err := sandbox.StartTemplate(ctx, f.spec)
+	if err != nil {
+		return nil, err
+	}
+	f.tpl = tpl
+	return tpl, nil
+}
+
+// Close drains the template: it forks no more, and ends once its last child
+// has ended.
+func (f *Forking) Close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	if f.tpl != nil {
+		f.tpl.Drain()
+	}
+}
+
+// slogWriter logs what the template writes to its stderr (warm-up errors).
+type slogWriter struct{ log *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.log.Warn("python template", "stderr", string(p))
+	return len(p), nil
+}

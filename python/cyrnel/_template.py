@@ -1,0 +1,440 @@
+"""The forking template: a warm interpreter that forks one sandboxed child
+per execution (envs/sandbox/template.go has the protocol, docs/sandbox.md
+the design).
+
+The template runs as root in its own mount (the sandbox root), PID, network,
+IPC and UTS namespaces with only CAP_SETUID and CAP_SETGID, and never runs
+untrusted code. It stays single-threaded: a forked child inherits no other
+thread, so a lock another thread held would stay locked in the child.
+
+Each child is cloned straight into new user, PID (it is PID 1), mount,
+network, IPC, UTS and cgroup namespaces. Before it runs, the template writes
+its uid/gid maps (1000 inside, the unprivileged host uid outside), moves it
+into its fresh cgroups and hands the host its pidfd; the child then becomes
+uid 1000, mounts its own /proc, /tmp and /dev/shm, drops every capability
+and applies rlimits, no_new_privs, Landlock and seccomp before it reads its
+first request. The template reaps it and reports how it ended.
+
+Python 3.11 has no clone with namespace flags or mount: those go through
+libc with ctypes (with CPython's own before/after-fork hooks around clone).
+"""
+
+import base64
+import ctypes
+import fcntl
+import gc
+import io
+import json
+import os
+import resource
+import signal
+import socket
+import sys
+
+from cyrnel import _worker
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_pythonapi = ctypes.pythonapi
+
+# x86_64 and aarch64 system call numbers (the generic table for the new ones).
+_MACHINE = os.uname().machine
+_NR = {
+    "x86_64": {"capset": 126, "seccomp": 317, "clone": 56},
+    "aarch64": {"capset": 91, "seccomp": 277, "clone": 220},
+}[_MACHINE]
+_NR_OPEN_TREE = 428
+_NR_MOVE_MOUNT = 429
+_NR_LANDLOCK_CREATE_RULESET = 444
+_NR_LANDLOCK_ADD_RULE = 445
+_NR_LANDLOCK_RESTRICT_SELF = 446
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_SET_MODE_FILTER = 1
+OPEN_TREE_CLONE = 1
+AT_RECURSIVE = 0x8000
+MOVE_MOUNT_F_EMPTY_PATH = 4
+
+# The first fd of the files a fork request carries, once moved clear of 0-4.
+_HIGH_FD = 64
+
+
+def _check(ret, what):
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return ret
+
+
+def _prctl(option, arg):
+    _check(_libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)), f"prctl {option}")
+
+
+def _mount(source, target, fstype, flags, data):
+    _check(
+        _libc.mount(source.encode(), target.encode(), fstype.encode(), ctypes.c_ulong(flags), data.encode() if data else None),
+        f"mount {fstype} on {target}",
+    )
+
+
+def _write(path, data):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, data.encode())
+    finally:
+        os.close(fd)
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _landlock(ll, read_paths, write_paths):
+    abi = ll["abi"]
+    # The attribute grew with the ABI: net rights in 4, scopes in 6.
+    size = 8 if abi < 4 else 16 if abi < 6 else 24
+    attr = _RulesetAttr(ll["fs"], ll["net"], ll["scoped"])
+    ruleset = _check(_libc.syscall(_NR_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0), "landlock ruleset")
+    try:
+        rules = [(p, ll["readDir"], ll["readFile"]) for p in read_paths]
+        rules += [(p, ll["rwDir"], ll["rwFile"]) for p in write_paths]
+        rules += [("/dev/null", 0, ll["rwFile"]), ("/dev/zero", 0, ll["rwFile"]), ("/dev/full", 0, ll["rwFile"])]
+        rules += [("/dev/random", 0, ll["readFile"]), ("/dev/urandom", 0, ll["readFile"])]
+        for path, dir_access, file_access in rules:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:
+                access = dir_access if os.path.isdir(path) else file_access
+                rule = _PathBeneath(access, fd)
+                _check(_libc.syscall(_NR_LANDLOCK_ADD_RULE, ruleset, 1, ctypes.byref(rule), 0), f"landlock rule {path}")
+            finally:
+                os.close(fd)
+        _check(_libc.syscall(_NR_LANDLOCK_RESTRICT_SELF, ruleset, 0), "landlock restrict")
+    finally:
+        os.close(ruleset)
+
+
+def _seccomp(programs):
+    for raw in programs:
+        buf = ctypes.create_string_buffer(raw, len(raw))
+        fprog = _SockFprog(len(raw) // 8, ctypes.cast(buf, ctypes.c_void_p))
+        _check(_libc.syscall(_NR["seccomp"], SECCOMP_SET_MODE_FILTER, 0, ctypes.byref(fprog)), "seccomp")
+
+
+def _drop_capabilities():
+    cap = 0
+    while _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) == 0:
+        cap += 1
+    hdr = _CapHeader(0x20080522, 0)
+    data = (_CapData * 2)()
+    _check(_libc.syscall(_NR["capset"], ctypes.byref(hdr), ctypes.byref(data)), "capset")
+
+
+def _lower_rlimit(res, soft, hard):
+    cur_soft, cur_hard = resource.getrlimit(res)
+    if cur_hard != resource.RLIM_INFINITY:
+        hard = min(hard, cur_hard)
+    resource.setrlimit(res, (min(soft, hard), hard))
+
+
+def _program(cfg, status, fds):
+    """PID 1 of the child's namespaces: lock down, then serve the worker."""
+    limits = cfg["limits"]
+    # fds 1-4 as the worker expects them; the status socket at 5 until the
+    # child is locked down; nothing else of the template's.
+    for target, fd in enumerate(fds, start=1):
+        os.dup2(fd, target)
+    os.dup2(status, 5)
+    os.closerange(6, 1 << 20)  # one close_range(2) call
+    try:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        # Only the processes: no /proc/sys, kallsyms or other system files
+        # (kernels before 5.8 know no subset=pid: the whole /proc then).
+        try:
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "subset=pid,hidepid=invisible")
+        except OSError:
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, None)
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"mode=0700,size={limits['tmpBytes']}")
+        _check(_libc.sethostname(b"sandbox", 7), "sethostname")
+        os.chdir("/tmp")
+        _lower_rlimit(resource.RLIMIT_CPU, limits["cpuSeconds"], limits["cpuSeconds"] + 1)
+        _lower_rlimit(resource.RLIMIT_FSIZE, limits["fileSizeBytes"], limits["fileSizeBytes"])
+        _lower_rlimit(resource.RLIMIT_NOFILE, limits["openFiles"], limits["openFiles"])
+        _lower_rlimit(resource.RLIMIT_CORE, 0, 0)
+        _drop_capabilities()
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        if cfg["landlock"]["abi"]:
+            _landlock(cfg["landlock"], cfg["readPaths"] + ["/proc"], ["/tmp", "/dev/shm"])
+        _seccomp(cfg["seccomp"])
+    except Exception as e:  # noqa: BLE001 - whatever failed, the child must not run
+        os.write(5, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
+        os._exit(125)
+    _reseed()
+    os.write(5, b'{"started":true}')
+    os.close(5)
+    _worker.serve()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _clone_below_tmp(read_paths):
+    """Detached copies of the read paths the template mirrored below its
+    /tmp, which the child's own /tmp will cover. Taken before the child
+    drops to its uid: a test's 0700 temporary directory is root's."""
+    kept = []
+    for path in sorted(read_paths):  # ancestors first
+        if any(path.startswith(k + "/") for k, _ in kept):
+            continue  # visible through a kept ancestor already
+        if path.startswith("/tmp/"):
+            fd = _check(
+                _libc.syscall(_NR_OPEN_TREE, -100, path.encode(), OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC),
+                f"open_tree {path}",
+            )
+            kept.append((path, fd))
+    return kept
+
+
+def _own_tmp(kept, size, owner):
+    """Mount the child's own /tmp over the template's, putting back the
+    read paths below it (cloned by _clone_below_tmp)."""
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,size={size},uid={owner},gid={owner}")
+    # Mount points are created as the owner: the child's own uid (host
+    # root, which it still is, has no mapping here).
+    _libc.setfsgid(owner)
+    _libc.setfsuid(owner)
+    for path, fd in kept:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+        _check(_libc.syscall(_NR_MOVE_MOUNT, fd, b"", -100, path.encode(), MOVE_MOUNT_F_EMPTY_PATH), f"move_mount {path}")
+        os.close(fd)
+
+
+def _reseed():
+    """What a fork copies but must differ per child: `random` reseeds itself
+    (os.register_at_fork); numpy's global generator does not."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+
+
+# Each child's status socket, by pid, until it has been reaped and reported.
+_children = {}
+
+
+def _report(pid, st, ru):
+    status = _children.pop(pid, None)
+    if status is None:
+        return  # an orphan of a child's namespace, reparented here: nothing to tell
+    exit = {"code": -1, "signal": 0, "cpuNanos": int((ru.ru_utime + ru.ru_stime) * 1e9), "maxRssKiB": ru.ru_maxrss}
+    if os.WIFEXITED(st):
+        exit["code"] = os.WEXITSTATUS(st)
+    elif os.WIFSIGNALED(st):
+        exit["signal"] = os.WTERMSIG(st)
+    try:
+        os.write(status, json.dumps({"exit": exit}).encode())
+    except OSError:
+        pass  # the host gave up on it
+    os.close(status)
+
+
+def _reap(*_):
+    while True:
+        try:
+            pid, st, ru = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _report(pid, st, ru)
+
+
+def _start_child(cfg, status, fds, cgroup_fds):
+    """Clone the program straight into new user, PID, mount, IPC, UTS,
+    cgroup (and network) namespaces; give it its uid/gid maps and cgroups
+    before it runs; hand the host its pidfd. The program waits on a pipe
+    until all of that is done."""
+    # The cgroup namespace comes later, from the child itself: its root is
+    # the cgroup the child is in when it is made, which must be its own.
+    flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | signal.SIGCHLD
+    if not cfg["network"]:
+        flags |= CLONE_NEWNET
+    go_r, go_w = os.pipe()
+    # SIGCHLD waits until the child is registered: a child that fails at
+    # once must still find its status socket to report on.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    try:
+        _pythonapi.PyOS_BeforeFork()
+        pid = _libc.syscall(_NR["clone"], ctypes.c_ulong(flags), 0, 0, 0, 0)
+        err = ctypes.get_errno()
+        if pid == 0:
+            _pythonapi.PyOS_AfterFork_Child()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.close(go_w)
+            try:
+                _child(cfg, status, fds, go_r)
+            finally:
+                os._exit(1)  # whatever escaped, a child never returns into the template's loop
+        _pythonapi.PyOS_AfterFork_Parent()
+        os.close(go_r)
+        try:
+            if pid < 0:
+                raise OSError(err, f"clone: {os.strerror(err)}")
+            _children[pid] = os.dup(status)
+            inner, uid, gid = cfg["sandboxId"], cfg["uid"], cfg["gid"]
+            _write(f"/proc/{pid}/uid_map", f"{inner} {uid} 1")
+            _write(f"/proc/{pid}/gid_map", f"{inner} {gid} 1")
+            for fd in cgroup_fds:
+                os.write(fd, str(pid).encode())
+            pidfd = os.pidfd_open(pid)
+            try:
+                socket.send_fds(socket.socket(fileno=os.dup(status)), [json.dumps({"pid": pid}).encode()], [pidfd])
+            finally:
+                os.close(pidfd)
+            os.write(go_w, b"g")
+        except Exception as e:  # noqa: BLE001 - the child must not run half set up
+            if pid > 0:
+                os.kill(pid, signal.SIGKILL)
+            try:
+                os.write(status, json.dumps({"error": f"sandbox: template: {type(e).__name__}: {e}"}).encode())
+            except OSError:
+                pass  # the host gave up on this child already
+        finally:
+            os.close(go_w)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+
+
+def _child(cfg, status, fds, go):
+    """The program before it locks itself down: wait for its maps and
+    cgroups, become the unprivileged uid inside, then _program."""
+    try:
+        if os.read(go, 1) != b"g":
+            os._exit(125)  # the template could not set it up, and said so
+        os.close(go)
+        _check(_libc.unshare(CLONE_NEWCGROUP), "unshare cgroup namespace")
+        inner = cfg["sandboxId"]
+        # Own /tmp first, while the child can still reach a read path below
+        # the template's (a test's 0700 temporary directory is root's).
+        _own_tmp(_clone_below_tmp(cfg["readPaths"]), cfg["limits"]["tmpBytes"], inner)
+        os.setgroups([])
+        os.setresgid(inner, inner, inner)
+        os.setresuid(inner, inner, inner)
+        # A uid change makes a process non-dumpable, which makes its
+        # /proc/self files root's: a program could not read its own
+        # environ or status. A spawned program is dumpable too (exec).
+        _prctl(PR_SET_DUMPABLE, 1)
+    except Exception as e:  # noqa: BLE001 - whatever failed, the child must not run
+        os.write(status, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
+        os._exit(125)
+    _program(cfg, status, fds)
+
+
+def main(preload):
+    ctl = socket.socket(fileno=3)
+    cfg = json.loads(ctl.recv(1 << 20))
+    cfg["seccomp"] = [base64.b64decode(p) for p in cfg["seccomp"]]
+    own_filter = [base64.b64decode(p) for p in cfg.pop("templateSeccomp")]
+    # warm() names a failing preload module on stderr (the host maps that
+    # line to the config field): keep it for the answer.
+    real_stderr, sys.stderr = sys.stderr, io.StringIO()
+    try:
+        _worker.warm(preload)
+    except BaseException as e:  # noqa: BLE001 - any failure of a preload is reported
+        said = sys.stderr.getvalue().strip()
+        ctl.send(json.dumps({"error": said or f"preload failed: {type(e).__name__}: {e}"}).encode())
+        return 1
+    finally:
+        sys.stderr = real_stderr
+    threads = os.listdir("/proc/self/task")
+    if len(threads) > 1:
+        threading = sys.modules.get("threading")
+        if threading is not None and len(threading.enumerate()) > 1:
+            names = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
+        else:  # started from C: only the kernel knows them
+            names = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in threads if int(t) != os.getpid())
+        ctl.send(
+            json.dumps(
+                {
+                    "error": f"the preload list {list(preload)} left {len(threads) - 1} thread(s) running ({', '.join(names)}): "
+                    "a forked child would inherit their locks without them; preload only modules that start no threads at import"
+                }
+            ).encode()
+        )
+        return 1
+    signal.signal(signal.SIGCHLD, _reap)
+    # What the template built is never collected again: a collection in a
+    # child would touch every object and copy the page it lives on.
+    gc.collect()
+    gc.freeze()
+    try:
+        _seccomp(own_filter)  # no_new_privs is set: the helper did before exec
+    except OSError as e:
+        ctl.send(json.dumps({"error": f"template seccomp: {e}"}).encode())
+        return 1
+    ctl.send(b'{"ready":true}')
+    sys.stdout.flush()
+    sys.stderr.flush()
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(ctl, 4096, 64)
+        except InterruptedError:
+            continue
+        if not msg:
+            break  # the host drains this template
+        req = json.loads(msg)
+        # Clear of fds 0-4, which the program's own files take.
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD) for fd in fds]
+        for fd in fds:
+            os.close(fd)
+        n = 3 + req["extra"]
+        _start_child(cfg, high[0], high[1:n], high[n:])
+        for fd in high:
+            os.close(fd)
+    # Drained: wait for the last child, whose namespaces end with this one.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    while True:
+        try:
+            pid, st, ru = os.wait4(-1, 0)
+        except ChildProcessError:
+            return 0
+        _report(pid, st, ru)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,185 @@
+package tests
+
+import (
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// setPython replaces the python module's config and waits until the new
+// environment is warm and the old one drained.
+func setPython(b *testing.B, h *host, cfg map[string]any) {
+	b.Helper()
+	if st, _ := h.do("PUT", "/modules/python/config", cfg, nil); st != 200 {
+		b.Fatalf("set python config %v: %d", cfg, st)
+	}
+	h.run("pass", nil)
+	waitSettled(b, h)
+	if fork, _ := cfg["fork"].(bool); fork {
+		if ok, why := templateStatus(h); !ok {
+			b.Skipf("no forking template on this machine: %s", why)
+		}
+	} else if ok, _ := templateStatus(h); ok {
+		b.Fatal("fork: false, yet the environment forks from a template")
+	}
+}
+
+// templateStatus reads whether the active Python environment forks from a
+// template, and why not.
+func templateStatus(h *host) (bool, string) {
+	var env struct {
+		Active struct {
+			Status struct {
+				Template struct {
+					Enabled bool   `json:"enabled"`
+					Reason  string `json:"reason"`
+				} `json:"template"`
+			} `json:"status"`
+		} `json:"active"`
+	}
+	h.do("GET", "/environment", nil, &env)
+	return env.Active.Status.Template.Enabled, env.Active.Status.Template.Reason
+}
+
+// backToBack runs n executions one after the other and returns their
+// latencies.
+func backToBack(b *testing.B, h *host, n int, code string) []time.Duration {
+	b.Helper()
+	lat, _ := load(b, h, n, 1, code)
+	return lat
+}
+
+// spawnRate spawns `python -I -S -c pass` n times from c goroutines and
+// returns spawns per second: the baseline a fresh interpreter per
+// execution cannot beat without a template.
+func spawnRate(b *testing.B, python string, n, c int) float64 {
+	b.Helper()
+	jobs := make(chan struct{}, n)
+	for range n {
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	var wg sync.WaitGroup
+	began := time.Now()
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range jobs {
+				if err := exec.Command(python, "-I", "-S", "-c", "pass").Run(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(n) / time.Since(began).Seconds()
+}
+
+// BenchmarkForkTemplate measures fresh Python interpreters forked from a
+// template against spawned ones (fork: false) and against spawning
+// `python3 -I -S -c pass`, all in one run (issue 12's table). Run with
+// -benchtime 1x.
+func BenchmarkForkTemplate(b *testing.B) {
+	h := start(b, "")
+	h.run("pass", nil)
+	waitSettled(b, h)
+	if ok, why := templateStatus(h); !ok {
+		b.Skipf("no forking template on this machine: %s", why)
+	}
+	real, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	python := strings.TrimSpace(string(real))
+	for range b.N {
+		// Forked, the default.
+		setPython(b, h, map[string]any{"fork": true})
+		one := backToBack(b, h, 300, "pass")
+		var isolated []time.Duration
+		for range 20 {
+			waitPoolFull(b, h)
+			time.Sleep(300 * time.Millisecond) // the measure is of requests 0.3 s apart
+			isolated = append(isolated, backToBack(b, h, 1, "pass")...)
+		}
+		lat, wall := load(b, h, 600, 8, "pass")
+		forkRate := float64(len(lat)) / wall.Seconds()
+		spawn8 := spawnRate(b, python, 300, 8)
+
+		// Spawned, the fallback, same machine, same run.
+		setPython(b, h, map[string]any{"fork": false})
+		var spawnIsolated []time.Duration
+		for range 20 {
+			waitPoolFull(b, h)
+			time.Sleep(300 * time.Millisecond)
+			spawnIsolated = append(spawnIsolated, backToBack(b, h, 1, "pass")...)
+		}
+		spawnOne := backToBack(b, h, 60, "pass")
+		slat, swall := load(b, h, 120, 8, "pass")
+
+		b.ReportMetric(p50(one), "fork-1client-p50-ms")
+		b.ReportMetric(p50(isolated), "fork-isolated-p50-ms")
+		b.ReportMetric(forkRate, "fork-8clients-exec/s")
+		b.ReportMetric(p50(lat), "fork-8clients-p50-ms")
+		b.ReportMetric(spawn8, "python-c-pass-8clients/s")
+		b.ReportMetric(forkRate/spawn8, "fork-vs-python-c-pass-x")
+		b.ReportMetric(p50(spawnOne), "spawn-1client-p50-ms")
+		b.ReportMetric(p50(spawnIsolated), "spawn-isolated-p50-ms")
+		b.ReportMetric(float64(len(slat))/swall.Seconds(), "spawn-8clients-exec/s")
+		b.ReportMetric(p50(one)/p50(spawnOne), "fork-vs-spawn-1client-latency-x")
+	}
+}
+
+// BenchmarkForkPandas: one client back to back with pandas preloaded, the
+// system interpreter (Debian's python3-pandas), forked and spawned in the
+// same run. Run with -benchtime 1x.
+func BenchmarkForkPandas(b *testing.B) {
+	const system = "/usr/bin/python3"
+	if err := exec.Command(system, "-c", "import pandas").Run(); err != nil {
+		b.Skipf("%s has no pandas (make deps installs python3-pandas on Debian): %v", system, err)
+	}
+	h := start(b, "")
+	// Spawned pandas interpreters take seconds to start on a busy machine.
+	cfg := map[string]any{"interpreter": system, "preload": []string{"pandas"}, "fork": true, "startTimeoutMs": 120000}
+	setPython(b, h, cfg)
+	if ok, why := templateStatus(h); !ok {
+		b.Skipf("no forking template on this machine: %s", why)
+	}
+	code := "import pandas as pd\ncyrnel.output({'n': int(pd.DataFrame({'a': [1, 2, 3]})['a'].sum())})"
+	for range b.N {
+		setPython(b, h, cfg)
+		forked := backToBack(b, h, 100, code)
+		cfg["fork"] = false
+		setPython(b, h, cfg)
+		spawned := backToBack(b, h, 10, code)
+		cfg["fork"] = true
+		b.ReportMetric(p50(forked), "fork-pandas-p50-ms")
+		b.ReportMetric(p50(spawned), "spawn-pandas-p50-ms")
+		b.ReportMetric(p50(spawned)/p50(forked), "speedup-x")
+	}
+}
+
+// BenchmarkTypeScriptClients: TypeScript executions per second with 2 and
+// 8 concurrent clients in the same run; the pool grows to the concurrency
+// and reuses its workers, so 8 clients are not slower than 2. Run with
+// -benchtime 1x.
+func BenchmarkTypeScriptClients(b *testing.B) {
+	h := start(b, "")
+	if st, _ := h.do("PUT", "/environment", map[string]any{"module": "typescript"}, nil); st != 200 {
+		b.Fatalf("switch: %d", st)
+	}
+	waitSettled(b, h)
+	load(b, h, 200, 8, "1") // warm: the pool grows to the concurrency
+	for range b.N {
+		lat2, wall2 := load(b, h, 2000, 2, "const x: number = 1;")
+		lat8, wall8 := load(b, h, 2000, 8, "const x: number = 1;")
+		r2, r8 := float64(len(lat2))/wall2.Seconds(), float64(len(lat8))/wall8.Seconds()
+		b.ReportMetric(r2, "ts-2clients-exec/s")
+		b.ReportMetric(r8, "ts-8clients-exec/s")
+		b.ReportMetric(r8/r2, "8-vs-2-x")
+		b.ReportMetric(p50(lat8), "ts-8clients-p50-ms")
+	}
+}
