@@ -38,18 +38,19 @@ type Env struct {
 	log         *slog.Logger
 	interpreter string // the default of config's interpreter, when set
 
-	mu      sync.Mutex
-	cfg     Config
-	b       module.Bindings
-	python  string // real interpreter path
-	version string
-	paths   []string // sys.path prefix: the runtime, then site-packages
-	runtime string   // extracted runtime directory
-	launch  worker.Launcher
-	forking *worker.Forking // nil when interpreters are spawned
-	layers  map[string]any  // the sandbox in force, for Status
-	tplWhy  string          // why interpreters are not forked from a template
-	runner  *worker.Runner
+	mu            sync.Mutex
+	cfg           Config
+	b             module.Bindings
+	python        string // real interpreter path
+	version       string
+	paths         []string // sys.path prefix: the runtime, then site-packages
+	runtime       string   // extracted runtime directory
+	launch        worker.Launcher
+	forking       *worker.Forking // nil when interpreters are spawned
+	sessionLaunch worker.Launcher // sessions' interpreters: started, never forked
+	layers        map[string]any  // the sandbox in force, for Status
+	tplWhy        string          // why interpreters are not forked from a template
+	runner        *worker.Runner
 }
 
 // Options are the host's settings for the environment.
@@ -106,11 +107,14 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 		s.ReadPaths = append(s.ReadPaths, dir)
 		launcher = s
 	}
+	// A session's interpreter is started, not forked: it needs its own
+	// environment (CYRNEL_SESSION) and lives long.
+	sessionLaunch := launcher
 	var forking *worker.Forking
 	tplWhy := "turned off by config (fork: false)"
 	if cfg.Fork {
 		argv := append([]string{py.exe, "-I", "-S", "-c", templateBoot, strings.Join(paths, "\n")}, cfg.Preload...)
-		forking, tplWhy = worker.ChooseForking(e.log, cfg.Sandbox, cfg.Limits, append(py.readPaths(), dir), argv, nil)
+		forking, tplWhy = worker.ChooseForking(e.log, cfg.Sandbox, cfg.Limits, append(py.readPaths(), dir), argv, dataScienceEnv)
 		if forking != nil {
 			launcher = forking
 		}
@@ -123,7 +127,7 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	}, e.spawn)
 	e.mu.Lock()
 	e.cfg, e.b, e.python, e.version, e.paths, e.runtime, e.launch, e.layers, e.runner = cfg, sc.Bindings, py.exe, py.version, paths, dir, launcher, layers, r
-	e.forking, e.tplWhy = forking, tplWhy
+	e.forking, e.tplWhy, e.sessionLaunch = forking, tplWhy, sessionLaunch
 	e.mu.Unlock()
 	// Set up means an interpreter is warm, its preload imported inside the
 	// sandbox: a config that cannot work is refused here, naming the
@@ -240,7 +244,12 @@ func extractRuntime() (string, error) {
 	return dir, nil
 }
 
-func (e *Env) spawn(ctx context.Context) (*worker.Worker, error) { return e.start(ctx, nil) }
+func (e *Env) spawn(ctx context.Context) (*worker.Worker, error) {
+	e.mu.Lock()
+	launcher := e.launch
+	e.mu.Unlock()
+	return e.start(ctx, launcher, nil)
+}
 
 // sessionGrace is how long a session's program gets to stop after a kill
 // (KeyboardInterrupt) before its interpreter is killed and the session ends.
@@ -249,7 +258,10 @@ const sessionGrace = 2 * time.Second
 // StartSession starts an interpreter of its own, outside the pool, that
 // keeps its globals between executions and survives an interrupted program.
 func (e *Env) StartSession(ctx context.Context) (*worker.Session, error) {
-	w, err := e.start(ctx, []string{"CYRNEL_SESSION=1"})
+	e.mu.Lock()
+	launcher := e.sessionLaunch
+	e.mu.Unlock()
+	w, err := e.start(ctx, launcher, []string{"CYRNEL_SESSION=1"})
 	if err != nil {
 		return nil, err
 	}
@@ -259,9 +271,9 @@ func (e *Env) StartSession(ctx context.Context) (*worker.Session, error) {
 	return worker.NewSession(w, b, stubs{}, sessionGrace), nil
 }
 
-func (e *Env) start(ctx context.Context, env []string) (*worker.Worker, error) {
+func (e *Env) start(ctx context.Context, launcher worker.Launcher, env []string) (*worker.Worker, error) {
 	e.mu.Lock()
-	python, paths, preload, launcher := e.python, e.paths, e.cfg.Preload, e.launch
+	python, paths, preload := e.python, e.paths, e.cfg.Preload
 	e.mu.Unlock()
 	args := append([]string{"-I", "-S", "-c", boot, strings.Join(paths, "\n")}, preload...)
 	w, err := worker.Start(ctx, e.log, launcher, worker.Command{Path: python, Args: args, Env: append(env, dataScienceEnv...)})

@@ -250,7 +250,7 @@ def main(preload: list[str] | tuple[str, ...] = ()) -> None:
     serve()
 
 
-def warm(preload=()):
+def warm(preload: list[str] | tuple[str, ...] = ()) -> None:
     """Everything an execution should not pay: the preload imports."""
     sys.argv = [""]
     for i, name in enumerate(preload):
@@ -267,7 +267,7 @@ def warm(preload=()):
     builtins.help = _help
 
 
-def serve():
+def serve() -> None:
     """Announce readiness on the protocol pipes and run one program."""
     conn = _rpc.Connection()
     _rpc.conn = conn
