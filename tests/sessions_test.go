@@ -441,3 +441,17 @@ func TestCLIRunDisplays(t *testing.T) {
 		t.Fatalf("saved display is not a PNG: %v", err)
 	}
 }
+
+// TestSessionLimit: past CYRNEL_MAX_SESSIONS live sessions a new one is 429;
+// ending one makes room.
+func TestSessionLimit(t *testing.T) {
+	t.Parallel()
+	h := start(t, "", "CYRNEL_MAX_SESSIONS=1")
+	s := h.newSession(map[string]any{})
+	var prob problem
+	if st, _ := h.do("POST", "/sessions", map[string]any{}, &prob); st != http.StatusTooManyRequests || !strings.Contains(prob.Detail, "at most 1") {
+		t.Fatalf("second session: %d %+v", st, prob)
+	}
+	h.do("DELETE", "/sessions/"+s.ID, nil, nil)
+	h.newSession(map[string]any{})
+}
