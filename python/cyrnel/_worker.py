@@ -211,6 +211,10 @@ def _serve_session(conn: _rpc.Connection) -> None:
     import signal
     import threading
 
+    # Imported now: a session outlives the environment that started it,
+    # whose teardown removes the runtime's directory.
+    from cyrnel import _display  # noqa: F401
+
     _state.scope = {"__name__": "__main__", "__builtins__": builtins, "cyrnel": cyrnel}
     main = threading.get_ident()  # called on the main thread
 
