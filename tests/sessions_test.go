@@ -455,3 +455,32 @@ func TestSessionLimit(t *testing.T) {
 	h.do("DELETE", "/sessions/"+s.ID, nil, nil)
 	h.newSession(map[string]any{})
 }
+
+// TestSessionEndsWithItsHost: a host that dies leaves its sessions ended
+// (host_restart) at its next start, never resumed in a fresh interpreter;
+// a clean stop ends them host_shutdown.
+func TestSessionEndsWithItsHost(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	h := start(t, dir)
+	crashed := h.newSession(map[string]any{})
+	h.run("x = 1", session(crashed.ID))
+	h.cmd.Process.Kill()
+	<-h.exited
+	h = start(t, dir)
+	var got sessionView
+	h.do("GET", "/sessions/"+crashed.ID, nil, &got)
+	if got.State != "ended" || got.EndReason != "host_restart" {
+		t.Fatalf("after a crash: %+v", got)
+	}
+	if st, _ := h.do("POST", "/processes", map[string]any{"session": crashed.ID, "code": "x"}, nil); st != http.StatusConflict {
+		t.Fatalf("execution in it: %d", st)
+	}
+	stopped := h.newSession(map[string]any{})
+	h.stop()
+	h = start(t, dir)
+	h.do("GET", "/sessions/"+stopped.ID, nil, &got)
+	if got.State != "ended" || got.EndReason != "host_shutdown" {
+		t.Fatalf("after a clean stop: %+v", got)
+	}
+}
