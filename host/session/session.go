@@ -436,6 +436,10 @@ func (m *Manager) Execute(ctx context.Context, id string, in module.ExecutionInp
 		m.mu.Unlock()
 		return "", module.Result{}, m.Check(ctx, id)
 	}
+	if j.in.EnvConfig == nil {
+		// The session's envConfig applies to executions that bring none.
+		j.in.EnvConfig = l.snapshot().EnvConfig
+	}
 	select {
 	case l.jobs <- j:
 	default:
