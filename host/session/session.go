@@ -498,7 +498,11 @@ func (m *Manager) End(ctx context.Context, id string) error {
 	l := m.live[id]
 	m.mu.Unlock()
 	if l == nil {
-		_, err := m.Get(ctx, id)
+		row, err := m.Get(ctx, id)
+		if err == nil && row.State != Ended {
+			// Live on another host: only that host can end it.
+			return &endedError{fmt.Sprintf("session %s runs on host %s, not this one", id, row.HostID)}
+		}
 		return err
 	}
 	select {
