@@ -313,6 +313,20 @@ func TestSessionLifecycle(t *testing.T) {
 	if len(list.Items) != 2 {
 		t.Fatalf("ended sessions: %+v", list.Items)
 	}
+	// Paginated: newest first, one per page.
+	var page struct {
+		Items      []sessionView `json:"items"`
+		NextCursor *string       `json:"nextCursor"`
+		HasMore    bool          `json:"hasMore"`
+	}
+	h.do("GET", "/sessions?limit=1", nil, &page)
+	if len(page.Items) != 1 || page.Items[0].ID != idle.ID || !page.HasMore || page.NextCursor == nil {
+		t.Fatalf("first page: %+v", page)
+	}
+	h.do("GET", "/sessions?limit=1&cursor="+*page.NextCursor, nil, &page)
+	if len(page.Items) != 1 || page.Items[0].ID != s.ID || page.HasMore || page.NextCursor != nil {
+		t.Fatalf("second page: %+v", page)
+	}
 
 	// TypeScript has no sessions: 422 naming the module.
 	if st, _ := h.do("PUT", "/environment", map[string]any{"module": "typescript"}, nil); st != http.StatusOK {
