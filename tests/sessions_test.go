@@ -498,3 +498,25 @@ func TestSessionEndsWithItsHost(t *testing.T) {
 		t.Fatalf("after a clean stop: %+v", got)
 	}
 }
+
+// TestDisplayAndFileCapsAreVisible: past the caps displays and output files
+// are dropped, and the process says so (outputTruncated, a stderr line);
+// under them nothing is flagged (the control).
+func TestDisplayAndFileCapsAreVisible(t *testing.T) {
+	t.Parallel()
+	h := start(t, "")
+	under := h.run("for i in range(3):\n    cyrnel.display(i)\n    open(f'f{i}.txt', 'w').write('x')", nil)
+	if under.exit() != "success" || under.OutputTruncated || len(h.displays(under.PID)) != 3 || strings.Contains(under.Stderr, "cyrnel:") {
+		t.Fatalf("under the caps: %+v", under)
+	}
+	over := h.run("for i in range(101):\n    cyrnel.display(i)\nfor i in range(21):\n    open(f'f{i:02}.txt', 'w').write('x')", nil)
+	ds := h.displays(over.PID)
+	var files struct {
+		Items []struct{} `json:"items"`
+	}
+	h.do("GET", fmt.Sprintf("/processes/%d/files", over.PID), nil, &files)
+	if over.exit() != "success" || !over.OutputTruncated || len(ds) != 100 || ds[99].Data["text/plain"] != "99" || len(files.Items) != 20 ||
+		!strings.Contains(over.Stderr, "display dropped") || !strings.Contains(over.Stderr, "not kept") {
+		t.Fatalf("over the caps: %d displays, %d files, %+v", len(ds), len(files.Items), over)
+	}
+}
