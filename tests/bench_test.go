@@ -1,10 +1,12 @@
 package tests
 
 import (
+	"database/sql"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -328,4 +330,94 @@ func BenchmarkTypeScriptExecution(b *testing.B) {
 	b.ReportMetric(percentile(ts, 99), "ts-p99-ms")
 	b.ReportMetric(p50(py), "python-p50-ms")
 	b.ReportMetric(p50(py)/p50(ts), "python/ts")
+}
+
+// BenchmarkScaleOut: 1, 2 and 3 hosts on loopback against one PostgreSQL
+// (each size on a fresh schema), 8 clients submitting trivial programs
+// round-robin across the hosts; executions per second, the ratio to one
+// host in the same run, and database time per execution: the growth of
+// pg_stat_database.active_time of a database made for this benchmark (so
+// no other session counts), from after the warm-up until the hosts stopped
+// (a backend reports its statistics at the latest when it exits). Run with
+// -benchtime 1x.
+func BenchmarkScaleOut(b *testing.B) {
+	url := postgresURL(b)
+	admin, err := sql.Open("pgx", url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer admin.Close()
+	name := fmt.Sprintf("cyrnel_bench_%d", time.Now().UnixNano())
+	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+		b.Fatalf("a database of its own (the test user needs CREATEDB): %v", err)
+	}
+	defer admin.Exec("DROP DATABASE " + name + " WITH (FORCE)")
+	u, err := neturl.Parse(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	u.Path = "/" + name
+	benchURL := u.String()
+	activeMs := func() float64 {
+		var ms float64
+		if err := admin.QueryRow("SELECT active_time FROM pg_stat_database WHERE datname = $1", name).Scan(&ms); err != nil {
+			b.Fatal(err)
+		}
+		return ms
+	}
+	const n = 300
+	var one float64
+	for range b.N {
+		for size := 1; size <= 3; size++ {
+			hs := startClusterOn(b, benchURL, size)
+			for _, h := range hs {
+				load(b, h, 10, 2, "pass") // warm each host's pool
+			}
+			before := activeMs()
+			lat, wall := loadAcross(b, hs, n, 8, "pass")
+			for _, h := range hs {
+				h.stop()
+			}
+			dbMs := activeMs() - before
+			rate := float64(len(lat)) / wall.Seconds()
+			if size == 1 {
+				one = rate
+			}
+			b.ReportMetric(rate, fmt.Sprintf("%dhost-exec/s", size))
+			b.ReportMetric(p50(lat), fmt.Sprintf("%dhost-p50-ms", size))
+			b.ReportMetric(dbMs/float64(len(lat)), fmt.Sprintf("%dhost-db-ms/exec", size))
+			b.ReportMetric(rate/one, fmt.Sprintf("%dhost-ratio", size))
+		}
+	}
+}
+
+// loadAcross is load with the executions spread round-robin over hosts.
+func loadAcross(b *testing.B, hs []*host, n, c int, code string) ([]time.Duration, time.Duration) {
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, n)
+	jobs := make(chan int, n)
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	var wg sync.WaitGroup
+	began := time.Now()
+	for range c {
+		wg.Go(func() {
+			for i := range jobs {
+				t0 := time.Now()
+				p := hs[i%len(hs)].run(code, nil)
+				d := time.Since(t0)
+				if p.exit() != "success" {
+					b.Errorf("%+v", p)
+					return
+				}
+				mu.Lock()
+				lat = append(lat, d)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return lat, time.Since(began)
 }

@@ -211,6 +211,7 @@ type proc struct {
 	StartedAt       *time.Time     `json:"startedAt"`
 	FinishedAt      *time.Time     `json:"finishedAt"`
 	DurationMs      *int64         `json:"durationMs"`
+	HostID          string         `json:"hostId"`
 }
 
 func (p proc) exit() string {

@@ -18,7 +18,7 @@ import (
 func TestPostgresBackedHost(t *testing.T) {
 	t.Parallel()
 	url := postgresURL(t)
-	h := start(t, "", "CYRNEL_DB_URL="+freshSchema(t, url))
+	h := start(t, "", "CYRNEL_DB_URL="+freshSchema(t, url), "CYRNEL_SECRETS_KEY="+newSecretsKey(t))
 	p := h.run("print('on postgres')\ncyrnel.output({'ok': True})", nil)
 	if p.exit() != "success" || p.Stdout != "on postgres\n" || p.Output["ok"] != true {
 		t.Fatalf("%+v", p)
@@ -46,7 +46,7 @@ func TestPostgresBackedHost(t *testing.T) {
 
 // freshSchema makes a schema of its own for this test in the database at url
 // and returns the URL that uses it; it is dropped afterwards.
-func freshSchema(t *testing.T, url string) string {
+func freshSchema(t testing.TB, url string) string {
 	t.Helper()
 	db, err := sql.Open("pgx", url)
 	if err != nil {
@@ -70,7 +70,7 @@ func freshSchema(t *testing.T, url string) string {
 // postgresURL is the database the PostgreSQL tests use (`make test` provides
 // one where it can). Without one the test fails, unless CYRNEL_TEST_NO_POSTGRES
 // says why this machine has none.
-func postgresURL(t *testing.T) string {
+func postgresURL(t testing.TB) string {
 	t.Helper()
 	if url := os.Getenv("CYRNEL_TEST_POSTGRES_URL"); url != "" {
 		return url

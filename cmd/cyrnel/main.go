@@ -94,7 +94,12 @@ Environment variables (a flag, when given, wins over its variable):
   CYRNEL_ALLOW_UNSANDBOXED=1
                        let module configs weaken the sandbox (as --allow-unsandboxed)
   CYRNEL_MAX_SESSIONS  sessions this host runs at once (as --max-sessions, default 16)
-  CYRNEL_SECRETS_KEY   base64 32-byte key sealing secrets at rest (default: a key file in the data directory)
+  CYRNEL_SECRETS_KEY   base64 32-byte key sealing secrets at rest (default: a key file in the data directory;
+                       required, the same on every host, with PostgreSQL)
+  CYRNEL_SECRETS_KEY_FILE
+                       a file holding CYRNEL_SECRETS_KEY
+  CYRNEL_LEASE_TTL     with PostgreSQL: how long a host that stopped renewing its lease is trusted before
+                       another host finishes its executions as host_lost (default 15s; renewed every third)
   CYRNEL_LOG_LEVEL     debug, info, warn or error (default info)
 `
 
@@ -123,6 +128,20 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	secretsKey := os.Getenv("CYRNEL_SECRETS_KEY")
+	if f := os.Getenv("CYRNEL_SECRETS_KEY_FILE"); f != "" && secretsKey == "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("CYRNEL_SECRETS_KEY_FILE: %w", err)
+		}
+		secretsKey = strings.TrimSpace(string(b))
+	}
+	var leaseTTL time.Duration
+	if v := os.Getenv("CYRNEL_LEASE_TTL"); v != "" {
+		if leaseTTL, err = time.ParseDuration(v); err != nil || leaseTTL < time.Second {
+			return fmt.Errorf("CYRNEL_LEASE_TTL: want a duration of at least 1s, got %q", v)
+		}
+	}
 	gov, err := governanceFromEnv()
 	if err != nil {
 		return err
@@ -138,7 +157,8 @@ func serve(args []string) error {
 		DataDir:          cli.Setting(fs, "data-dir", "CYRNEL_DATA_DIR", "./cyrnel-data"),
 		DBURL:            cli.Setting(fs, "db-url", "CYRNEL_DB_URL", ""),
 		APIKey:           os.Getenv("CYRNEL_API_KEY"),
-		SecretsKey:       os.Getenv("CYRNEL_SECRETS_KEY"),
+		SecretsKey:       secretsKey,
+		LeaseTTL:         leaseTTL,
 		Python:           cli.Setting(fs, "python", "CYRNEL_PYTHON", ""),
 		Insecure:         *insecure,
 		AllowUnsandboxed: *unsandboxed || os.Getenv("CYRNEL_ALLOW_UNSANDBOXED") == "1",

@@ -17,6 +17,7 @@ import (
 )
 
 func TestProbe(t *testing.T) {
+	t.Parallel()
 	s := Probe()
 	b, _ := json.MarshalIndent(s, "", "  ")
 	t.Logf("probe: %s", b)
@@ -38,6 +39,7 @@ func TestProbe(t *testing.T) {
 // the host's loopback, with all layers and with each layer alone, and that
 // the Network toggle really opens it (so the test can see a leak).
 func TestNetworkDenied(t *testing.T) {
+	t.Parallel()
 	tcp, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +160,7 @@ func drainUDP(t *testing.T, c net.PacketConn) bool {
 // tree or host configuration, with all layers and with the private root and
 // Landlock each alone, while it can read what it was given.
 func TestHostFilesHidden(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	secret := filepath.Join(dataDir, "secrets.key")
 	if err := os.WriteFile(secret, []byte("s3cr3t"), 0o600); err != nil {
@@ -226,6 +229,7 @@ print(json.dumps(res))
 // TestHostProcessesInvisible proves a program sees only its sandbox's
 // processes in /proc and can signal neither host processes nor its init.
 func TestHostProcessesInvisible(t *testing.T) {
+	t.Parallel()
 	const code = `
 import json, os, signal, sys
 res = {"pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()), "cmd": {}}
@@ -322,6 +326,7 @@ print(json.dumps(res))
 // TestExactlyTheGivenFiles proves the program receives fds 0-4 exactly:
 // stdin, stdout, stderr and the two protocol pipes at 3 and 4.
 func TestExactlyTheGivenFiles(t *testing.T) {
+	t.Parallel()
 	needLayers(t, Relax{})
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -382,6 +387,7 @@ sys.stdout.write("stdin:" + sys.stdin.read())
 // with EPERM, clone3 with ENOSYS and i386 system calls, and that these
 // refusals come from the filter: with seccomp relaxed the same calls work.
 func TestSeccompDenies(t *testing.T) {
+	t.Parallel()
 	const code = `
 import ctypes, json, mmap, os, socket, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -494,6 +500,7 @@ func ia32Emulation() bool {
 // unprivileged uid in its own UTS namespace, in a private writable /tmp, on
 // a read-only root.
 func TestIdentity(t *testing.T) {
+	t.Parallel()
 	const code = `
 import json, os, socket
 res = {"uid": os.getuid(), "gid": os.getgid(), "cwd": os.getcwd(), "host": socket.gethostname()}
@@ -563,6 +570,7 @@ print(json.dumps(res))
 // TestStartFailures proves Start reports what it cannot run instead of
 // returning a sandbox that never ran.
 func TestStartFailures(t *testing.T) {
+	t.Parallel()
 	needLayers(t, Relax{})
 	dir := t.TempDir()
 	cases := []struct {

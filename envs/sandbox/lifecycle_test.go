@@ -35,6 +35,7 @@ func waitAppear(t *testing.T, find func() []int) []int {
 // namespace the cgroup sweep gets it. The control shows the test sees an
 // escape: with neither, the grandchild survives.
 func TestSetsidGrandchildDies(t *testing.T) {
+	t.Parallel()
 	const code = `
 import os, sys
 pid = os.fork()
@@ -138,6 +139,7 @@ func sessionOf(t *testing.T, pid int) (sid, pgid int) {
 // started it: an intermediate process starts a sandboxed sleeper and is
 // SIGKILLed; the sleeper must vanish.
 func TestParentDeathKillsSandbox(t *testing.T) {
+	t.Parallel()
 	needLayers(t, Relax{})
 	marker := newMarker()
 	exe, err := os.Executable()
@@ -209,6 +211,7 @@ func pdeathRole() int {
 
 // TestSignalForwarded proves the init passes SIGTERM on to the program.
 func TestSignalForwarded(t *testing.T) {
+	t.Parallel()
 	needLayers(t, Relax{})
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -231,6 +234,7 @@ func TestSignalForwarded(t *testing.T) {
 // TestOrphansReaped proves the init reaps orphans: children whose parent
 // exited never linger as zombies.
 func TestOrphansReaped(t *testing.T) {
+	t.Parallel()
 	needLayers(t, Relax{})
 	const code = `
 import os, time
@@ -266,6 +270,7 @@ print(len(zombies()))
 // is gone once it has ended: with namespaces a tmpfs that dies with the
 // mount namespace, without them a host directory Start removes.
 func TestWorkDirRemoved(t *testing.T) {
+	t.Parallel()
 	const code = `
 import os, sys
 with open("data.bin", "wb") as f:

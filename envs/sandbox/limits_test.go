@@ -23,6 +23,7 @@ import (
 // programs are nobody, whom the limit binds (before, they were uid 0 and
 // had no process limit at all).
 func TestForkBombContained(t *testing.T) {
+	t.Parallel()
 	for _, relax := range []Relax{{}, {Cgroups: true}} {
 		t.Run(fmt.Sprintf("cgroups=%v", !relax.Cgroups), func(t *testing.T) {
 			forkBomb(t, relax)
@@ -86,6 +87,7 @@ while True:
 // forks until RLIMIT_NPROC (the only process limit an unprivileged host has)
 // stops it.
 func TestUnprivilegedParent(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("this process is unprivileged already; every other test covers it")
 	}
@@ -229,6 +231,7 @@ func copyFile(src, dst string) error {
 // that the exit says so; under the RLIMIT_AS fallback the program gets a
 // MemoryError instead.
 func TestMemoryLimit(t *testing.T) {
+	t.Parallel()
 	const code = `
 chunks = []
 try:
@@ -444,6 +447,7 @@ for line in sys.stdin:
 // TestFileSizeLimit proves a write past RLIMIT_FSIZE fails (Python ignores
 // SIGXFSZ, so it sees EFBIG) and the file stops at the limit.
 func TestFileSizeLimit(t *testing.T) {
+	t.Parallel()
 	needLayers(t, Relax{})
 	const code = `
 import os

@@ -25,6 +25,7 @@ var programs = envtest.Programs{
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	envtest.Conformance(t, func(t *testing.T, b module.Bindings) module.Environment {
 		e := New(nil)
 		if err := e.Setup(context.Background(), module.SetupContext{Bindings: b}); err != nil {
@@ -40,6 +41,7 @@ func TestConformance(t *testing.T) {
 // loaded machine filling 128 MiB took longer than 3 s once, and the
 // execution then (rightly) timed out.
 func TestRunawaysEndOnlyTheirWorker(t *testing.T) {
+	t.Parallel()
 	env, _ := newEnv(t, map[string]any{"limits": map[string]any{"memoryMb": 128.0}})
 	cases := []struct {
 		name, code string
@@ -67,6 +69,7 @@ func TestRunawaysEndOnlyTheirWorker(t *testing.T) {
 // and peak memory its worker's sandbox counted while it ran (the array is
 // small: the race detector multiplies memory several times over).
 func TestUsageReported(t *testing.T) {
+	t.Parallel()
 	env, _ := newEnv(t, nil)
 	res := execute(t, env, 1, `let s = 0; const t0 = Date.now(); while (Date.now() - t0 < 300) s++; const a = new Array(1 << 20).fill(1); console.log(s > 0, a.length);`, 30000)
 	wantResult(t, res, module.ExitSuccess, module.ReasonCompleted)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestDocs(t *testing.T) {
+	t.Parallel()
 	env, _ := newEnv(t, nil)
 	docs, err := env.Docs(context.Background())
 	if err != nil {
@@ -40,6 +41,7 @@ func TestDocs(t *testing.T) {
 }
 
 func TestToolDocs(t *testing.T) {
+	t.Parallel()
 	env := New(nil)
 	input := `{
 	  "type": "object",
@@ -92,6 +94,7 @@ func TestToolDocs(t *testing.T) {
 }
 
 func TestToolDocsWithoutParameters(t *testing.T) {
+	t.Parallel()
 	env := New(nil)
 	docs, err := env.ToolDocs(context.Background(), module.ToolDocsInput{ServiceID: "my-svc", ToolID: "ping", InputSchema: json.RawMessage(`{"type":"object"}`)})
 	if err != nil {
@@ -108,6 +111,7 @@ func TestToolDocsWithoutParameters(t *testing.T) {
 }
 
 func TestDocsListAtMostSomeTools(t *testing.T) {
+	t.Parallel()
 	tools := make([]module.Tool, 120)
 	for i := range tools {
 		tools[i] = module.Tool{ServiceID: "big", ToolID: fmt.Sprintf("t%d", i), Description: "a tool"}

@@ -53,6 +53,7 @@ func (h *hostCalls) InvokeTool(_ context.Context, serviceID, toolID string, para
 func (h *hostCalls) ListTools(context.Context) ([]module.Tool, error) { return testTools, nil }
 
 func TestEngineRunsDirectly(t *testing.T) {
+	t.Parallel()
 	e := NewEngine(Options{})
 	h := newHostCalls()
 	res := e.Run(context.Background(), `const r = await cyrnel.services.t.tools.echo.invoke({ a: 1 }); console.log(r);`, time.Second, h)
@@ -65,6 +66,7 @@ func TestEngineRunsDirectly(t *testing.T) {
 }
 
 func TestEngineKilledBeforeStart(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	res := NewEngine(Options{}).Run(ctx, `console.log("ran")`, time.Second, newHostCalls())
@@ -74,6 +76,7 @@ func TestEngineKilledBeforeStart(t *testing.T) {
 }
 
 func TestEngineAbandonsUninterruptibleProgram(t *testing.T) {
+	t.Parallel()
 	e := NewEngine(Options{})
 	h := newHostCalls()
 	defer close(h.release)
@@ -94,6 +97,7 @@ func TestEngineAbandonsUninterruptibleProgram(t *testing.T) {
 }
 
 func TestEngineMaxCallStackSize(t *testing.T) {
+	t.Parallel()
 	e := NewEngine(Options{MaxCallStackSize: 50})
 	h := newHostCalls()
 	code := `function depth(n: number): number { return n === 0 ? 0 : 1 + depth(n - 1); }
@@ -117,6 +121,7 @@ f(0);`, time.Second, newHostCalls())
 }
 
 func TestLoweredSyntaxRuns(t *testing.T) {
+	t.Parallel()
 	e := NewEngine(Options{})
 	h := newHostCalls()
 	code := `{
@@ -139,6 +144,7 @@ try {
 }
 
 func TestEngineLimitsConcurrentToolCalls(t *testing.T) {
+	t.Parallel()
 	e := NewEngine(Options{MaxConcurrentToolCalls: 2})
 	h := &countingHost{hostCalls: newHostCalls()}
 	code := `const r = await Promise.all([1, 2, 3, 4, 5, 6].map((i) => cyrnel.services.t.tools.echo.invoke({ i })));
@@ -175,6 +181,7 @@ func (c *countingHost) InvokeTool(ctx context.Context, serviceID, toolID string,
 }
 
 func TestVLQRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, values := range [][]int{{0}, {1, -1, 15, -16, 16, 1000, -123456}, {0, 0, 0, 0, 0}} {
 		got, err := decodeVLQ(encodeVLQ(values))
 		if err != nil || !reflect.DeepEqual(got, values) {
@@ -187,6 +194,7 @@ func TestVLQRoundTrip(t *testing.T) {
 }
 
 func TestShiftMappings(t *testing.T) {
+	t.Parallel()
 	// Line 1: the wrapper at original 0:0; line 2: two segments, the first
 	// one column into the line, from original line 1.
 	in := encodeVLQ([]int{0, 0, 0, 0}) + ";" + encodeVLQ([]int{2, 0, 1, 0}) + "," + encodeVLQ([]int{4, 0, 0, 3})
@@ -201,6 +209,7 @@ func TestShiftMappings(t *testing.T) {
 }
 
 func TestProgramCacheEvictsLeastRecentlyUsed(t *testing.T) {
+	t.Parallel()
 	pc := newProgramCache(100)
 	key := func(s string) [sha256.Size]byte { return sha256.Sum256([]byte(s)) }
 	pc.add(key("a"), &compiled{cost: 40})
@@ -224,6 +233,7 @@ func TestProgramCacheEvictsLeastRecentlyUsed(t *testing.T) {
 }
 
 func TestCompiledProgramsAreShared(t *testing.T) {
+	t.Parallel()
 	e := NewEngine(Options{})
 	a, err := e.compile("const x = 1;")
 	if err != nil {

@@ -21,6 +21,7 @@ func wantResult(t *testing.T, got module.Result, exit module.ExitState, reason m
 }
 
 func TestTypedCodeWithInterfacesAndGenerics(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	code := `
 interface Pet { id: number; name: string; tags?: string[] }
@@ -60,6 +61,7 @@ console.error(new TypeError("shown"));
 }
 
 func TestTopLevelAwaitAndReturn(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	code := `
 const v = await Promise.resolve(41);
@@ -76,6 +78,7 @@ console.log("not reached");
 }
 
 func TestAsyncGeneratorsAndForAwait(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	code := `
 async function* count(n: number): AsyncGenerator<number> {
@@ -96,6 +99,7 @@ console.log(seen);
 }
 
 func TestConsoleFormatsAwkwardValues(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	code := `
 const cyclic: any = { name: "c" };
@@ -111,6 +115,7 @@ console.log(cyclic, named, () => 1, Symbol("s"), { big: 1n }, "two", "words");
 }
 
 func TestOutputMerges(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	code := `
 cyrnel.output({ a: 1, b: { x: 1 } });
@@ -124,6 +129,7 @@ cyrnel.output({ b: 2, c: [1, "two"], d: new Date(0), e: undefined });
 }
 
 func TestOutputRejectsWhatIsNotJSON(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	code := `
 const cyclic: any = {};
@@ -147,6 +153,7 @@ for (const bad of [{ f() {} }, { s: Symbol("x") }, { n: 1n }, cyclic, [1], "str"
 }
 
 func TestToolInvokeResolves(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	code := `
 const r = await cyrnel.services.t.tools.echo.invoke({ q: "x", n: 2, list: [1, 2], when: new Date(0) });
@@ -167,6 +174,7 @@ console.log(cyrnel.services.t.tools.echo.description);
 }
 
 func TestToolInvokeRejects(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	code := `
 try {
@@ -195,6 +203,7 @@ await cyrnel.services.t.tools.fail.invoke({});
 }
 
 func TestUnknownToolRejectsClearly(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	code := `
 for (const call of [
@@ -217,6 +226,7 @@ for (const call of [
 }
 
 func TestConcurrentToolCalls(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	rec.gatherN = 5
 	// gather only answers once all five calls are in flight together.
@@ -231,6 +241,7 @@ console.log(results);
 }
 
 func TestThrowReportsTypeScriptLine(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	// Types and blank lines vanish from the JavaScript; positions must not.
 	code := `interface A {
@@ -256,6 +267,7 @@ explode(b!);
 }
 
 func TestThrowNonError(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	wantResult(t, execute(t, env, 1, `throw "plain"`, 5000), module.ExitFailed, module.ReasonException)
 	if got := rec.Error(1); got != `Uncaught "plain"` {
@@ -264,6 +276,7 @@ func TestThrowNonError(t *testing.T) {
 }
 
 func TestSyntaxErrors(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, code, wantErr string
 	}{
@@ -293,6 +306,7 @@ func TestSyntaxErrors(t *testing.T) {
 }
 
 func TestInfiniteLoopTimesOut(t *testing.T) {
+	t.Parallel()
 	env, _ := newEnv(t, nil)
 	for _, c := range []struct{ name, code string }{
 		{"tight loop", "while (true) {}"},
@@ -311,6 +325,7 @@ func TestInfiniteLoopTimesOut(t *testing.T) {
 }
 
 func TestKillMidLoop(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	done := make(chan module.Result)
 	go func() {
@@ -339,6 +354,7 @@ func TestKillMidLoop(t *testing.T) {
 }
 
 func TestKillWhileAwaitingTool(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	rec.gatherN = 2 // never reached: the call waits until it is cancelled
 	done := make(chan module.Result)
@@ -354,6 +370,7 @@ func TestKillWhileAwaitingTool(t *testing.T) {
 }
 
 func TestQueuedBeyondConcurrencyAndKillWhileQueued(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, map[string]any{"concurrency": 1.0})
 	first := make(chan module.Result)
 	go func() {
@@ -391,6 +408,7 @@ func TestQueuedBeyondConcurrencyAndKillWhileQueued(t *testing.T) {
 }
 
 func TestDeepRecursionFailsAndNextRunSucceeds(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	code := `
 function down(n: number): number { return down(n + 1) + 1; }
@@ -414,6 +432,7 @@ try {
 }
 
 func TestNothingLeaksBetweenExecutions(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	first := `
 (globalThis as any).leaked = 1;
@@ -434,6 +453,7 @@ setTimeout(() => console.log("late timer"), 0);
 }
 
 func TestUnhandledRejectionFails(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	code := `
 Promise.reject(new Error("nobody listens"));
@@ -450,6 +470,7 @@ console.log("not reached");
 }
 
 func TestAwaitingForeverFails(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	start := time.Now()
 	wantResult(t, execute(t, env, 1, `await new Promise(() => {});`, 60000), module.ExitFailed, module.ReasonException)
@@ -462,6 +483,7 @@ func TestAwaitingForeverFails(t *testing.T) {
 }
 
 func TestTimersFireInOrderAndClear(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	code := `
 const order: string[] = [];
@@ -482,6 +504,7 @@ console.log(order.join(""));
 }
 
 func TestExceptionInTimerFails(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	code := `
 setTimeout(() => { throw new Error("in timer"); }, 0);
@@ -494,6 +517,7 @@ await new Promise((r) => setTimeout(r, 5));
 }
 
 func TestNoHostGlobals(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	code := `console.log(typeof require, typeof process, typeof fetch, typeof module, typeof setTimeout, typeof cyrnel.output);`
 	wantResult(t, execute(t, env, 1, code, 5000), module.ExitSuccess, module.ReasonCompleted)
@@ -503,6 +527,7 @@ func TestNoHostGlobals(t *testing.T) {
 }
 
 func TestExecuteReportsStatesAndErrors(t *testing.T) {
+	t.Parallel()
 	env, rec := newEnv(t, nil)
 	wantResult(t, execute(t, env, 9, `null.x`, 5000), module.ExitFailed, module.ReasonException)
 	if got := rec.states[9]; !reflect.DeepEqual(got, []module.ExecState{module.StateQueued, module.StateRunning}) {
@@ -514,11 +539,13 @@ func TestExecuteReportsStatesAndErrors(t *testing.T) {
 }
 
 func TestDefaultTimeoutFromConfig(t *testing.T) {
+	t.Parallel()
 	env, _ := newEnv(t, map[string]any{"timeoutMs": 30.0})
 	wantResult(t, execute(t, env, 1, "while (true) {}", 0), module.ExitTimeout, module.ReasonTimeout)
 }
 
 func TestTeardownKillsAndWaits(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder()
 	env := New(nil)
 	if err := env.Setup(context.Background(), module.SetupContext{Bindings: rec}); err != nil {
@@ -549,6 +576,7 @@ func TestTeardownKillsAndWaits(t *testing.T) {
 }
 
 func TestExecuteBeforeSetupFails(t *testing.T) {
+	t.Parallel()
 	env := New(nil)
 	if _, err := env.Execute(context.Background(), module.ExecutionInput{EID: 1, Code: "1"}); err == nil {
 		t.Error("execute before setup succeeded")
@@ -556,6 +584,7 @@ func TestExecuteBeforeSetupFails(t *testing.T) {
 }
 
 func TestInfoAndConfig(t *testing.T) {
+	t.Parallel()
 	env := New(nil)
 	info := env.Info()
 	if info.ID != "typescript" || info.Type != module.TypeEnvironment || info.Version == "" || info.Name == "" || info.Description == "" {
@@ -600,6 +629,7 @@ func TestInfoAndConfig(t *testing.T) {
 // pool used to refill the slot of every worker taken, so a spawn ran every
 // 20 ms under steady load and the worker coming back was thrown away.)
 func TestReusedWorkersAreNotReplaced(t *testing.T) {
+	t.Parallel()
 	env, _ := newEnv(t, map[string]any{"poolSize": 1.0})
 	pool := func() worker.Stats { return env.Status()["pool"].(worker.Stats) }
 	wantResult(t, execute(t, env, 1, `1`, 5000), module.ExitSuccess, module.ReasonCompleted)

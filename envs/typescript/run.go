@@ -56,6 +56,10 @@ type run struct {
 	timerByID map[int64]*timer
 	lastTimer int64
 	clock     *time.Timer
+	// turn is when the current macrotask began: delays count from it, as
+	// Node counts them from its loop's cached time, so timers set in one
+	// turn fire in the order of their delays however long the turn runs.
+	turn time.Time
 
 	stringify, parse goja.Callable
 	errorCtor        goja.Value
@@ -97,6 +101,7 @@ func (r *run) execute(timeout time.Duration) (res Result) {
 		}
 	}()
 	go r.watch(timeout)
+	r.turn = time.Now()
 	if err := r.install(); err != nil {
 		return Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError, Error: fmt.Sprintf("typescript: setting up the runtime: %v", err)}
 	}
@@ -166,8 +171,10 @@ func (r *run) loop() Result {
 		}
 		select {
 		case job := <-r.jobs:
+			r.turn = time.Now()
 			job()
 		case <-clock:
+			r.turn = time.Now()
 			r.fireTimer()
 		case <-r.stopped:
 			return r.stoppedResult()
@@ -405,7 +412,7 @@ func (r *run) setTimeout(call goja.FunctionCall) goja.Value {
 		args = append(args, call.Arguments[2:]...)
 	}
 	r.lastTimer++
-	t := &timer{id: r.lastTimer, when: time.Now().Add(delay), fn: fn, args: args}
+	t := &timer{id: r.lastTimer, when: r.turn.Add(delay), fn: fn, args: args}
 	heap.Push(&r.timers, t)
 	r.timerByID[t.id] = t
 	r.pending++

@@ -55,6 +55,7 @@ type Store interface {
 	GetApproval(ctx context.Context, id string) (*store.Approval, error)
 	DecideApproval(ctx context.Context, id, state string, at time.Time) (bool, error)
 	ExpirePendingApprovals(ctx context.Context, at time.Time) (int64, error)
+	ExpireOrphanApprovals(ctx context.Context, at time.Time) (int64, error)
 	ListApprovals(ctx context.Context, f store.ApprovalFilter) ([]store.Approval, error)
 	PruneApprovals(ctx context.Context, before time.Time) error
 }
@@ -68,9 +69,22 @@ type Manager struct {
 	st  Store
 	ttl time.Duration
 
+	relay Relay // nil: one host
+
 	mu      sync.Mutex
 	waiting map[string]chan string // by id: the decision, for the call waiting here
 }
+
+// Relay tells the other hosts sharing the database that an approval was
+// decided here, in case the call waiting on it is theirs.
+type Relay interface {
+	Decided(ctx context.Context, id string) error
+}
+
+// Shared makes the manager one of several hosts on one database: decisions
+// are relayed, and only orphan approvals are expired (ExpireOrphans), not
+// every pending one. Call it before Recover.
+func (m *Manager) Shared(r Relay) { m.relay = r }
 
 // New returns a manager whose approvals expire after ttl (0: DefaultTTL).
 func New(log *slog.Logger, st Store, ttl time.Duration) *Manager {
@@ -85,7 +99,12 @@ func New(log *slog.Logger, st Store, ttl time.Duration) *Manager {
 // dropped, so the table stays bounded.
 func (m *Manager) Recover(ctx context.Context) error {
 	now := time.Now().UTC()
-	n, err := m.st.ExpirePendingApprovals(ctx, now)
+	expire := m.st.ExpirePendingApprovals
+	if m.relay != nil {
+		// The others' pending approvals have live calls waiting on them.
+		expire = m.st.ExpireOrphanApprovals
+	}
+	n, err := expire(ctx, now)
 	if err != nil {
 		return err
 	}
@@ -160,15 +179,48 @@ func (m *Manager) Decide(ctx context.Context, id string, approve bool) (*Approva
 	if !ok {
 		return nil, fmt.Errorf("approval %s is %s: %w", id, a.State, ErrDecided)
 	}
+	if !m.wake(id, state) && m.relay != nil {
+		if err := m.relay.Decided(ctx, id); err != nil {
+			m.log.Warn("tell the other hosts of a decision", "approval", id, "err", err)
+		}
+	}
+	return a, nil
+}
+
+// wake hands the decision to the call waiting here, if there is one.
+func (m *Manager) wake(id, state string) bool {
 	m.mu.Lock()
-	if ch := m.waiting[id]; ch != nil {
+	defer m.mu.Unlock()
+	ch := m.waiting[id]
+	if ch != nil {
 		select {
 		case ch <- state:
 		default:
 		}
 	}
-	m.mu.Unlock()
-	return a, nil
+	return ch != nil
+}
+
+// Wake hands a decision made on another host to the call waiting here.
+func (m *Manager) Wake(ctx context.Context, id string) error {
+	a, err := m.st.GetApproval(ctx, id)
+	if err != nil {
+		return err
+	}
+	if a.State != Pending {
+		m.wake(id, a.State)
+	}
+	return nil
+}
+
+// ExpireOrphans expires the pending approvals no live call waits on (their
+// host was lost): run after lost hosts' processes are finished.
+func (m *Manager) ExpireOrphans(ctx context.Context) error {
+	n, err := m.st.ExpireOrphanApprovals(ctx, time.Now().UTC())
+	if n > 0 {
+		m.log.Warn("expired approvals of lost hosts", "count", n)
+	}
+	return err
 }
 
 // Get returns one approval.

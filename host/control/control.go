@@ -26,6 +26,9 @@ const (
 	KindEnvironment Kind = "environment" // which environment is active
 	KindModule      Kind = "module"      // a module's config, secrets, enabled flag
 	KindService     Kind = "service"     // a service and its tools
+	// KindPolicies: the tool policies, a set stored whole; announced to
+	// other hosts only (their engine reloads it), not applied by Plane.
+	KindPolicies Kind = "policies"
 )
 
 // Event says that one piece of configuration changed. It carries no values:

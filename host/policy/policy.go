@@ -89,6 +89,29 @@ const settingKey = "tool-policies"
 type Engine struct {
 	st  Settings
 	cur atomic.Pointer[Set]
+	// changed, when set, is told of each set Put stored (several hosts:
+	// the others Reload it).
+	changed func(ctx context.Context)
+}
+
+// OnChange sets what is told of each stored change. Call it before serving.
+func (e *Engine) OnChange(f func(ctx context.Context)) { e.changed = f }
+
+// Reload reads the stored set again (another host stored it).
+func (e *Engine) Reload(ctx context.Context) error {
+	raw, ok, err := e.st.Setting(ctx, settingKey)
+	if err != nil || !ok {
+		return err
+	}
+	set := &Set{}
+	if err := json.Unmarshal([]byte(raw), set); err != nil {
+		return fmt.Errorf("stored tool policies: %w", err)
+	}
+	if err := set.Validate("tool-policies"); err != nil {
+		return fmt.Errorf("stored tool policies: %w", err)
+	}
+	e.cur.Store(set)
+	return nil
 }
 
 // Load reads the stored set; with none stored, the default is def (empty:
@@ -143,5 +166,8 @@ func (e *Engine) Put(ctx context.Context, s Set) (*Set, error) {
 		return nil, err
 	}
 	e.cur.Store(&s)
+	if e.changed != nil {
+		e.changed(context.WithoutCancel(ctx))
+	}
 	return &s, nil
 }

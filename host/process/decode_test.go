@@ -3,6 +3,7 @@ package process
 import "testing"
 
 func TestStreamReassemblesSplitCharacters(t *testing.T) {
+	t.Parallel()
 	var s stream
 	in := []byte("aé€😀z") // 1, 2, 3 and 4 byte characters
 	for i := range in {   // one byte per chunk: every split point
@@ -15,6 +16,7 @@ func TestStreamReassemblesSplitCharacters(t *testing.T) {
 }
 
 func TestStreamInvalidAndDangling(t *testing.T) {
+	t.Parallel()
 	var s stream
 	s.write([]byte{'a', 0xff, 'b', 0xe2, 0x82})
 	s.flush()
@@ -24,6 +26,7 @@ func TestStreamInvalidAndDangling(t *testing.T) {
 }
 
 func TestStreamCap(t *testing.T) {
+	t.Parallel()
 	s := stream{limit: 5}
 	s.write([]byte("abc"))
 	s.write([]byte("d€f")) // € would straddle the cap
@@ -37,6 +40,7 @@ func TestStreamCap(t *testing.T) {
 }
 
 func TestStreamHasNoNUL(t *testing.T) {
+	t.Parallel()
 	var s stream
 	s.write([]byte("a\x00b"))
 	if got := s.text.String(); got != "a\uFFFDb" {

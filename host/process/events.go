@@ -85,10 +85,15 @@ func (m *Manager) Follow(ctx context.Context, pid int64) (replay []Event, next <
 		}
 		r.mu.Unlock()
 	}
-	v, err := m.Get(ctx, pid)
+	p, err := m.get(ctx, pid)
 	if err != nil {
 		return nil, nil, noop, err
 	}
+	if m.remote(p) {
+		replay, next, stop := m.followRemote(ctx, p)
+		return replay, next, stop, nil
+	}
+	v := m.view(p)
 	replay = []Event{{Type: EventState, State: v.State}}
 	if v.Stdout != "" {
 		replay = append(replay, Event{Type: EventStdout, Text: v.Stdout})

@@ -100,6 +100,7 @@ type Manager struct {
 	sessions Sessions // nil: no process names a session
 	limits   Limits
 	w        *writer // every write to a process row goes through it
+	relay    Relay   // nil: one host
 
 	ctx      context.Context // cancelled at shutdown: kills every execution
 	cancel   context.CancelFunc
@@ -442,6 +443,9 @@ func (m *Manager) Kill(ctx context.Context, pid int64) (*Process, error) {
 		if err != nil {
 			return nil, err
 		}
+		if m.remote(p) {
+			return m.killRemote(ctx, p)
+		}
 		return nil, conflict("process %d is %s", pid, p.State)
 	}
 	r.mu.Lock()
@@ -492,6 +496,16 @@ func (m *Manager) Wait(ctx context.Context, pid int64, timeout time.Duration) (*
 		case <-t.C:
 		case <-ctx.Done():
 		}
+	}
+	if r == nil && timeout > 0 && m.relay != nil {
+		p, err := m.get(ctx, pid)
+		if err != nil || !m.remote(p) {
+			return m.Get(ctx, pid)
+		}
+		if p, err = m.poll(ctx, pid, timeout, func(p *store.Process) bool { return p.State == string(Idle) }); err != nil {
+			return nil, err
+		}
+		return m.view(p), nil
 	}
 	return m.Get(ctx, pid)
 }
@@ -575,6 +589,25 @@ func (m *Manager) Delete(ctx context.Context, pid int64) error {
 		return conflict("process %d is %s, not idle", pid, p.State)
 	}
 	return nil
+}
+
+// Drain refuses new executions and waits, no longer than ctx allows, for
+// the running ones to end by themselves (a host leaving a cluster for a
+// deploy); Shutdown then ends what is left.
+func (m *Manager) Drain(ctx context.Context) {
+	m.mu.Lock()
+	m.stopping = true
+	m.mu.Unlock()
+	// No execution starts once stopping is set, so the group only shrinks.
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // Shutdown refuses new executions, kills the running ones (recorded as

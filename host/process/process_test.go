@@ -86,6 +86,7 @@ func waitIdle(t *testing.T, m *Manager, pid int64) *Process {
 }
 
 func TestLateEventsNeverOverwriteAFinalState(t *testing.T) {
+	t.Parallel()
 	m, ex, _ := newManager(t)
 	late := make(chan struct{})
 	ex.after = func(m *Manager, eid int64) {
@@ -118,6 +119,7 @@ func TestLateEventsNeverOverwriteAFinalState(t *testing.T) {
 }
 
 func TestTimeoutIsNeverRecordedAsCanceled(t *testing.T) {
+	t.Parallel()
 	m, ex, _ := newManager(t)
 	p, _ := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})
 	<-ex.start
@@ -142,6 +144,7 @@ func TestTimeoutIsNeverRecordedAsCanceled(t *testing.T) {
 }
 
 func TestSetStateIsAdvisory(t *testing.T) {
+	t.Parallel()
 	m, ex, _ := newManager(t)
 	p, _ := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})
 	<-ex.start
@@ -159,6 +162,7 @@ func TestSetStateIsAdvisory(t *testing.T) {
 }
 
 func TestEnvironmentErrorAndInvalidExit(t *testing.T) {
+	t.Parallel()
 	m, ex, _ := newManager(t)
 	p, _ := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})
 	<-ex.start
@@ -170,6 +174,7 @@ func TestEnvironmentErrorAndInvalidExit(t *testing.T) {
 }
 
 func TestRecoverFinishesWhatWasLeftLive(t *testing.T) {
+	t.Parallel()
 	m, _, _ := newManager(t)
 	ctx := context.Background()
 	var pids []int64
@@ -193,6 +198,7 @@ func TestRecoverFinishesWhatWasLeftLive(t *testing.T) {
 }
 
 func TestOutputMergeAndCap(t *testing.T) {
+	t.Parallel()
 	m, ex, _ := newManager(t)
 	m.limits.OutputBytes = 64
 	p, _ := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})

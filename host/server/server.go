@@ -20,6 +20,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/api"
 	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/audit"
+	"github.com/cyrnel/cyrnel/host/cluster"
 	"github.com/cyrnel/cyrnel/host/console"
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/datadir"
@@ -42,6 +43,9 @@ type Config struct {
 	DBURL      string
 	APIKey     string
 	SecretsKey string
+	// LeaseTTL, on PostgreSQL, is how long this host's lease lasts unless
+	// renewed (0: cluster.DefaultTTL).
+	LeaseTTL time.Duration
 	// Insecure allows listening beyond loopback without an API key.
 	Insecure        bool
 	Version         string
@@ -92,6 +96,7 @@ type Server struct {
 	gate     *gate.Gate
 	modules  *modules.Registry
 	services *services.Manager
+	cluster  *cluster.Cluster // nil on SQLite
 	handler  http.Handler
 	// egress learns the listen address, which tool calls never reach.
 	egress *egress.Guard
@@ -130,8 +135,12 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 		return nil, err
 	}
 	var st *store.Store
+	var cl *cluster.Cluster
 	defer func() {
 		if err != nil {
+			if cl != nil {
+				cl.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // already failing
+			}
 			if st != nil {
 				st.Close()
 			}
@@ -154,6 +163,11 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 			log.Info("created an API key", "file", keyFile)
 		}
 	}
+	if !st.Local() && cfg.SecretsKey == "" {
+		// A key generated per data directory would differ between hosts,
+		// each unable to open what the others sealed.
+		return nil, errors.New("with PostgreSQL every host must share one secrets key: set CYRNEL_SECRETS_KEY (or CYRNEL_SECRETS_KEY_FILE) to the same base64 32-byte key on each host")
+	}
 	key, err := secrets.LoadKey(log, cfg.SecretsKey, cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -162,9 +176,20 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err != nil {
 		return nil, err
 	}
+	var notifier control.Notifier
+	if !st.Local() {
+		if err = checkKey(ctx, st, box); err != nil {
+			return nil, err
+		}
+		if cl, err = cluster.New(ctx, log.With("component", "cluster"), cfg.DBURL, dir.HostID, st, cluster.Options{TTL: cfg.LeaseTTL}); err != nil {
+			return nil, err
+		}
+		notifier = cl
+	}
 	// One control plane for modules and services: every configuration
-	// change is applied one at a time, all or nothing.
-	plane := control.New(log.With("component", "control"), nil, cfg.Policies...)
+	// change is applied one at a time, all or nothing; with several hosts
+	// each stored change is announced to the others, which reload it.
+	plane := control.New(log.With("component", "control"), notifier, cfg.Policies...)
 	reg := modules.New(log.With("component", "modules"), st, box, plane, map[string]modules.Factory{
 		"python":      func() module.Environment { return python.New(log, python.Options{Interpreter: cfg.Python}) },
 		typescript.ID: func() module.Environment { return typescript.New(log) },
@@ -188,7 +213,13 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err != nil {
 		return nil, err
 	}
+	if cl != nil {
+		policies.OnChange(func(ctx context.Context) { cl.Notify(ctx, control.Event{Kind: control.KindPolicies}) })
+	}
 	approvals := approval.New(log.With("component", "approvals"), st, cfg.Governance.ApprovalTTL)
+	if cl != nil {
+		approvals.Shared(cl)
+	}
 	if err = approvals.Recover(ctx); err != nil {
 		return nil, err
 	}
@@ -202,13 +233,17 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err = reg.Start(ctx, &bindings{Manager: procs, tools: svcs, gate: g}, cfg.Environment); err != nil {
 		return nil, err
 	}
+	if cl != nil {
+		procs.SetRelay(cl)
+		cl.Start(clusterHandlers(procs, approvals, policies, reg, svcs))
+	}
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}, Sessions: sessions})
 	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Modules: reg, Services: svcs, Sessions: sessions, MCP: mcpHandler,
 		Policies: policies, Approvals: approvals, Audit: auditor, AuditStore: st, Gate: g})
 	// The console's assets and the API reference sit in front of the API
 	// (and its authentication): they hold no data.
 	handler = console.Handler(handler)
-	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, audit: auditor, gate: g, modules: reg, services: svcs, handler: handler, egress: guard}, nil
+	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, audit: auditor, gate: g, modules: reg, services: svcs, cluster: cl, handler: handler, egress: guard}, nil
 }
 
 // Handler is the HTTP API with the console in front.
@@ -263,11 +298,24 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	// their processes are killed below.
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Shutdown(sctx) }()
+	if s.cluster != nil {
+		// One of several hosts: running programs get half the shutdown
+		// time to finish before they are ended (host_shutdown), so a
+		// rolling deploy loses as little as it can.
+		dctx, dcancel := context.WithTimeout(sctx, timeout/2)
+		s.procs.Drain(dctx)
+		dcancel()
+	}
 	if err := s.procs.Shutdown(sctx); err != nil {
 		s.log.Warn("shutdown", "err", err)
 	}
 	if err := s.sessions.Shutdown(sctx); err != nil {
 		s.log.Warn("shutdown", "err", err)
+	}
+	if s.cluster != nil {
+		if err := s.cluster.Stop(sctx); err != nil {
+			s.log.Warn("shutdown", "err", err)
+		}
 	}
 	if err := s.modules.Stop(sctx); err != nil {
 		s.log.Warn("shutdown", "err", err)
@@ -291,6 +339,9 @@ func (s *Server) Close() {
 	defer cancel()
 	_ = s.procs.Shutdown(ctx)
 	_ = s.sessions.Shutdown(ctx)
+	if s.cluster != nil {
+		_ = s.cluster.Stop(ctx)
+	}
 	_ = s.modules.Stop(ctx)
 	_ = s.services.Stop(ctx)
 	s.audit.Close()

@@ -189,3 +189,21 @@ func (s *Store) PruneToolCalls(ctx context.Context, keep int64, before time.Time
 	}
 	return nil
 }
+
+// ExpireOrphanApprovals expires the pending approvals nobody waits on any
+// more when several hosts share the database: those past their expiry
+// (their host did not live to expire them) and those of processes no
+// longer live (finished, host_lost included, or deleted). The approvals
+// other hosts' live calls wait on are left alone.
+func (s *Store) ExpireOrphanApprovals(ctx context.Context, at time.Time) (int64, error) {
+	res, err := s.DB.NewUpdate().Model((*Approval)(nil)).Set("state = 'expired'").Set("decided_at = ?", at).
+		Where("state = 'pending'").
+		WhereGroup(" AND ", func(q *bun.UpdateQuery) *bun.UpdateQuery {
+			return q.Where("expires_at < ?", at).
+				WhereOr("pid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM processes p WHERE p.pid = approval.pid AND p.state <> 'idle')")
+		}).Exec(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("expire orphan approvals: %w", err)
+	}
+	return res.RowsAffected()
+}

@@ -73,3 +73,17 @@ func (s *Store) PutModule(ctx context.Context, m *Module) error {
 	}
 	return nil
 }
+
+// FirstSetting stores value under key unless a value is stored already,
+// and returns the stored one: the first writer wins, among hosts too.
+func (s *Store) FirstSetting(ctx context.Context, key, value string) (string, error) {
+	_, err := s.DB.NewInsert().Model(&setting{Key: key, Value: value}).On("CONFLICT (key) DO NOTHING").Exec(ctx)
+	if err != nil {
+		return "", fmt.Errorf("write setting %s: %w", key, err)
+	}
+	stored, ok, err := s.Setting(ctx, key)
+	if err == nil && !ok {
+		err = fmt.Errorf("setting %s vanished", key)
+	}
+	return stored, err
+}

@@ -244,18 +244,43 @@ func (s *Store) migrate(ctx context.Context, tmpl dialectSQL) error {
 		return fmt.Errorf("discover migrations: %w", err)
 	}
 	m := migrate.NewMigrator(s.DB, ms, migrate.WithTemplateData(tmpl), migrate.WithMarkAppliedOnSuccess(true))
+	if !s.local {
+		// Several hosts may start at once: bun's lock row fails the
+		// second host instead of making it wait, and even creating the
+		// bookkeeping tables races. A session advisory lock, held on one
+		// connection while the migrator uses others, serialises the whole
+		// of it; whoever comes second finds nothing left to do.
+		conn, err := s.DB.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("lock migrations: %w", err)
+		}
+		defer conn.Close()
+		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(?)", migrationLock); err != nil {
+			return fmt.Errorf("lock migrations: %w", err)
+		}
+		defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(?)", migrationLock) //nolint:errcheck // closing the session releases it too
+	}
 	if err := m.Init(ctx); err != nil {
 		return fmt.Errorf("init migrations: %w", err)
 	}
-	if err := m.Lock(ctx); err != nil {
-		return fmt.Errorf("lock migrations: %w", err)
+	if s.local {
+		if err := m.Lock(ctx); err != nil {
+			return fmt.Errorf("lock migrations: %w", err)
+		}
+		defer m.Unlock(ctx) //nolint:errcheck // best effort; the lock row is advisory
 	}
-	defer m.Unlock(ctx) //nolint:errcheck // best effort; the lock row is advisory
 	if _, err := m.Migrate(ctx); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	return nil
 }
+
+// migrationLock is the advisory lock key under which hosts migrate the
+// schema ("cyrnel" in ASCII).
+const migrationLock int64 = 0x6379726e656c
+
+// Local reports whether the database is the embedded SQLite one (one host).
+func (s *Store) Local() bool { return s.local }
 
 // Close closes the prepared statements and the database.
 func (s *Store) Close() error {

@@ -53,6 +53,7 @@ func stores(t *testing.T) map[string]*Store {
 }
 
 func TestProcessesOnEveryDialect(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
@@ -120,6 +121,7 @@ func TestProcessesOnEveryDialect(t *testing.T) {
 }
 
 func TestServicesModulesSettingsOnEveryDialect(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
@@ -197,6 +199,7 @@ func TestServicesModulesSettingsOnEveryDialect(t *testing.T) {
 // JSON as text, so an encoding bun did not write would read back wrong or
 // not at all).
 func TestPreparedWritesMatchBun(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	at := time.Date(2026, 11, 22, 8, 48, 9, 984089123, time.FixedZone("x", 3600))
 	exit, dur := "failed", int64(7)
@@ -281,6 +284,7 @@ func sameRows(t *testing.T, st *Store, what string, a, b int64) {
 // row of the same run only, so a late write can neither reopen a finished
 // process nor land on its next run.
 func TestProgressAppendsToItsOwnExecution(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
@@ -325,6 +329,7 @@ func TestProgressAppendsToItsOwnExecution(t *testing.T) {
 // TestAFullDatabaseIsErrFull: a write the database has no room for fails
 // as ErrFull, rolled back whole; deleting rows makes room again.
 func TestAFullDatabaseIsErrFull(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	st, err := Open(ctx, "", dir)
@@ -389,6 +394,7 @@ func write(t *testing.T, st *Store, fn func(*Tx) error) {
 // idle processes and those without a ref, so inserting a finished process
 // skips them; listings by a live state or by ref must still use them.
 func TestListingsUseThePartialIndexes(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st, err := Open(ctx, "", t.TempDir())
 	if err != nil {

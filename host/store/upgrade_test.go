@@ -49,6 +49,7 @@ func migrateBefore(t *testing.T, s *Store, tmpl dialectSQL, stop string) {
 // that fails halfway leaves the database as it was, so the next start can
 // apply it.
 func TestUpgradeToPartialIndexes(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := "sqlite://" + t.TempDir() + "/cyrnel.db"
 	db, tmpl, err := connect(url, "")

@@ -19,6 +19,8 @@ Python 3.11 has no clone with namespace flags or mount: those go through
 libc with ctypes (with CPython's own before/after-fork hooks around clone).
 """
 
+from __future__ import annotations
+
 import base64
 import ctypes
 import fcntl
@@ -32,6 +34,10 @@ import socket
 import sys
 
 from cyrnel import _worker
+
+TYPE_CHECKING = False  # typing costs every interpreter an import; mypy reads it as True
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -75,25 +81,25 @@ MOVE_MOUNT_F_EMPTY_PATH = 4
 _HIGH_FD = 64
 
 
-def _check(ret, what):
+def _check(ret: int, what: str) -> int:
     if ret < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
     return ret
 
 
-def _prctl(option, arg):
+def _prctl(option: int, arg: int) -> None:
     _check(_libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)), f"prctl {option}")
 
 
-def _mount(source, target, fstype, flags, data):
+def _mount(source: str, target: str, fstype: str, flags: int, data: str | None) -> None:
     _check(
         _libc.mount(source.encode(), target.encode(), fstype.encode(), ctypes.c_ulong(flags), data.encode() if data else None),
         f"mount {fstype} on {target}",
     )
 
 
-def _write(path, data):
+def _write(path: str, data: str) -> None:
     fd = os.open(path, os.O_WRONLY)
     try:
         os.write(fd, data.encode())
@@ -122,7 +128,7 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def _landlock(ll, read_paths, write_paths):
+def _landlock(ll: dict[str, int], read_paths: list[str], write_paths: list[str]) -> None:
     abi = ll["abi"]
     # The attribute grew with the ABI: net rights in 4, scopes in 6.
     size = 8 if abi < 4 else 16 if abi < 6 else 24
@@ -146,14 +152,14 @@ def _landlock(ll, read_paths, write_paths):
         os.close(ruleset)
 
 
-def _seccomp(programs):
+def _seccomp(programs: list[bytes]) -> None:
     for raw in programs:
         buf = ctypes.create_string_buffer(raw, len(raw))
         fprog = _SockFprog(len(raw) // 8, ctypes.cast(buf, ctypes.c_void_p))
         _check(_libc.syscall(_NR["seccomp"], SECCOMP_SET_MODE_FILTER, 0, ctypes.byref(fprog)), "seccomp")
 
 
-def _drop_capabilities():
+def _drop_capabilities() -> None:
     cap = 0
     while _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) == 0:
         cap += 1
@@ -162,14 +168,14 @@ def _drop_capabilities():
     _check(_libc.syscall(_NR["capset"], ctypes.byref(hdr), ctypes.byref(data)), "capset")
 
 
-def _lower_rlimit(res, soft, hard):
+def _lower_rlimit(res: int, soft: int, hard: int) -> None:
     cur_soft, cur_hard = resource.getrlimit(res)
     if cur_hard != resource.RLIM_INFINITY:
         hard = min(hard, cur_hard)
     resource.setrlimit(res, (min(soft, hard), hard))
 
 
-def _program(cfg, status, fds):
+def _program(cfg: dict[str, Any], status: int, fds: list[int]) -> NoReturn:
     """PID 1 of the child's namespaces: lock down, then serve the worker."""
     limits = cfg["limits"]
     # fds 1-4 as the worker expects them; the status socket at 5 until the
@@ -209,11 +215,11 @@ def _program(cfg, status, fds):
     os._exit(0)
 
 
-def _clone_below_tmp(read_paths):
+def _clone_below_tmp(read_paths: list[str]) -> list[tuple[str, int]]:
     """Detached copies of the read paths the template mirrored below its
     /tmp, which the child's own /tmp will cover. Taken before the child
     drops to its uid: a test's 0700 temporary directory is root's."""
-    kept = []
+    kept: list[tuple[str, int]] = []
     for path in sorted(read_paths):  # ancestors first
         if any(path.startswith(k + "/") for k, _ in kept):
             continue  # visible through a kept ancestor already
@@ -226,7 +232,7 @@ def _clone_below_tmp(read_paths):
     return kept
 
 
-def _own_tmp(kept, size, owner):
+def _own_tmp(kept: list[tuple[str, int]], size: int, owner: int) -> None:
     """Mount the child's own /tmp over the template's, putting back the
     read paths below it (cloned by _clone_below_tmp)."""
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,size={size},uid={owner},gid={owner}")
@@ -244,7 +250,7 @@ def _own_tmp(kept, size, owner):
         os.close(fd)
 
 
-def _reseed():
+def _reseed() -> None:
     """What a fork copies but must differ per child: `random` reseeds itself
     (os.register_at_fork); numpy's global generator does not."""
     numpy = sys.modules.get("numpy")
@@ -253,10 +259,10 @@ def _reseed():
 
 
 # Each child's status socket, by pid, until it has been reaped and reported.
-_children = {}
+_children: dict[int, int] = {}
 
 
-def _report(pid, st, ru):
+def _report(pid: int, st: int, ru: resource.struct_rusage) -> None:
     status = _children.pop(pid, None)
     if status is None:
         return  # an orphan of a child's namespace, reparented here: nothing to tell
@@ -272,7 +278,7 @@ def _report(pid, st, ru):
     os.close(status)
 
 
-def _reap(*_):
+def _reap(*_: object) -> None:
     while True:
         try:
             pid, st, ru = os.wait4(-1, os.WNOHANG)
@@ -283,7 +289,7 @@ def _reap(*_):
         _report(pid, st, ru)
 
 
-def _start_child(cfg, status, fds, cgroup_fds):
+def _start_child(cfg: dict[str, Any], status: int, fds: list[int], cgroup_fds: list[int]) -> None:
     """Clone the program straight into new user, PID, mount, IPC, UTS,
     cgroup (and network) namespaces; give it its uid/gid maps and cgroups
     before it runs; hand the host its pidfd. The program waits on a pipe
@@ -340,7 +346,7 @@ def _start_child(cfg, status, fds, cgroup_fds):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
 
 
-def _child(cfg, status, fds, go):
+def _child(cfg: dict[str, Any], status: int, fds: list[int], go: int) -> NoReturn:
     """The program before it locks itself down: wait for its maps and
     cgroups, become the unprivileged uid inside, then _program."""
     try:
@@ -365,7 +371,7 @@ def _child(cfg, status, fds, go):
     _program(cfg, status, fds)
 
 
-def main(preload):
+def main(preload: list[str]) -> int:
     ctl = socket.socket(fileno=3)
     cfg = json.loads(ctl.recv(1 << 20))
     cfg["seccomp"] = [base64.b64decode(p) for p in cfg["seccomp"]]

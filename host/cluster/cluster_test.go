@@ -1,0 +1,181 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cyrnel/cyrnel/host/control"
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// schemaURL is a fresh schema of the test database, migrated.
+func schemaURL(t *testing.T) (string, *store.Store) {
+	t.Helper()
+	url := os.Getenv("CYRNEL_TEST_POSTGRES_URL")
+	if url == "" {
+		if why := os.Getenv("CYRNEL_TEST_NO_POSTGRES"); why != "" {
+			t.Skipf("no PostgreSQL (CYRNEL_TEST_NO_POSTGRES: %s)", why)
+		}
+		t.Fatal("CYRNEL_TEST_POSTGRES_URL is not set; run `make test-db`, or set CYRNEL_TEST_NO_POSTGRES=<why>")
+	}
+	ctx := context.Background()
+	admin, err := store.Open(ctx, url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("cyrnel_cluster_test_%d", time.Now().UnixNano())
+	if _, err := admin.DB.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin.DB.ExecContext(context.Background(), "DROP SCHEMA "+name+" CASCADE")
+		admin.Close()
+	})
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	url += sep + "search_path=" + name
+	st, err := store.Open(ctx, url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return url, st
+}
+
+// recorder is a host's handlers, recording what reached it.
+type recorder struct {
+	config  chan control.Event
+	kill    chan int64
+	decided chan string
+}
+
+func newRecorder() *recorder {
+	return &recorder{config: make(chan control.Event, 8), kill: make(chan int64, 8), decided: make(chan string, 8)}
+}
+
+func (r *recorder) handlers() Handlers {
+	return Handlers{
+		Config:  func(_ context.Context, ev control.Event) error { r.config <- ev; return nil },
+		Resync:  func(context.Context) error { return nil },
+		Kill:    func(_ context.Context, pid int64) error { r.kill <- pid; return nil },
+		Lost:    func(context.Context) (int64, error) { return 0, nil },
+		Decided: func(_ context.Context, id string) error { r.decided <- id; return nil },
+	}
+}
+
+func join(t *testing.T, url string, st *store.Store, host string, r *recorder) *Cluster {
+	t.Helper()
+	c, err := New(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)), url, host, st, Options{TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Start(r.handlers())
+	t.Cleanup(func() { c.Stop(context.Background()) })
+	return c
+}
+
+func receive[T any](t *testing.T, ch chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: nothing within 5s", what)
+	}
+	var zero T
+	return zero
+}
+
+// A configuration event reaches the other hosts, not its sender; a kill
+// reaches the runner only; a decision reaches the others.
+func TestMessages(t *testing.T) {
+	t.Parallel()
+	url, st := schemaURL(t)
+	ra, rb, rc := newRecorder(), newRecorder(), newRecorder()
+	a := join(t, url, st, "a", ra)
+	join(t, url, st, "b", rb)
+	join(t, url, st, "c", rc)
+	ctx := context.Background()
+	// Each host listens once New returns: one announcement reaches all.
+	ev := control.Event{Kind: control.KindService, ID: "pets"}
+	a.Notify(ctx, ev)
+	if got := receive(t, rb.config, "event on b"); got != ev {
+		t.Fatalf("b got %v", got)
+	}
+	if got := receive(t, rc.config, "event on c"); got != ev {
+		t.Fatalf("c got %v", got)
+	}
+	if err := a.Kill(ctx, "c", 42); err != nil {
+		t.Fatal(err)
+	}
+	if pid := receive(t, rc.kill, "kill on c"); pid != 42 {
+		t.Fatalf("c killed %d", pid)
+	}
+	if err := a.Decided(ctx, "apr_1"); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, rb.decided, "decision on b")
+	receive(t, rc.decided, "decision on c")
+	// The notifications are ordered: a's own messages and b's kill never
+	// arrived, or they would be in the channels before a marker sent last.
+	if err := a.Decided(ctx, "marker"); err != nil {
+		t.Fatal(err)
+	}
+	if id := receive(t, rb.decided, "marker on b"); id != "marker" {
+		t.Fatalf("b got %s before the marker", id)
+	}
+	for name, n := range map[string]int{"a config": len(ra.config), "a kill": len(ra.kill), "b kill": len(rb.kill), "a decided": len(ra.decided)} {
+		if n != 0 {
+			t.Fatalf("%s: %d messages that were not for it", name, n)
+		}
+	}
+}
+
+// Installations in other schemas of one database do not hear each other.
+func TestChannelPerSchema(t *testing.T) {
+	t.Parallel()
+	url1, st1 := schemaURL(t)
+	url2, st2 := schemaURL(t)
+	r1, r2 := newRecorder(), newRecorder()
+	a := join(t, url1, st1, "a", r1)
+	b := join(t, url2, st2, "b", r2)
+	if a.channel == b.channel {
+		t.Fatalf("one channel %s for two schemas", a.channel)
+	}
+}
+
+// The lease is renewed from New on: a host loading its configuration
+// (starting interpreters) for longer than the lease must not look lost.
+func TestLeaseRenewedBeforeStart(t *testing.T) {
+	t.Parallel()
+	url, st := schemaURL(t)
+	ctx := context.Background()
+	c, err := New(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), url, "slow", st, Options{TTL: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx)
+	until := func() time.Time {
+		var at time.Time
+		if err := st.DB.QueryRowContext(ctx, "SELECT lease_until FROM hosts WHERE host_id = 'slow'").Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	first := until()
+	deadline := time.Now().Add(5 * time.Second)
+	for !until().After(first) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease was not renewed before Start")
+		}
+		time.Sleep(100 * time.Millisecond) // polling the row, not synchronising
+	}
+}

@@ -1,0 +1,175 @@
+package process
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// Relay carries a kill to the host that runs an execution, when several
+// hosts share one PostgreSQL database; one host has none.
+type Relay interface {
+	Kill(ctx context.Context, hostID string, pid int64) error
+}
+
+// SetRelay makes the manager act on executions other hosts run: kills go
+// through relay, waits and follows read the row the runner flushes. Call it
+// before serving.
+func (m *Manager) SetRelay(r Relay) { m.relay = r }
+
+// remotePoll is how often an execution another host runs is read back while
+// it is waited on or followed: the runner writes its progress every
+// FlushInterval, so reading more often would only repeat it.
+const remotePoll = 250 * time.Millisecond
+
+// remoteKillWait bounds how long a kill through this host waits for the
+// runner to mark the execution terminating.
+const remoteKillWait = 5 * time.Second
+
+// remote reports whether p is live on another host.
+func (m *Manager) remote(p *store.Process) bool {
+	return m.relay != nil && p.State != string(Idle) && p.HostID != m.host
+}
+
+// poll reads pid's row every remotePoll until done says so, timeout passes
+// or ctx ends, and returns the last row read.
+func (m *Manager) poll(ctx context.Context, pid int64, timeout time.Duration, done func(*store.Process) bool) (*store.Process, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(remotePoll)
+	defer tick.Stop()
+	for {
+		p, err := m.get(ctx, pid)
+		if err != nil || done(p) {
+			return p, err
+		}
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return p, nil
+		case <-ctx.Done():
+			return p, nil
+		}
+	}
+}
+
+// killRemote asks the runner of p to kill it and waits (a while) until its
+// row says terminating or idle. A runner that is gone cannot answer: its
+// execution is left to the lease (host_lost).
+func (m *Manager) killRemote(ctx context.Context, p *store.Process) (*Process, error) {
+	if err := m.relay.Kill(ctx, p.HostID, p.PID); err != nil {
+		return nil, fmt.Errorf("kill process %d on host %s: %w", p.PID, p.HostID, err)
+	}
+	p, err := m.poll(ctx, p.PID, remoteKillWait, func(p *store.Process) bool {
+		return p.State == string(Idle) || p.State == string(Terminating)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return viewOf(p), nil
+}
+
+// followRemote follows p, live on another host, from its row: what the row
+// gains is sent as events, ending with exit once it is idle. What is sent is
+// bounded by what the runner stores (its streams and output are capped).
+func (m *Manager) followRemote(ctx context.Context, p *store.Process) (replay []Event, next <-chan Event, stop func()) {
+	v := viewOf(p)
+	replay = []Event{{Type: EventState, State: v.State}}
+	if v.Stdout != "" {
+		replay = append(replay, Event{Type: EventStdout, Text: v.Stdout})
+	}
+	if v.Stderr != "" {
+		replay = append(replay, Event{Type: EventStderr, Text: v.Stderr})
+	}
+	if len(v.Output) > 0 {
+		replay = append(replay, Event{Type: EventOutput, Output: v.Output})
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stopped := context.AfterFunc(m.ctx, cancel) // shutdown ends every follow
+	ch := make(chan Event, followBuffer)
+	go func() {
+		defer close(ch)
+		defer stopped()
+		last := v
+		send := func(ev Event) bool {
+			select {
+			case ch <- ev:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for {
+			p, err := m.poll(ctx, last.PID, time.Hour, func(p *store.Process) bool { return changed(last, p) })
+			if err != nil || ctx.Err() != nil {
+				return
+			}
+			now := viewOf(p)
+			if now.Runs != last.Runs {
+				// Re-run since: this follow was of the execution that ended.
+				return
+			}
+			if len(now.Stdout) > len(last.Stdout) && !send(Event{Type: EventStdout, Text: now.Stdout[len(last.Stdout):]}) {
+				return
+			}
+			if len(now.Stderr) > len(last.Stderr) && !send(Event{Type: EventStderr, Text: now.Stderr[len(last.Stderr):]}) {
+				return
+			}
+			if !reflect.DeepEqual(now.Output, last.Output) && !send(Event{Type: EventOutput, Output: now.Output}) {
+				return
+			}
+			if now.State != last.State && now.State != Idle && !send(Event{Type: EventState, State: now.State}) {
+				return
+			}
+			if now.State == Idle {
+				send(Event{Type: EventExit, Process: now})
+				return
+			}
+			last = now
+		}
+	}()
+	return replay, ch, cancel
+}
+
+// changed reports whether the row p differs from what was last sent.
+func changed(last *Process, p *store.Process) bool {
+	return string(last.State) != p.State || p.Runs != last.Runs || len(p.Stdout) != len(last.Stdout) ||
+		len(p.Stderr) != len(last.Stderr) || !reflect.DeepEqual(outputOf(p), last.Output)
+}
+
+func outputOf(p *store.Process) map[string]any {
+	if p.Output == nil {
+		return map[string]any{}
+	}
+	return p.Output
+}
+
+// FinishLost finishes, as failed with reason host_lost, the live processes
+// of every other host whose lease ran out. Any live host may run it; the
+// write is a compare-and-set on live states, so doing it twice is harmless.
+func (m *Manager) FinishLost(ctx context.Context) (int64, error) {
+	var n int64
+	err := m.w.do(func(ctx context.Context, tx *store.Tx) (err error) {
+		n, err = tx.FinishLost(ctx, m.host, live, string(module.ExitFailed), string(module.ReasonHostLost),
+			"the host running this process stopped renewing its lease")
+		return err
+	})
+	if n > 0 {
+		m.log.Warn("finished processes of a lost host", "count", n)
+	}
+	return n, err
+}
+
+// KillLocal kills pid if this host runs it (a kill relayed from another
+// host); it is not found otherwise.
+func (m *Manager) KillLocal(ctx context.Context, pid int64) error {
+	if m.lookup(pid) == nil {
+		return fmt.Errorf("%w: %d not running here", ErrNotFound, pid)
+	}
+	_, err := m.Kill(ctx, pid)
+	return err
+}

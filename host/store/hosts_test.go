@@ -1,0 +1,121 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pgSchema makes a fresh schema in the test database and returns the URL
+// that uses it; "" when this machine has no PostgreSQL (the tests then say
+// so and skip, as CYRNEL_TEST_NO_POSTGRES allows).
+func pgSchema(t *testing.T) string {
+	t.Helper()
+	url := postgresURL(t)
+	if url == "" {
+		t.Skip("no PostgreSQL (CYRNEL_TEST_NO_POSTGRES)")
+	}
+	ctx := context.Background()
+	db, _, err := connect(url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("cyrnel_hosts_test_%d", time.Now().UnixNano())
+	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		db.ExecContext(context.Background(), "DROP SCHEMA "+name+" CASCADE")
+		db.Close()
+	})
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "search_path=" + name
+}
+
+// Hosts starting at once all migrate the same fresh schema: the advisory
+// lock makes them wait for each other instead of failing (bun's lock row
+// alone fails every host but one).
+func TestConcurrentMigrationsOnPostgres(t *testing.T) {
+	t.Parallel()
+	url := pgSchema(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for range 6 {
+		wg.Go(func() {
+			st, err := Open(context.Background(), url, "")
+			if err == nil {
+				err = st.Close()
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a host starting with others: %v", err)
+		}
+	}
+}
+
+// FinishLost finishes the live processes of hosts whose lease ran out or
+// that have none, and only those.
+func TestFinishLostOnPostgres(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := Open(ctx, pgSchema(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, h := range []string{"self", "alive", "expired"} {
+		if err := st.RenewLease(ctx, h, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.DB.ExecContext(ctx, "UPDATE hosts SET lease_until = now() - interval '1 second' WHERE host_id = 'expired'"); err != nil {
+		t.Fatal(err)
+	}
+	pids := map[string]int64{}
+	for _, h := range []string{"self", "alive", "expired", "rowless"} {
+		p := &Process{Code: "x", State: "running", HostID: h, CreatedAt: time.Now().UTC(), Runs: 1, TimeoutMs: 1000}
+		if err := st.WriteProcess(ctx, func(ctx context.Context, tx *Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {
+			t.Fatal(err)
+		}
+		pids[h] = p.PID
+	}
+	var n int64
+	if err := st.WriteProcess(ctx, func(ctx context.Context, tx *Tx) (err error) {
+		n, err = tx.FinishLost(ctx, "self", []string{"queued", "running", "terminating"}, "failed", "host_lost", "lost")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("finished %d, want the expired host's and the rowless host's", n)
+	}
+	for h, want := range map[string]string{"self": "running", "alive": "running", "expired": "idle", "rowless": "idle"} {
+		p, err := st.GetProcess(ctx, pids[h])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.State != want || (want == "idle" && p.Reason != "host_lost") {
+			t.Fatalf("process of host %s: %s %s, want %s", h, p.State, p.Reason, want)
+		}
+	}
+	if err := st.DropLease(ctx, "alive"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteProcess(ctx, func(ctx context.Context, tx *Tx) (err error) {
+		n, err = tx.FinishLost(ctx, "self", []string{"running"}, "failed", "host_lost", "lost")
+		return err
+	}); err != nil || n != 1 {
+		t.Fatalf("after the alive host dropped its lease: %d %v", n, err)
+	}
+}
