@@ -186,8 +186,9 @@ print(json.dumps({
 	if got.UID != sandboxID || got.GID != sandboxID {
 		t.Errorf("uid %d gid %d inside, want %d", got.UID, got.GID, sandboxID)
 	}
-	if got.Host != "sandbox" || got.Cwd != "/tmp" || len(got.Tmp) != 0 {
-		t.Errorf("hostname %q, cwd %q, /tmp %v: want sandbox, /tmp, empty", got.Host, got.Cwd, got.Tmp)
+	// The runtime works in its workspace, the only thing in its private /tmp.
+	if got.Host != "sandbox" || got.Cwd != "/tmp/workspace" || len(got.Tmp) != 1 || got.Tmp[0] != "workspace" {
+		t.Errorf("hostname %q, cwd %q, /tmp %v: want sandbox, /tmp/workspace, [workspace]", got.Host, got.Cwd, got.Tmp)
 	}
 	if got.ProcSys || got.Kallsyms {
 		t.Errorf("/proc shows system files (sys %v, kallsyms %v)", got.ProcSys, got.Kallsyms)

@@ -25,6 +25,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/services"
+	"github.com/cyrnel/cyrnel/host/session"
 )
 
 // Title, version and description of the API in the spec. SpecVersion is the
@@ -44,6 +45,7 @@ type Deps struct {
 	Processes *process.Manager
 	Modules   *modules.Registry
 	Services  *services.Manager
+	Sessions  *session.Manager
 	MCP       http.Handler // the MCP endpoint, mounted at /mcp when set
 	// Tool governance: policies, approvals, the audit and the gate every
 	// tool call passes.
@@ -85,6 +87,8 @@ func New(d Deps) (http.Handler, huma.API) {
 	s.registerSettings(api, "/services", "Service", " (the adapter is given the new state).", d.Services)
 	s.registerTools(api)
 	s.registerGovernance(api)
+	s.registerSessions(api)
+	s.registerSessionFiles(api)
 	if d.MCP != nil {
 		r.Handle("/mcp", d.MCP)
 	}
@@ -176,6 +180,14 @@ func (s *server) problem(err error) error {
 		// From PUT /environment the module, from a config change the body.
 		return huma.Error422UnprocessableEntity(err.Error(), &huma.ErrorDetail{Location: "body", Message: err.Error()})
 	case errors.Is(err, modules.ErrNoEnvironment), errors.Is(err, control.ErrStopped):
+		return huma.Error503ServiceUnavailable(err.Error())
+	case errors.Is(err, session.ErrNotFound), errors.Is(err, session.ErrFileNotFound), errors.Is(err, process.ErrFileNotFound):
+		return huma.Error404NotFound(err.Error())
+	case errors.Is(err, session.ErrEnded):
+		return huma.Error409Conflict(err.Error())
+	case errors.Is(err, session.ErrTooMany), errors.Is(err, session.ErrBusy):
+		return huma.NewError(http.StatusTooManyRequests, err.Error())
+	case errors.Is(err, session.ErrStopping):
 		return huma.Error503ServiceUnavailable(err.Error())
 	case errors.Is(err, process.ErrFull):
 		// The detail says the disk is full, not the database's wording.
