@@ -36,13 +36,14 @@ run: build ## run the server on its embedded defaults (SQLite in ./cyrnel-data, 
 	./$(BIN) serve
 
 .PHONY: test
-test: deps lint ts-check py-check test-db browser ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the Python runtime's type check, the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one; the console in Chromium), then each fuzz target briefly
+test: deps lint ts-check py-check test-db browser datascience ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the Python runtime's type check, the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one; the console in Chromium), then each fuzz target briefly
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	CYRNEL_TEST_POSTGRES_URL="$$(cat .cache/postgres-url 2>/dev/null)" \
 	CYRNEL_TEST_NO_POSTGRES="$$(cat .cache/no-postgres 2>/dev/null)" \
 	CYRNEL_TEST_NO_BROWSER="$${CYRNEL_TEST_NO_BROWSER:-$$(cat .cache/no-browser 2>/dev/null)}" \
+	CYRNEL_TEST_NO_DATASCIENCE="$${CYRNEL_TEST_NO_DATASCIENCE:-$$(cat .cache/no-datascience 2>/dev/null)}" \
 		$(GO) test -race -count=1 -timeout 20m ./...
 	@$(MAKE) --no-print-directory fuzz
 
@@ -98,6 +99,21 @@ browser: ## provide Chromium for the console tests (Debian, as root), or say why
 		why="no chromium: Debian's chromium package could not be installed (needs apt-get and root)"; \
 		echo "$$why; the console's browser tests will be skipped"; echo "$$why" > .cache/no-browser; fi
 
+# Debian's numpy, pandas and matplotlib for /usr/bin/python3, the
+# data-science sessions' interpreter in the tests, installed when missing and
+# run as root. Where that cannot be done, the reason goes to
+# .cache/no-datascience and make test passes it as CYRNEL_TEST_NO_DATASCIENCE
+# (without it the data-science tests fail).
+.PHONY: datascience
+datascience: ## provide python3-numpy, python3-pandas and python3-matplotlib for the data-science tests (Debian, as root), or say why not
+	@mkdir -p .cache; rm -f .cache/no-datascience
+	@if ! /usr/bin/python3 -c 'import numpy, pandas, matplotlib' >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing python3-numpy python3-pandas python3-matplotlib for the data-science tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-numpy python3-pandas python3-matplotlib) >/dev/null 2>&1 || true; fi
+	@if ! /usr/bin/python3 -c 'import numpy, pandas, matplotlib' >/dev/null 2>&1; then \
+		why="no data-science interpreter: /usr/bin/python3 lacks numpy, pandas or matplotlib and Debian's packages could not be installed (needs apt-get and root)"; \
+		echo "$$why; the data-science tests will be skipped"; echo "$$why" > .cache/no-datascience; fi
+
 # The API reference's renderer, vendored so /docs works offline: Redoc's
 # standalone bundle (MIT) from the npm registry, with its licenses. Its one
 # fetch from elsewhere, the sidebar's logo from cdn.redoc.ly, is replaced by
@@ -142,6 +158,12 @@ bench: deps ## run the benchmarks: medians and ratios against baselines measured
 	$(GO) test -run '^$$' -bench Import -benchtime 3x -count 1 -timeout 30m ./host/adapters/openapi
 	@echo "== through the HTTP API, against the real binary"
 	$(GO) test -run '^$$' -bench 'WarmExecutionVsSpawn|TypeScriptExecution|ToolCall|Preload' -benchtime 100x -count 1 ./tests
+	@echo "== sessions: an execution in a ready session through HTTP beside a Jupyter kernel's execute round trip"
+	@if ! /usr/bin/python3 -c 'import ipykernel, jupyter_client' >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-ipykernel python3-jupyter-client) >/dev/null 2>&1 || true; fi
+	@why=""; /usr/bin/python3 -c 'import ipykernel, jupyter_client' >/dev/null 2>&1 || \
+		why="no Jupyter kernel: Debian's python3-ipykernel and python3-jupyter-client could not be installed (needs apt-get and root)"; \
+	CYRNEL_TEST_NO_JUPYTER="$${CYRNEL_TEST_NO_JUPYTER:-$$why}" $(GO) test -run '^$$' -bench 'SessionExecution' -benchtime 200x -count 1 ./tests
 	@echo "== load: throughput with 8 clients, host memory over 10 000 executions"
 	$(GO) test -run '^$$' -bench 'Throughput|HostMemory' -benchtime 1x -count 1 -timeout 30m ./tests
 	@echo "== scale-out: 1, 2 and 3 hosts on one PostgreSQL (make test-db), 8 clients round-robin"

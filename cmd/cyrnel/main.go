@@ -22,6 +22,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/server"
+	"github.com/cyrnel/cyrnel/host/session"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -92,6 +93,7 @@ Environment variables (a flag, when given, wins over its variable):
   CYRNEL_PYTHON        the Python environment's interpreter when its config names none (as --python)
   CYRNEL_ALLOW_UNSANDBOXED=1
                        let module configs weaken the sandbox (as --allow-unsandboxed)
+  CYRNEL_MAX_SESSIONS  sessions this host runs at once (as --max-sessions, default 16)
   CYRNEL_SECRETS_KEY   base64 32-byte key sealing secrets at rest (default: a key file in the data directory;
                        required, the same on every host, with PostgreSQL)
   CYRNEL_SECRETS_KEY_FILE
@@ -108,6 +110,7 @@ func serve(args []string) error {
 	fs.String("db-url", "", "database URL (env CYRNEL_DB_URL, default SQLite in the data directory)")
 	fs.String("log-level", "", "log level (env CYRNEL_LOG_LEVEL, default info)")
 	fs.String("python", "", "the Python environment's interpreter, a name on PATH or a path, when its module config names none (env CYRNEL_PYTHON, default python3)")
+	fs.String("max-sessions", "", "sessions (long-lived interpreters) this host runs at once; more are refused with 429 (env CYRNEL_MAX_SESSIONS, default 16)")
 	insecure := fs.Bool("insecure", false, "allow listening on a non-loopback address without CYRNEL_API_KEY")
 	unsandboxed := fs.Bool("allow-unsandboxed", false, "let module configs turn the sandbox or any of its layers off (env CYRNEL_ALLOW_UNSANDBOXED=1); also what a machine lacking a layer needs")
 	fs.Usage = func() {
@@ -143,7 +146,12 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	maxSessions, err := strconv.Atoi(cli.Setting(fs, "max-sessions", "CYRNEL_MAX_SESSIONS", "16"))
+	if err != nil || maxSessions < 1 {
+		return fmt.Errorf("--max-sessions (CYRNEL_MAX_SESSIONS): want a positive number")
+	}
 	cfg := server.Config{
+		Sessions:         session.Config{MaxSessions: maxSessions},
 		Governance:       gov,
 		Addr:             cli.Setting(fs, "addr", "CYRNEL_ADDR", "127.0.0.1:9371"),
 		DataDir:          cli.Setting(fs, "data-dir", "CYRNEL_DATA_DIR", "./cyrnel-data"),

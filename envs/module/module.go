@@ -105,6 +105,15 @@ type ExecutionInput struct {
 	// EnvConfig is per-execution configuration for the environment, as sent
 	// by the client; environments ignore keys they do not know.
 	EnvConfig map[string]any
+	// Files are placed in the program's workspace (its working directory)
+	// before it runs; paths are relative and validated by the host.
+	Files []File
+}
+
+// File is a file in a program's workspace.
+type File struct {
+	Path    string
+	Content []byte
 }
 
 // Result is what Execute returns: the exit state and, beyond the seed

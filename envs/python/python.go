@@ -38,18 +38,19 @@ type Env struct {
 	log         *slog.Logger
 	interpreter string // the default of config's interpreter, when set
 
-	mu      sync.Mutex
-	cfg     Config
-	b       module.Bindings
-	python  string // real interpreter path
-	version string
-	paths   []string // sys.path prefix: the runtime, then site-packages
-	runtime string   // extracted runtime directory
-	launch  worker.Launcher
-	forking *worker.Forking // nil when interpreters are spawned
-	layers  map[string]any  // the sandbox in force, for Status
-	tplWhy  string          // why interpreters are not forked from a template
-	runner  *worker.Runner
+	mu            sync.Mutex
+	cfg           Config
+	b             module.Bindings
+	python        string // real interpreter path
+	version       string
+	paths         []string // sys.path prefix: the runtime, then site-packages
+	runtime       string   // extracted runtime directory
+	launch        worker.Launcher
+	forking       *worker.Forking // nil when interpreters are spawned
+	sessionLaunch worker.Launcher // sessions' interpreters: started, never forked
+	layers        map[string]any  // the sandbox in force, for Status
+	tplWhy        string          // why interpreters are not forked from a template
+	runner        *worker.Runner
 }
 
 // Options are the host's settings for the environment.
@@ -106,11 +107,14 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 		s.ReadPaths = append(s.ReadPaths, dir)
 		launcher = s
 	}
+	// A session's interpreter is started, not forked: it needs its own
+	// environment (CYRNEL_SESSION) and lives long.
+	sessionLaunch := launcher
 	var forking *worker.Forking
 	tplWhy := "turned off by config (fork: false)"
 	if cfg.Fork {
 		argv := append([]string{py.exe, "-I", "-S", "-c", templateBoot, strings.Join(paths, "\n")}, cfg.Preload...)
-		forking, tplWhy = worker.ChooseForking(e.log, cfg.Sandbox, cfg.Limits, append(py.readPaths(), dir), argv, nil)
+		forking, tplWhy = worker.ChooseForking(e.log, cfg.Sandbox, cfg.Limits, append(py.readPaths(), dir), argv, dataScienceEnv)
 		if forking != nil {
 			launcher = forking
 		}
@@ -123,7 +127,7 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	}, e.spawn)
 	e.mu.Lock()
 	e.cfg, e.b, e.python, e.version, e.paths, e.runtime, e.launch, e.layers, e.runner = cfg, sc.Bindings, py.exe, py.version, paths, dir, launcher, layers, r
-	e.forking, e.tplWhy = forking, tplWhy
+	e.forking, e.tplWhy, e.sessionLaunch = forking, tplWhy, sessionLaunch
 	e.mu.Unlock()
 	// Set up means an interpreter is warm, its preload imported inside the
 	// sandbox: a config that cannot work is refused here, naming the
@@ -154,6 +158,11 @@ type interpreter struct {
 // readPaths is what the sandbox must let the interpreter read.
 func (p interpreter) readPaths() []string {
 	paths := append(append([]string{}, p.prefixes...), p.site...)
+	for _, d := range dataSciencePaths {
+		if _, err := os.Stat(d); err == nil {
+			paths = append(paths, d)
+		}
+	}
 	if real, err := filepath.EvalSymlinks(p.exe); err == nil {
 		paths = append(paths, filepath.Dir(real))
 	}
@@ -237,10 +246,37 @@ func extractRuntime() (string, error) {
 
 func (e *Env) spawn(ctx context.Context) (*worker.Worker, error) {
 	e.mu.Lock()
-	python, paths, preload, launcher := e.python, e.paths, e.cfg.Preload, e.launch
+	launcher := e.launch
+	e.mu.Unlock()
+	return e.start(ctx, launcher, nil)
+}
+
+// sessionGrace is how long a session's program gets to stop after a kill
+// (KeyboardInterrupt) before its interpreter is killed and the session ends.
+const sessionGrace = 2 * time.Second
+
+// StartSession starts an interpreter of its own, outside the pool, that
+// keeps its globals between executions and survives an interrupted program.
+func (e *Env) StartSession(ctx context.Context) (*worker.Session, error) {
+	e.mu.Lock()
+	launcher := e.sessionLaunch
+	e.mu.Unlock()
+	w, err := e.start(ctx, launcher, []string{"CYRNEL_SESSION=1"})
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	b := e.b
+	e.mu.Unlock()
+	return worker.NewSession(w, b, stubs{}, sessionGrace), nil
+}
+
+func (e *Env) start(ctx context.Context, launcher worker.Launcher, env []string) (*worker.Worker, error) {
+	e.mu.Lock()
+	python, paths, preload := e.python, e.paths, e.cfg.Preload
 	e.mu.Unlock()
 	args := append([]string{"-I", "-S", "-c", boot, strings.Join(paths, "\n")}, preload...)
-	w, err := worker.Start(ctx, e.log, launcher, worker.Command{Path: python, Args: args})
+	w, err := worker.Start(ctx, e.log, launcher, worker.Command{Path: python, Args: args, Env: append(env, dataScienceEnv...)})
 	if err != nil {
 		return nil, err
 	}
@@ -250,6 +286,16 @@ func (e *Env) spawn(ctx context.Context) (*worker.Worker, error) {
 	}
 	return w, nil
 }
+
+// dataScienceEnv lets matplotlib work in the sandbox with no program-side
+// setup: the Agg backend (no display); its config and font cache go to
+// HOME, the interpreter's private writable work directory.
+var dataScienceEnv = []string{"MPLBACKEND=Agg"}
+
+// dataSciencePaths are read by matplotlib and fontconfig (Debian keeps
+// matplotlib's data outside site-packages); those that exist are readable in
+// the sandbox.
+var dataSciencePaths = []string{"/etc/alternatives", "/etc/fonts", "/usr/share/fonts", "/usr/share/fontconfig", "/usr/share/matplotlib", "/etc/matplotlibrc"}
 
 // Execute runs one program in a fresh interpreter.
 func (e *Env) Execute(ctx context.Context, in module.ExecutionInput) (module.Result, error) {

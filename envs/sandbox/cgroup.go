@@ -206,10 +206,16 @@ type cgroups struct {
 	memory, pids, cpu, cpuacct string // "" when that controller is not used
 	memVersion, acctVersion    int
 
-	// peak is memory.peak held open on v2: a write resets the peak this
-	// descriptor reports (kernel 6.12+). nil: read the cgroup's lifetime
-	// peak instead.
+	// peak is the peak memory held open: memory.max_usage_in_bytes on v1;
+	// memory.peak on v2, where a write resets the peak this descriptor
+	// reports (kernel 6.12+). nil on v2: read the cgroup's lifetime peak
+	// instead.
 	peak *os.File
+	// usage is the CPU counter held open (cpuacct.usage on v1, cpu.stat on
+	// v2). It and peak are read at every execution's start and end: opening
+	// a cgroup file costs ten times its read (12–17 µs against 1 µs), on a
+	// warm execution's path. Callers hold the sandbox's mutex.
+	usage *os.File
 }
 
 // cgroupPrefix starts every sandbox cgroup's name, followed by the host's
@@ -280,25 +286,47 @@ func newCgroups(sup Support, l Limits) (*cgroups, error) {
 // cpuUsage is the CPU time every process of the sandbox has used so far,
 // the dead included: cpuacct.usage (v1, ns) or cpu.stat usage_usec (v2).
 func (cg *cgroups) cpuUsage() (time.Duration, error) {
-	switch cg.acctVersion {
-	case 1:
-		b, err := os.ReadFile(cg.cpuacct + "/cpuacct.usage")
+	if cg.acctVersion == 0 {
+		return 0, errors.New("read CPU usage: no CPU accounting cgroup")
+	}
+	if cg.usage == nil {
+		name := "/cpuacct.usage"
+		if cg.acctVersion == 2 {
+			name = "/cpu.stat"
+		}
+		f, err := os.Open(cg.cpuacct + name)
 		if err != nil {
 			return 0, fmt.Errorf("read CPU usage: %w", err)
 		}
-		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("read CPU usage: %w", err)
-		}
-		return time.Duration(n), nil
-	case 2:
-		n, ok := readCounter(cg.cpuacct+"/cpu.stat", "usage_usec")
+		cg.usage = f
+	}
+	b, err := readFrom(cg.usage)
+	if err != nil {
+		return 0, fmt.Errorf("read CPU usage: %w", err)
+	}
+	if cg.acctVersion == 2 {
+		n, ok := counter(b, "usage_usec")
 		if !ok {
 			return 0, fmt.Errorf("read CPU usage: no usage_usec in %s/cpu.stat", cg.cpuacct)
 		}
 		return time.Duration(n) * time.Microsecond, nil
 	}
-	return 0, errors.New("read CPU usage: no CPU accounting cgroup")
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read CPU usage: %w", err)
+	}
+	return time.Duration(n), nil
+}
+
+// readFrom reads a held-open cgroup file from its start: the kernel makes
+// its text anew at offset 0.
+func readFrom(f *os.File) ([]byte, error) {
+	buf := make([]byte, 1024) // cpu.stat, the longest, is a few hundred bytes
+	n, err := f.ReadAt(buf, 0)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return buf[:n], err
 }
 
 // peakMemory is the most memory the sandbox has held since resetPeak (or
@@ -307,16 +335,10 @@ func (cg *cgroups) peakMemory() (int64, error) {
 	var b []byte
 	var err error
 	switch {
+	case cg.peak != nil:
+		b, err = readFrom(cg.peak)
 	case cg.memVersion == 1:
 		b, err = os.ReadFile(cg.memory + "/memory.max_usage_in_bytes")
-	case cg.peak != nil:
-		buf := make([]byte, 32)
-		var n int
-		n, err = cg.peak.ReadAt(buf, 0)
-		if errors.Is(err, io.EOF) {
-			err = nil
-		}
-		b = buf[:n]
 	case cg.memVersion == 2:
 		b, err = os.ReadFile(cg.memory + "/memory.peak")
 	default:
@@ -337,7 +359,14 @@ func (cg *cgroups) peakMemory() (int64, error) {
 func (cg *cgroups) resetPeak() error {
 	switch cg.memVersion {
 	case 1:
-		if err := os.WriteFile(cg.memory+"/memory.max_usage_in_bytes", []byte("0"), 0); err != nil {
+		if cg.peak == nil {
+			f, err := os.OpenFile(cg.memory+"/memory.max_usage_in_bytes", os.O_RDWR, 0)
+			if err != nil {
+				return fmt.Errorf("reset peak memory: %w", err)
+			}
+			cg.peak = f
+		}
+		if _, err := cg.peak.WriteAt([]byte("0"), 0); err != nil {
 			return fmt.Errorf("reset peak memory: %w", err)
 		}
 	case 2:
@@ -424,9 +453,11 @@ func (cg *cgroups) killAll() {
 // a short while.
 func (cg *cgroups) remove() error {
 	var errs []error
-	if cg.peak != nil {
-		_ = cg.peak.Close() // a read-write control file: nothing buffered
-		cg.peak = nil
+	for _, f := range []**os.File{&cg.peak, &cg.usage} {
+		if *f != nil {
+			_ = (*f).Close() // control files: nothing buffered
+			*f = nil
+		}
 	}
 	for _, dir := range cg.dirs() {
 		deadline := time.Now().Add(2 * time.Second)
@@ -473,6 +504,11 @@ func readCounter(path, key string) (int64, bool) {
 	if err != nil {
 		return 0, false
 	}
+	return counter(b, key)
+}
+
+// counter is the value of key in a flat-keyed cgroup file's text.
+func counter(b []byte, key string) (int64, bool) {
 	for line := range strings.Lines(string(b)) {
 		if k, v, ok := strings.Cut(strings.TrimSpace(line), " "); ok && k == key {
 			n, err := strconv.ParseInt(v, 10, 64)

@@ -160,7 +160,9 @@ func (s *Spec) validate() ([]string, error) {
 			paths = append(paths, p)
 		}
 	}
-	for _, p := range append(s.ReadPaths, s.Argv[0]) {
+	// A copy: appending to the caller's slice would write into its spare
+	// capacity, shared by every launch.
+	for _, p := range append(slices.Clone(s.ReadPaths), s.Argv[0]) {
 		if !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("sandbox: read path %q is not absolute", p)
 		}

@@ -115,9 +115,15 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (modul
 	// ({"id":0,…}) answers nothing and is ignored.
 	id := jsonrpc2.PickID(jsonrpc2.ID{Str: rand.Text(), IsString: true})
 	go func() {
-		replied <- w.conn.Call(callCtx, "execute", map[string]any{
-			"eid": in.EID, "code": in.Code, "timeoutMs": timeout.Milliseconds(), "envConfig": in.EnvConfig,
-		}, &raw, id)
+		params := map[string]any{"eid": in.EID, "code": in.Code, "timeoutMs": timeout.Milliseconds(), "envConfig": in.EnvConfig}
+		if len(in.Files) > 0 {
+			files := make([]map[string]any, len(in.Files))
+			for i, f := range in.Files {
+				files[i] = map[string]any{"path": f.Path, "data": f.Content}
+			}
+			params["files"] = files
+		}
+		replied <- w.conn.Call(callCtx, "execute", params, &raw, id)
 	}()
 
 	var out outcome

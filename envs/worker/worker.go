@@ -137,6 +137,9 @@ func (w *Worker) WaitReady(ctx context.Context) error {
 	}
 }
 
+// Done is closed when the worker's process has ended.
+func (w *Worker) Done() <-chan struct{} { return w.h.Done() }
+
 // Dead reports whether the process has ended.
 func (w *Worker) Dead() bool {
 	select {
@@ -267,6 +270,34 @@ func (w *Worker) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Re
 			return
 		}
 		e.b.EmitOutput(e.eid, p.Patch)
+		return
+	case "display":
+		e := w.cur.Load()
+		sink, ok := DisplaySink(nil), false
+		if e != nil {
+			sink, ok = e.b.(DisplaySink)
+		}
+		var p Display
+		if !ok || req.Params == nil || json.Unmarshal(*req.Params, &p) != nil || p.Data == nil ||
+			(p.Kind != DisplayShown && p.Kind != DisplayResult) {
+			return
+		}
+		sink.EmitDisplay(e.eid, p)
+		return
+	case "file":
+		e := w.cur.Load()
+		sink, ok := FileSink(nil), false
+		if e != nil {
+			sink, ok = e.b.(FileSink)
+		}
+		var p struct {
+			Path string `json:"path"`
+			Data []byte `json:"data"`
+		}
+		if !ok || req.Params == nil || json.Unmarshal(*req.Params, &p) != nil || p.Path == "" {
+			return
+		}
+		sink.EmitFile(e.eid, p.Path, p.Data)
 		return
 	}
 	if req.Notif {

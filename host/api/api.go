@@ -23,6 +23,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/services"
+	"github.com/cyrnel/cyrnel/host/session"
 )
 
 // Title, version and description of the API in the spec. SpecVersion is the
@@ -44,6 +45,7 @@ type Deps struct {
 	Modules     Modules
 	Services    Services
 	Tools       Tools
+	Sessions    *session.Manager
 	MCP         http.Handler // the MCP endpoint, mounted at /mcp when set
 	// Tool governance: policies, approvals, the audit and the gate every
 	// tool call passes.
@@ -84,6 +86,8 @@ func New(d Deps) (http.Handler, huma.API) {
 	s.registerSettings(api, "/services", "Service", " (the adapter is given the new state).", d.Services)
 	s.registerTools(api)
 	s.registerGovernance(api)
+	s.registerSessions(api)
+	s.registerSessionFiles(api)
 	if d.MCP != nil {
 		r.Handle("/mcp", d.MCP)
 	}
@@ -164,6 +168,15 @@ func isBody(field string) string {
 	return "body"
 }
 
+// inPath: the path names the resource and the file; the body is the file
+// (a session's or a process's files: path → path.path, "" → body).
+func inPath(field string) string {
+	if field == "" {
+		return "body"
+	}
+	return "path." + field
+}
+
 // notInRequest: the field is stored state the request only names (a
 // service's source on refresh); it is reported as the domain names it.
 func notInRequest(field string) string { return field }
@@ -204,6 +217,14 @@ func (s *server) problemAt(err error, at where) error {
 		// From PUT /environment the module, from a config change the body.
 		return huma.Error422UnprocessableEntity(err.Error(), &huma.ErrorDetail{Location: "body", Message: err.Error()})
 	case errors.Is(err, modules.ErrNoEnvironment), errors.Is(err, control.ErrStopped):
+		return huma.Error503ServiceUnavailable(err.Error())
+	case errors.Is(err, session.ErrNotFound), errors.Is(err, session.ErrFileNotFound), errors.Is(err, process.ErrFileNotFound):
+		return huma.Error404NotFound(err.Error())
+	case errors.Is(err, session.ErrEnded):
+		return huma.Error409Conflict(err.Error())
+	case errors.Is(err, session.ErrTooMany), errors.Is(err, session.ErrBusy):
+		return huma.NewError(http.StatusTooManyRequests, err.Error())
+	case errors.Is(err, session.ErrStopping):
 		return huma.Error503ServiceUnavailable(err.Error())
 	case errors.Is(err, process.ErrFull):
 		// The detail says the disk is full, not the database's wording.

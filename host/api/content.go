@@ -16,7 +16,7 @@ import (
 // MCP endpoint speaks its own protocol and checks its own media types.
 func jsonBodies(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength != 0 && r.Method != http.MethodGet && r.Method != http.MethodHead && r.URL.Path != "/mcp" {
+		if r.ContentLength != 0 && r.Method != http.MethodGet && r.Method != http.MethodHead && r.URL.Path != "/mcp" && !fileUpload(r) {
 			if msg := notJSON(r.Header.Get("Content-Type")); msg != "" {
 				writeProblemDetail(w, http.StatusUnsupportedMediaType, msg, &huma.ErrorDetail{
 					Location: "header.Content-Type", Message: msg, Value: r.Header.Get("Content-Type"),
@@ -28,6 +28,13 @@ func jsonBodies(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// fileUpload: PUT /sessions/{id}/files/{path} carries the file's raw bytes.
+func fileUpload(r *http.Request) bool {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/sessions/")
+	_, file, _ := strings.Cut(rest, "/")
+	return ok && r.Method == http.MethodPut && strings.HasPrefix(file, "files/")
 }
 
 // notJSON says what is wrong with a request body's Content-Type, or "".

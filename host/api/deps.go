@@ -28,6 +28,9 @@ type Processes interface {
 	Run(ctx context.Context, pid int64, force bool) (*process.Process, error)
 	Delete(ctx context.Context, pid int64) error
 	Follow(ctx context.Context, pid int64) (replay []process.Event, next <-chan process.Event, stop func(), err error)
+	Files(ctx context.Context, pid int64) ([]process.OutputFile, error)
+	File(ctx context.Context, pid int64, path string) ([]byte, error)
+	Displays(ctx context.Context, pid int64) ([]process.Display, error)
 }
 
 // Environment is the active environment and its switch (host/modules).

@@ -30,6 +30,9 @@ type (
 	exitEvent struct {
 		process.Process
 	}
+	displayEvent struct {
+		process.Display
+	}
 	// approvalEvent: a tool call of the process waits on this approval.
 	approvalEvent struct {
 		approval.Approval
@@ -40,7 +43,7 @@ func (s *server) registerEvents(api huma.API) {
 	sse.Register(api, huma.Operation{
 		OperationID: "streamProcessEvents", Method: http.MethodGet, Path: "/processes/{pid}/events", Tags: []string{"processes"},
 		Summary: "Follow a process as Server-Sent Events",
-		Description: "Replays what happened so far (state, stdout, stderr, output), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, " +
+		Description: "Replays what happened so far (state, stdout, stderr, output, display), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, " +
 			"carrying the final process, and the stream ends after it. A process that never ran ends after its state.",
 		Middlewares: huma.Middlewares{s.requireProcess(api)},
 	}, map[string]any{
@@ -50,6 +53,7 @@ func (s *server) registerEvents(api huma.API) {
 		"output":   outputEvent{},
 		"exit":     exitEvent{},
 		"approval": approvalEvent{},
+		"display":  displayEvent{},
 	}, func(ctx context.Context, in *pidPath, send sse.Sender) {
 		replay, next, stop, err := s.Processes.Follow(ctx, in.PID)
 		if err != nil {
@@ -105,6 +109,8 @@ func payload(ev process.Event) any {
 		return stderrEvent{Text: ev.Text}
 	case process.EventOutput:
 		return outputEvent{Patch: ev.Output}
+	case process.EventDisplay:
+		return displayEvent{*ev.Display}
 	case process.EventApproval:
 		if a, ok := ev.Approval.(*approval.Approval); ok {
 			return approvalEvent{*a}

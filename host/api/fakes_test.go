@@ -120,6 +120,21 @@ func (f *fakeProcesses) Follow(_ context.Context, pid int64) ([]process.Event, <
 	return f.replay, f.live, stop, nil
 }
 
+func (f *fakeProcesses) Files(_ context.Context, pid int64) ([]process.OutputFile, error) {
+	_, err := f.get(pid)
+	return nil, err
+}
+
+func (f *fakeProcesses) File(_ context.Context, pid int64, _ string) ([]byte, error) {
+	_, err := f.get(pid)
+	return nil, err
+}
+
+func (f *fakeProcesses) Displays(_ context.Context, pid int64) ([]process.Display, error) {
+	_, err := f.get(pid)
+	return nil, err
+}
+
 // fakeEnv is an active environment that writes docs; the rest of
 // module.Environment is never called by the API.
 type fakeEnv struct {

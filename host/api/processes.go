@@ -9,6 +9,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/process"
 )
 
@@ -28,6 +29,30 @@ type createProcessInput struct {
 		Autorun   *bool          `json:"autorun,omitempty" doc:"Start the process at once (default true)."`
 		WaitMs    int64          `json:"waitMs,omitempty" minimum:"0" maximum:"300000" doc:"Hold the response until the process is idle or this many milliseconds pass."`
 		EnvConfig map[string]any `json:"envConfig,omitempty" doc:"Per-execution configuration for the environment."`
+		Files     []inputFile    `json:"files,omitempty" maxItems:"20" doc:"Files placed in the program's workspace (its working directory) before it runs: at most 20, 8 MiB together; needs autorun. What the program leaves there is kept with the process (GET /processes/{pid}/files)."`
+		Session   string         `json:"session,omitempty" maxLength:"64" doc:"Run in this session (POST /sessions): its globals, imports and files persist; executions run one at a time, in order. 409 when it has ended."`
+	}
+}
+
+type inputFile struct {
+	Path    string `json:"path" minLength:"1" maxLength:"1024" doc:"Relative path in the workspace (no .., no leading /)."`
+	Content []byte `json:"content" doc:"The file's bytes, base64."`
+}
+
+type processFileList struct {
+	Body struct {
+		Items []process.OutputFile `json:"items" nullable:"false"`
+	}
+}
+
+type processFilePath struct {
+	PID  int64  `path:"pid" minimum:"1" doc:"Process id."`
+	Path string `path:"path" maxLength:"1024" doc:"The file's path in the workspace; escape a / inside it as %2F."`
+}
+
+type displayList struct {
+	Body struct {
+		Items []process.Display `json:"items" nullable:"false"`
 	}
 }
 
@@ -78,13 +103,17 @@ func textResponses(what string) map[string]*huma.Response {
 func (s *server) registerProcesses(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "createProcess", Method: http.MethodPost, Path: "/processes", Tags: []string{"processes"},
-		Summary: "Create a process", DefaultStatus: http.StatusCreated, MaxBodyBytes: 8 << 20, Errors: []int{http.StatusInsufficientStorage},
+		Summary: "Create a process", DefaultStatus: http.StatusCreated, MaxBodyBytes: 8 << 20, Errors: []int{http.StatusConflict, http.StatusInsufficientStorage},
 		Description: "Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.",
 	}, func(ctx context.Context, in *createProcessInput) (*processBody, error) {
 		b := in.Body
+		files := make([]module.File, len(b.Files))
+		for i, f := range b.Files {
+			files[i] = module.File{Path: f.Path, Content: f.Content}
+		}
 		v, err := s.Processes.Create(ctx, process.CreateInput{
 			Code: b.Code, Ref: b.Ref, TimeoutMs: b.TimeoutMs, EnvConfig: b.EnvConfig, Autorun: b.Autorun == nil || *b.Autorun,
-			Wait: time.Duration(b.WaitMs) * time.Millisecond,
+			Wait: time.Duration(b.WaitMs) * time.Millisecond, Session: b.Session, Files: files,
 		})
 		if err != nil {
 			return nil, s.problem(err)
@@ -163,6 +192,47 @@ func (s *server) registerProcesses(api huma.API) {
 			return &textBody{ContentType: "text/plain; charset=utf-8", Body: []byte(text)}, nil
 		})
 	}
+
+	huma.Register(api, huma.Operation{
+		OperationID: "listProcessFiles", Method: http.MethodGet, Path: "/processes/{pid}/files", Tags: []string{"processes"},
+		Summary:     "List the files a process left",
+		Description: "What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 8 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.",
+	}, func(ctx context.Context, in *pidPath) (*processFileList, error) {
+		files, err := s.Processes.Files(ctx, in.PID)
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		out := &processFileList{}
+		out.Body.Items = files
+		return out, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "getProcessFile", Method: http.MethodGet, Path: "/processes/{pid}/files/{path}", Tags: []string{"processes"},
+		Summary: "Download a file a process left", Description: "Raw bytes, the content type chosen by the extension.",
+		Responses: map[string]*huma.Response{"200": {Description: "The file.",
+			Content: map[string]*huma.MediaType{"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}}}}},
+	}, func(ctx context.Context, in *processFilePath) (*fileBody, error) {
+		data, err := s.Processes.File(ctx, in.PID, in.Path)
+		if err != nil {
+			return nil, s.problemAt(err, inPath)
+		}
+		return &fileBody{ContentType: contentType(in.Path), Body: data}, nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "listProcessDisplays", Method: http.MethodGet, Path: "/processes/{pid}/displays", Tags: []string{"processes"},
+		Summary:     "List a process's displays",
+		Description: "What cyrnel.display() recorded, figures left open in pyplot, and the value of a final expression (kind result), as MIME bundles; while it runs, those so far. Capped: past the cap displays are dropped, outputTruncated is set and stderr says so.",
+	}, func(ctx context.Context, in *pidPath) (*displayList, error) {
+		ds, err := s.Processes.Displays(ctx, in.PID)
+		if err != nil {
+			return nil, s.problem(err)
+		}
+		out := &displayList{}
+		out.Body.Items = ds
+		return out, nil
+	})
 
 	huma.Register(api, huma.Operation{
 		OperationID: "killProcess", Method: http.MethodPost, Path: "/processes/{pid}/kill", Tags: []string{"processes"},

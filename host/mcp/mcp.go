@@ -5,6 +5,7 @@ package mcp
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,8 @@ import (
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/schema"
+	"github.com/cyrnel/cyrnel/host/session"
+	"github.com/cyrnel/cyrnel/host/store"
 )
 
 // Processes runs programs.
@@ -26,6 +29,13 @@ type Processes interface {
 	Wait(ctx context.Context, pid int64, timeout time.Duration) (*process.Process, error)
 	Kill(ctx context.Context, pid int64) (*process.Process, error)
 	Follow(ctx context.Context, pid int64) (replay []process.Event, next <-chan process.Event, stop func(), err error)
+	Displays(ctx context.Context, pid int64) ([]process.Display, error)
+}
+
+// Sessions starts and ends sessions (nil: no session tools).
+type Sessions interface {
+	Create(ctx context.Context, in session.CreateInput) (*store.Session, error)
+	End(ctx context.Context, id string) error
 }
 
 // Environments gives the active environment.
@@ -60,6 +70,7 @@ type Deps struct {
 	Processes    Processes
 	Environments Environments
 	Tools        Tools
+	Sessions     Sessions
 }
 
 // New returns the Streamable HTTP handler. It is stateless: each request
@@ -95,13 +106,22 @@ func (d Deps) server(ctx context.Context, cache *mcp.SchemaCache) *mcp.Server {
 	})
 	runDesc := "Run a program in cyrnel's active environment and return how it ended (exitState, reason, error), " +
 		"its structured output (what it passed to cyrnel.output), stdout and stderr. " +
-		"Every run starts fresh: nothing persists between runs."
+		"Every run starts fresh unless it names a session (create_session): a session keeps globals, imports and files between runs. " +
+		"Displays (cyrnel.display(obj), figures left open, the value of a final expression) come back as images and text."
 	if docs, err := d.environmentDocs(ctx); err == nil {
 		runDesc += "\n\n" + docs
 	} else {
 		runDesc += " (The environment's guide is unavailable: " + err.Error() + ")"
 	}
 	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: runDesc}, d.runCode)
+	if d.Sessions != nil {
+		mcp.AddTool(s, &mcp.Tool{
+			Name: "create_session",
+			Description: "Start a session: a long-lived interpreter whose globals, imports and working-directory files persist between the run_code calls that name it. " +
+				"It ends after idleTimeoutMs without a run (default 10 min) or with end_session; a run in an ended session fails saying so.",
+		}, d.createSession)
+		mcp.AddTool(s, &mcp.Tool{Name: "end_session", Description: "End a session started with create_session."}, d.endSession)
+	}
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "environment_docs",
 		Description: "The guide to writing programs for run_code in the active environment (Markdown): language, globals, output, tool calls.",
@@ -135,7 +155,35 @@ func text(s string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
 }
 
+type createSessionInput struct {
+	IdleTimeoutMs int64 `json:"idleTimeoutMs,omitempty" jsonschema:"end the session after this long without a run (default 600000)"`
+}
+
+type sessionOutput struct {
+	Session string `json:"session" jsonschema:"the session id, for run_code's session"`
+}
+
+func (d Deps) createSession(ctx context.Context, _ *mcp.CallToolRequest, in createSessionInput) (*mcp.CallToolResult, sessionOutput, error) {
+	row, err := d.Sessions.Create(ctx, session.CreateInput{IdleTimeoutMs: in.IdleTimeoutMs, Ref: "mcp"})
+	if err != nil {
+		return nil, sessionOutput{}, fmt.Errorf("create_session: %w", err)
+	}
+	return text("session " + row.ID + " is ready: pass it as run_code's session"), sessionOutput{Session: row.ID}, nil
+}
+
+type endSessionInput struct {
+	Session string `json:"session" jsonschema:"the session id"`
+}
+
+func (d Deps) endSession(ctx context.Context, _ *mcp.CallToolRequest, in endSessionInput) (*mcp.CallToolResult, any, error) {
+	if err := d.Sessions.End(ctx, in.Session); err != nil {
+		return nil, nil, fmt.Errorf("end_session: %w", err)
+	}
+	return text("session " + in.Session + " ended"), nil, nil
+}
+
 type runInput struct {
+	Session   string `json:"session,omitempty" jsonschema:"run in this session (create_session): its state persists between runs"`
 	Code      string `json:"code" jsonschema:"the program"`
 	TimeoutMs int64  `json:"timeoutMs,omitempty" jsonschema:"execution timeout in milliseconds (default 30000)"`
 }
@@ -162,7 +210,7 @@ func (d Deps) runCode(ctx context.Context, _ *mcp.CallToolRequest, in runInput) 
 	if strings.TrimSpace(in.Code) == "" {
 		return nil, runOutput{}, errors.New("run_code: code is empty")
 	}
-	p, err := d.Processes.Create(ctx, process.CreateInput{Code: in.Code, Ref: "mcp", TimeoutMs: in.TimeoutMs, Autorun: true})
+	p, err := d.Processes.Create(ctx, process.CreateInput{Code: in.Code, Ref: "mcp", TimeoutMs: in.TimeoutMs, Autorun: true, Session: in.Session})
 	if err != nil {
 		return nil, runOutput{}, fmt.Errorf("run_code: %w", argument(err))
 	}
@@ -203,6 +251,11 @@ func (d Deps) runCode(ctx context.Context, _ *mcp.CallToolRequest, in runInput) 
 	}
 	res := text(summarize(out))
 	res.IsError = out.ExitState != "success"
+	displays, err := d.Processes.Displays(ctx, p.PID)
+	if err != nil {
+		return nil, runOutput{}, fmt.Errorf("run_code: process %d: %w", p.PID, err)
+	}
+	res.Content = append(res.Content, displayContent(displays)...)
 	return res, out, nil
 }
 
@@ -214,6 +267,26 @@ func argument(err error) error {
 		return fmt.Errorf("invalid argument %w", err)
 	}
 	return err
+}
+
+// displayContent turns displays into MCP content: an image where the bundle
+// has one, else its text.
+func displayContent(ds []process.Display) []mcp.Content {
+	var out []mcp.Content
+	for _, disp := range ds {
+		img := false
+		for _, mime := range []string{"image/png", "image/jpeg"} {
+			if b, err := base64.StdEncoding.DecodeString(disp.Data[mime]); err == nil && len(b) > 0 {
+				out = append(out, &mcp.ImageContent{Data: b, MIMEType: mime})
+				img = true
+				break
+			}
+		}
+		if t, ok := disp.Data["text/plain"]; ok && !img {
+			out = append(out, &mcp.TextContent{Text: disp.Kind + ": " + t})
+		}
+	}
+	return out
 }
 
 // untilApproval follows a process until it ends (nil) or one of its tool

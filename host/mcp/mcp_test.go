@@ -80,6 +80,8 @@ func (f *fakeProcesses) Follow(context.Context, int64) ([]process.Event, <-chan 
 	return f.replay, next, func() {}, nil
 }
 
+func (f *fakeProcesses) Displays(context.Context, int64) ([]process.Display, error) { return nil, nil }
+
 type fakeEnv struct{ module.Environment }
 
 func (fakeEnv) Docs(context.Context) (string, error) {

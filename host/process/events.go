@@ -16,6 +16,7 @@ const (
 	EventExit   EventType = "exit"
 	// EventApproval: a tool call of the process waits on an approval.
 	EventApproval EventType = "approval"
+	EventDisplay  EventType = "display"
 )
 
 // Event is one thing that happened to a process.
@@ -25,6 +26,7 @@ type Event struct {
 	Text    string         // stdout, stderr
 	Output  map[string]any // output: a patch
 	Process *Process       // exit: the final process
+	Display *Display       // display
 	// Approval is the approval (the approval package's view), for approval events.
 	Approval any
 }
@@ -62,6 +64,9 @@ func (m *Manager) Follow(ctx context.Context, pid int64) (replay []Event, next <
 			}
 			if len(r.output) > 0 {
 				replay = append(replay, Event{Type: EventOutput, Output: maps.Clone(r.output)})
+			}
+			for _, d := range displayViews(r.displays) {
+				replay = append(replay, Event{Type: EventDisplay, Display: &d})
 			}
 			for _, ev := range r.waiting {
 				replay = append(replay, *ev)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/host/schema"
+	"github.com/cyrnel/cyrnel/host/workspace"
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/store"
@@ -50,6 +51,12 @@ type conflictError struct{ msg string }
 func (e *conflictError) Error() string { return e.msg }
 func (e *conflictError) Unwrap() error { return ErrConflict }
 
+// isNotFound: an error that says what it names does not exist.
+func isNotFound(err error) bool {
+	var nf interface{ NotFound() bool }
+	return errors.As(err, &nf) && nf.NotFound()
+}
+
 func conflict(format string, args ...any) error {
 	return &conflictError{fmt.Sprintf(format, args...)}
 }
@@ -59,6 +66,17 @@ type Executor interface {
 	Execute(ctx context.Context, in module.ExecutionInput) (envID string, res module.Result, err error)
 	Kill(ctx context.Context, eid int64) error
 }
+
+// Sessions runs executions in sessions (host/session).
+type Sessions interface {
+	// Check says whether the session can take an execution; otherwise
+	// its error has NotFound() true (no such session) or Reason() (ended).
+	Check(ctx context.Context, session string) error
+	Execute(ctx context.Context, session string, in module.ExecutionInput) (envID string, res module.Result, err error)
+}
+
+// UseSessions lets processes run in sessions; call before serving.
+func (m *Manager) UseSessions(s Sessions) { m.sessions = s }
 
 // Limits bound what one process may hold.
 type Limits struct {
@@ -75,13 +93,14 @@ func DefaultLimits() Limits {
 
 // Manager owns the processes.
 type Manager struct {
-	log    *slog.Logger
-	host   string // this host's id, recorded on the processes it runs
-	st     *store.Store
-	exec   Executor
-	limits Limits
-	w      *writer // every write to a process row goes through it
-	relay  Relay   // nil: one host
+	log      *slog.Logger
+	host     string // this host's id, recorded on the processes it runs
+	st       *store.Store
+	exec     Executor
+	sessions Sessions // nil: no process names a session
+	limits   Limits
+	w        *writer // every write to a process row goes through it
+	relay    Relay   // nil: one host
 
 	ctx      context.Context // cancelled at shutdown: kills every execution
 	cancel   context.CancelFunc
@@ -176,6 +195,49 @@ type CreateInput struct {
 	Autorun   bool
 	// Wait, with Autorun: return once the process is idle or this passes.
 	Wait time.Duration
+	// Session: run in this session (its interpreter keeps state) instead
+	// of a fresh interpreter.
+	Session string
+	// Files are placed in the workspace of the execution Create starts
+	// (with Autorun): at most MaxInputFiles, MaxFileBytes together.
+	Files []module.File
+}
+
+// Caps of a process's files: the inputs of one execution, and the outputs
+// it leaves in its workspace, each.
+const (
+	MaxInputFiles = 20
+	MaxFileBytes  = 8 << 20
+)
+
+// checkFiles validates a process's input files.
+func checkFiles(files []module.File, autorun bool) error {
+	if len(files) == 0 {
+		return nil
+	}
+	if !autorun {
+		return &schema.FieldError{Field: "files", Message: "input files go to the execution that creating the process starts: they need autorun"}
+	}
+	if len(files) > MaxInputFiles {
+		return &schema.FieldError{Field: "files", Message: fmt.Sprintf("%d files, more than the limit of %d", len(files), MaxInputFiles)}
+	}
+	total := 0
+	seen := map[string]bool{}
+	for i, f := range files {
+		field := fmt.Sprintf("files[%d].path", i)
+		if err := workspace.ValidPath(field, f.Path); err != nil {
+			return err
+		}
+		if seen[f.Path] {
+			return &schema.FieldError{Field: field, Message: "the same path twice"}
+		}
+		seen[f.Path] = true
+		total += len(f.Content)
+	}
+	if total > MaxFileBytes {
+		return &schema.FieldError{Field: "files", Message: fmt.Sprintf("%d bytes together, more than the limit of %d", total, MaxFileBytes)}
+	}
+	return nil
 }
 
 // Create stores a process and, with Autorun, starts it.
@@ -194,9 +256,30 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) 
 	if in.TimeoutMs < 1 || in.TimeoutMs > m.limits.MaxTimeoutMs {
 		return nil, &schema.FieldError{Field: "timeoutMs", Message: fmt.Sprintf("must be between 1 and %d", m.limits.MaxTimeoutMs)}
 	}
+	if err := checkFiles(in.Files, in.Autorun); err != nil {
+		return nil, err
+	}
+	if in.Session != "" && len(in.Files) > 0 {
+		return nil, &schema.FieldError{Field: "files", Message: "a session's files go through PUT /sessions/{id}/files/{path}"}
+	}
+	if in.Session != "" {
+		if m.sessions == nil {
+			return nil, &schema.FieldError{Field: "session", Message: "this host runs no sessions"}
+		}
+		if err := m.sessions.Check(ctx, in.Session); err != nil {
+			var ended interface{ Reason() module.Reason }
+			switch {
+			case errors.As(err, &ended):
+				return nil, &conflictError{err.Error()}
+			case isNotFound(err):
+				return nil, &schema.FieldError{Field: "session", Message: err.Error()}
+			}
+			return nil, err
+		}
+	}
 	p := &store.Process{
 		Ref: in.Ref, Code: in.Code, State: string(Idle), TimeoutMs: in.TimeoutMs,
-		EnvConfig: in.EnvConfig, CreatedAt: time.Now().UTC(), HostID: m.host,
+		EnvConfig: in.EnvConfig, CreatedAt: time.Now().UTC(), HostID: m.host, Session: in.Session,
 	}
 	if in.Autorun {
 		// Inserted already queued: one write fewer on the hot path.
@@ -214,7 +297,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) 
 	if !in.Autorun {
 		return m.view(p), nil
 	}
-	m.launch(p)
+	m.launch(p, in.Files)
 	if in.Wait > 0 {
 		return m.Wait(ctx, p.PID, in.Wait)
 	}
@@ -244,12 +327,12 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 	p.Output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated = nil, "", "", false, false, false
 	p.StartedAt, p.FinishedAt, p.DurationMs, p.Environment = nil, nil, nil, ""
 	p.Runs, p.HostID = p.Runs+1, m.host
-	p.CPUMs, p.PeakMemoryBytes = nil, nil
+	p.CPUMs, p.PeakMemoryBytes, p.Displays = nil, nil, nil
 	var ok bool
 	err = m.w.do(func(ctx context.Context, tx *store.Tx) (err error) {
 		ok, err = tx.TransitionProcess(ctx, p, []string{string(Idle)}, "state", "exit_state", "reason", "error",
 			"output", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "output_truncated", "started_at", "finished_at",
-			"duration_ms", "cpu_ms", "peak_memory_bytes", "environment", "runs", "host_id")
+			"duration_ms", "cpu_ms", "peak_memory_bytes", "environment", "runs", "host_id", "displays")
 		return err
 	})
 	if err != nil {
@@ -258,12 +341,12 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 	if !ok {
 		return nil, conflict("process %d changed state", pid)
 	}
-	m.launch(p)
+	m.launch(p, nil)
 	return m.view(p), nil
 }
 
 // launch starts the execution of a process stored as queued.
-func (m *Manager) launch(p *store.Process) {
+func (m *Manager) launch(p *store.Process, files []module.File) {
 	r := newRun(p, m.limits.OutputBytes)
 	// Its own context: a kill cancels it, so a kill that arrives before the
 	// environment has even seen the execution is not lost.
@@ -286,9 +369,16 @@ func (m *Manager) launch(p *store.Process) {
 		defer cancel()
 		in := module.ExecutionInput{
 			EID: p.PID, Code: p.Code, EnvConfig: p.EnvConfig,
-			Options: module.Options{TimeoutMs: p.TimeoutMs, OutputLimitBytes: m.limits.OutputBytes},
+			Options: module.Options{TimeoutMs: p.TimeoutMs, OutputLimitBytes: m.limits.OutputBytes}, Files: files,
 		}
-		envID, res, err := m.exec.Execute(ctx, in)
+		var envID string
+		var res module.Result
+		var err error
+		if p.Session != "" && m.sessions != nil {
+			envID, res, err = m.sessions.Execute(ctx, p.Session, in)
+		} else {
+			envID, res, err = m.exec.Execute(ctx, in)
+		}
 		m.finish(r, envID, res, err)
 	}()
 }
@@ -306,6 +396,11 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 			ok, err := tx.FinishProcess(ctx, p, live)
 			if err == nil && !ok {
 				m.log.Warn("process result arrived for a process no longer live", "pid", p.PID)
+			}
+			// An earlier run's files are replaced; a first run without
+			// files costs no statement.
+			if err == nil && ok && (len(r.files) > 0 || p.Runs > 1) {
+				err = tx.ReplaceProcessFiles(ctx, p.PID, r.files)
 			}
 			return err
 		})

@@ -458,8 +458,7 @@ func TestAFullDiskIsAnsweredAsStored(t *testing.T) {
 }
 
 // TestOneFailingWriteLeavesItsBatch: of writes queued together (one
-// transaction on PostgreSQL, one after another on SQLite), one that fails
-// fails alone.
+// transaction), one that fails fails alone.
 func TestOneFailingWriteLeavesItsBatch(t *testing.T) {
 	t.Parallel()
 	m, _, st := newManager(t)
@@ -508,12 +507,63 @@ func TestLaunchAfterShutdownBegan(t *testing.T) {
 	m.mu.Lock()
 	m.stopping = true
 	m.mu.Unlock()
-	m.launch(p)
+	m.launch(p, nil)
 	row, err := st.GetProcess(context.Background(), p.PID)
 	if err != nil || row.State != "idle" || *row.ExitState != "canceled" || row.Reason != "host_shutdown" {
 		t.Fatalf("stored %+v %v", row, err)
 	}
 	if err := m.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAFullDiskInABatchFailsOnlyItsWrite: on SQLite a batch's statements
+// run without a statement journal (OR FAIL), so a full disk rolls back the
+// whole transaction; the writes are then tried alone and only the one that
+// does not fit fails.
+func TestAFullDiskInABatchFailsOnlyItsWrite(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if st, err := store.Open(context.Background(), "", dir); err != nil { // migrated at full size
+		t.Fatal(err)
+	} else {
+		st.Close()
+	}
+	st, err := store.Open(context.Background(), "sqlite://"+filepath.Join(dir, "cyrnel.db")+"?_pragma=max_page_count(60)", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m, _ := newManagerOn(t, st, 0)
+	hold, release := make(chan struct{}), make(chan struct{})
+	go m.w.do(func(context.Context, *store.Tx) error { close(hold); <-release; return nil })
+	<-hold // the writer is busy: what follows queues up
+	errs := make(chan error, 6)
+	for i := range 6 {
+		code := "x"
+		if i == 2 {
+			code = strings.Repeat("x", 1<<20) // more than the 60 pages
+		}
+		go func() {
+			errs <- m.w.do(func(ctx context.Context, tx *store.Tx) error {
+				return tx.InsertProcess(ctx, &store.Process{Code: code, State: "idle", CreatedAt: time.Now()})
+			})
+		}()
+	}
+	for len(m.w.queue) < 6 {
+		runtime.Gosched() // until all six are queued
+	}
+	close(release)
+	var full int
+	for range 6 {
+		if err := <-errs; errors.Is(err, store.ErrFull) {
+			full++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := st.ListProcesses(context.Background(), store.ProcessFilter{Limit: 100})
+	if full != 1 || err != nil || len(rows) != 5 {
+		t.Fatalf("%d full, %d stored: %v", full, len(rows), err)
 	}
 }

@@ -3,14 +3,18 @@ package process
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/store"
+	"github.com/cyrnel/cyrnel/host/workspace"
 )
 
 // run is the live state of one execution, kept in memory while it lasts.
@@ -33,6 +37,10 @@ type run struct {
 	outputCap     int64
 	outputCut     bool
 	outputVersion int64 // counts the output's changes
+	displays      []store.Display
+	displaySize   int64
+	files         []store.ProcessFile // left in the workspace (one-shot), written with the final row
+	fileSize      int64
 	err           string
 	killed        bool
 	ended         bool // Execute returned: the environment's reports are late
@@ -86,7 +94,13 @@ func (r *run) result(envID string, res module.Result, err error, stopping bool) 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ended = true
-	if err != nil {
+	var reasoned interface{ Reason() module.Reason }
+	switch {
+	case errors.As(err, &reasoned):
+		// An error that says how the execution ended (its session ended).
+		res = module.Result{Exit: module.ExitFailed, Reason: reasoned.Reason()}
+		r.err = err.Error()
+	case err != nil:
 		res = module.Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError}
 		r.err = err.Error()
 	}
@@ -115,6 +129,7 @@ func (r *run) result(envID string, res module.Result, err error, stopping bool) 
 	p.State, p.ExitState, p.Reason, p.Error, p.Environment = string(Idle), &exit, clean(string(res.Reason)), clean(r.err), envID
 	p.Output, p.Stdout, p.Stderr = maps.Clone(r.output), r.stdout.text.String(), r.stderr.text.String()
 	p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated, p.FinishedAt = r.stdout.truncated, r.stderr.truncated, r.outputCut, &now
+	p.Displays = r.displays
 	if !r.startedAt.IsZero() {
 		d := now.Sub(r.startedAt).Milliseconds()
 		started := r.startedAt
@@ -250,6 +265,153 @@ func (m *Manager) EmitOutput(eid int64, patch map[string]any) {
 		r.outputVersion++
 		r.publishLocked(Event{Type: EventOutput, Output: applied})
 	}
+}
+
+// Display is one rich display of an execution: a MIME bundle (text, or
+// base64 for binary types) and whether the program showed it or it is the
+// value of its final expression.
+type Display struct {
+	Index int               `json:"index" doc:"Position among the process's displays, from 0."`
+	Kind  string            `json:"kind" enum:"display,result" doc:"display: cyrnel.display() or a figure left open; result: the value of the final expression."`
+	Data  map[string]string `json:"data" doc:"The MIME bundle: text types as text, binary types (image/png, ...) as base64."`
+}
+
+// maxDisplays bounds how many displays one execution keeps; their bytes
+// share the output cap.
+const maxDisplays = 100
+
+// EmitDisplay records a display. Past the cap (count, or the output cap in
+// bytes) displays are dropped, the output flagged truncated and a line
+// written to stderr, as for the structured output.
+func (m *Manager) EmitDisplay(eid int64, d worker.Display) {
+	r := m.lookup(eid)
+	if r == nil {
+		return
+	}
+	size := int64(0)
+	for k, v := range d.Data {
+		size += int64(len(k) + len(v))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended {
+		return
+	}
+	if len(r.displays) >= maxDisplays || r.displaySize+size > r.outputCap {
+		if !r.outputCut {
+			note := fmt.Sprintf("cyrnel: display dropped (%d bytes): an execution keeps at most %d displays and %d bytes of them\n", size, maxDisplays, r.outputCap)
+			if text := r.stderr.add([]byte(note)); text != "" {
+				r.publishLocked(Event{Type: EventStderr, Text: text})
+			}
+			m.log.Warn("displays over their cap; dropped", "pid", eid, "bytes", size)
+		}
+		r.outputCut = true
+		return
+	}
+	r.displaySize += size
+	r.displays = append(r.displays, store.Display{Kind: d.Kind, Data: d.Data})
+	r.publishLocked(Event{Type: EventDisplay, Display: &Display{Index: len(r.displays) - 1, Kind: d.Kind, Data: d.Data}})
+}
+
+// EmitFile keeps a file a one-shot program left in its workspace, within
+// the caps (MaxInputFiles files, MaxFileBytes together); past them the file
+// is dropped, the output flagged truncated and stderr says so.
+func (m *Manager) EmitFile(eid int64, path string, data []byte) {
+	r := m.lookup(eid)
+	if r == nil || workspace.ValidPath("path", path) != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended {
+		return
+	}
+	for _, f := range r.files {
+		if f.Path == path {
+			return
+		}
+	}
+	if len(r.files) >= MaxInputFiles || r.fileSize+int64(len(data)) > MaxFileBytes {
+		note := fmt.Sprintf("cyrnel: output file %s (%d bytes) not kept: a process keeps at most %d files and %d bytes of them\n", path, len(data), MaxInputFiles, MaxFileBytes)
+		if text := r.stderr.add([]byte(note)); text != "" {
+			r.publishLocked(Event{Type: EventStderr, Text: text})
+		}
+		r.outputCut = true
+		return
+	}
+	r.fileSize += int64(len(data))
+	r.files = append(r.files, store.ProcessFile{PID: r.pid, Path: path, Size: int64(len(data)), ModifiedAt: time.Now().UTC(), Content: data})
+}
+
+// OutputFile is one file a process left in its workspace.
+type OutputFile struct {
+	Path       string    `json:"path"`
+	Size       int64     `json:"size"`
+	ModifiedAt time.Time `json:"modifiedAt"`
+}
+
+// Files lists the files the process's latest execution left.
+func (m *Manager) Files(ctx context.Context, pid int64) ([]OutputFile, error) {
+	if _, err := m.get(ctx, pid); err != nil {
+		return nil, err
+	}
+	rows, err := m.st.ListProcessFiles(ctx, pid)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]OutputFile, len(rows))
+	for i, f := range rows {
+		out[i] = OutputFile{Path: f.Path, Size: f.Size, ModifiedAt: f.ModifiedAt}
+	}
+	return out, nil
+}
+
+// ErrFileNotFound: the process has no such file.
+var ErrFileNotFound = errors.New("file not found")
+
+// File returns one file the process left.
+func (m *Manager) File(ctx context.Context, pid int64, path string) ([]byte, error) {
+	if err := workspace.ValidPath("path", path); err != nil {
+		return nil, err
+	}
+	if _, err := m.get(ctx, pid); err != nil {
+		return nil, err
+	}
+	f, err := m.st.GetProcessFile(ctx, pid, path)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: process %d has no file %s", ErrFileNotFound, pid, path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f.Content, nil
+}
+
+// Displays returns a process's displays (a live one's so far).
+func (m *Manager) Displays(ctx context.Context, pid int64) ([]Display, error) {
+	var ds []store.Display
+	if r := m.lookup(pid); r != nil {
+		r.mu.Lock()
+		if r.final == nil {
+			ds = slices.Clone(r.displays)
+			r.mu.Unlock()
+			return displayViews(ds), nil
+		}
+		r.mu.Unlock()
+	}
+	p, err := m.get(ctx, pid)
+	if err != nil {
+		return nil, err
+	}
+	return displayViews(p.Displays), nil
+}
+
+func displayViews(ds []store.Display) []Display {
+	out := make([]Display, len(ds))
+	for i, d := range ds {
+		out[i] = Display{Index: i, Kind: d.Kind, Data: d.Data}
+	}
+	return out
 }
 
 // progress is the write that brings the run's row up to its live state

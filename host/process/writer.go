@@ -9,8 +9,8 @@ import (
 )
 
 // writer owns every write to the process rows: one goroutine takes the
-// writes callers queue and, where the database gains from it, commits those
-// queued together in one transaction (group commit), so concurrent
+// writes callers queue and commits those queued together in one
+// transaction (group commit), so concurrent
 // executions share commits; a pid is handed out only once its row is
 // committed. Callers wait for their own write's outcome.
 type writer struct {
@@ -91,15 +91,15 @@ func (w *writer) loop() {
 	}
 }
 
-// commit writes a batch in one transaction where the database gains from
-// it (store.GroupsCommits), each write alone otherwise. If a batch fails,
+// commit writes a batch of several writes in one transaction, a lone write
+// by itself (no BEGIN and COMMIT around it). If a batch fails,
 // each write is tried alone, so one write's failure is its own and not its
 // neighbours'.
 func (w *writer) commit(batch []*write) {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	var err error
-	if len(batch) > 1 && w.st.GroupsCommits() {
+	if len(batch) > 1 {
 		err = w.st.WriteProcesses(ctx, func(ctx context.Context, tx *store.Tx) error {
 			for _, wr := range batch {
 				if err := wr.apply(ctx, tx); err != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/secrets"
 	"github.com/cyrnel/cyrnel/host/services"
+	"github.com/cyrnel/cyrnel/host/session"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -68,6 +69,8 @@ type Config struct {
 	// embedded hosts).
 	Announce   bool
 	Governance Governance
+	// Sessions bounds the sessions this host runs.
+	Sessions session.Config
 }
 
 // Governance configures tool policies, approvals and the audit (zero values
@@ -88,6 +91,7 @@ type Server struct {
 	dir      *datadir.Dir
 	store    *store.Store
 	procs    *process.Manager
+	sessions *session.Manager
 	audit    *audit.Writer
 	gate     *gate.Gate
 	modules  *modules.Registry
@@ -220,6 +224,11 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 		return nil, err
 	}
 	auditor := audit.New(log.With("component", "audit"), st, cfg.Governance.Audit)
+	sessions := session.New(log.With("component", "sessions"), st, reg, dir.HostID, cfg.Sessions)
+	if err = sessions.Recover(ctx); err != nil {
+		return nil, err
+	}
+	procs.UseSessions(sessions)
 	g := &gate.Gate{Policies: policies, Approvals: approvals, Audit: auditor, Processes: procs, Tools: svcs}
 	if err = reg.Start(ctx, &bindings{Manager: procs, tools: svcs, gate: g}, cfg.Environment); err != nil {
 		return nil, err
@@ -228,13 +237,13 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 		procs.SetRelay(cl)
 		cl.Start(clusterHandlers(procs, approvals, policies, reg, svcs))
 	}
-	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}})
-	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Environment: reg, Modules: reg, Services: svcs, Tools: svcs, MCP: mcpHandler,
+	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}, Sessions: sessions})
+	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Environment: reg, Modules: reg, Services: svcs, Tools: svcs, Sessions: sessions, MCP: mcpHandler,
 		Policies: policies, Approvals: approvals, ToolCalls: toolCalls{auditor, st}, Gate: g})
 	// The console's assets and the API reference sit in front of the API
 	// (and its authentication): they hold no data.
 	handler = console.Handler(handler)
-	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, audit: auditor, gate: g, modules: reg, services: svcs, cluster: cl, handler: handler, egress: guard}, nil
+	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, audit: auditor, gate: g, modules: reg, services: svcs, cluster: cl, handler: handler, egress: guard}, nil
 }
 
 // Handler is the HTTP API with the console in front.
@@ -300,6 +309,9 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	if err := s.procs.Shutdown(sctx); err != nil {
 		s.log.Warn("shutdown", "err", err)
 	}
+	if err := s.sessions.Shutdown(sctx); err != nil {
+		s.log.Warn("shutdown", "err", err)
+	}
 	if s.cluster != nil {
 		if err := s.cluster.Stop(sctx); err != nil {
 			s.log.Warn("shutdown", "err", err)
@@ -326,6 +338,7 @@ func (s *Server) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = s.procs.Shutdown(ctx)
+	_ = s.sessions.Shutdown(ctx)
 	if s.cluster != nil {
 		_ = s.cluster.Stop(ctx)
 	}

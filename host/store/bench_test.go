@@ -8,7 +8,8 @@ import (
 
 // BenchmarkProcessWrites: the two writes on an execution's critical path on
 // SQLite, the insert and the final row, each committed alone as the writer
-// commits a lone write; and the insert inside a transaction, as in a batch.
+// commits a lone write; and the insert inside a transaction, alone and as
+// one of a batch of 8.
 func BenchmarkProcessWrites(b *testing.B) {
 	ctx := context.Background()
 	st, err := Open(ctx, "", b.TempDir())
@@ -29,6 +30,21 @@ func BenchmarkProcessWrites(b *testing.B) {
 			}
 		})
 	}
+	b.Run("insert-8-per-tx", func(b *testing.B) { // per insert, as in a batch of 8
+		for i := 0; i < b.N; i += 8 {
+			if err := st.WriteProcesses(ctx, func(ctx context.Context, tx *Tx) error {
+				for range 8 {
+					p := &Process{Code: "pass", State: "queued", TimeoutMs: 30000, CreatedAt: time.Now(), Runs: 1}
+					if err := tx.InsertProcess(ctx, p); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("finish", func(b *testing.B) {
 		p := &Process{Code: "pass", State: "queued", TimeoutMs: 30000, CreatedAt: time.Now(), Runs: 1}
 		if err := st.WriteProcesses(ctx, func(ctx context.Context, tx *Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {

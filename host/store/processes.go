@@ -40,6 +40,14 @@ type Process struct {
 	DurationMs      *int64         `bun:"duration_ms"`
 	CPUMs           *int64         `bun:"cpu_ms"`            // nil: unknown
 	PeakMemoryBytes *int64         `bun:"peak_memory_bytes"` // nil: unknown
+	Session         string         `bun:"session,notnull"`   // the session it runs in; "": its own interpreter
+	Displays        []Display      `bun:"displays,type:text,nullzero"`
+}
+
+// Display is one rich display of an execution (a MIME bundle).
+type Display struct {
+	Kind string            `json:"kind"`
+	Data map[string]string `json:"data"`
 }
 
 // The two writes every execution makes (insert, final row) are prepared
@@ -48,9 +56,9 @@ type Process struct {
 // are encoded as bun encodes them, so bun reads the rows back unchanged.
 const processColumns = `ref, code, state, exit_state, reason, error, timeout_ms,
  env_config, environment, output, stdout, stderr, stdout_truncated, stderr_truncated, output_truncated,
- runs, host_id, created_at, started_at, finished_at, duration_ms, cpu_ms, peak_memory_bytes`
+ runs, host_id, created_at, started_at, finished_at, duration_ms, cpu_ms, peak_memory_bytes, session`
 
-var insertProcess = "INSERT INTO processes (" + processColumns + ") VALUES (?" + strings.Repeat(", ?", 22) + ") RETURNING pid"
+var insertProcess = "INSERT INTO processes (" + processColumns + ") VALUES (?" + strings.Repeat(", ?", 23) + ")"
 
 // Tx is a unit of process-row writes: every write to the processes table
 // goes through one, so a host can group concurrent writes into one commit
@@ -77,13 +85,6 @@ func (s *Store) WriteProcesses(ctx context.Context, fn func(context.Context, *Tx
 	}
 	return nil
 }
-
-// GroupsCommits reports whether writes gain from sharing a transaction.
-// PostgreSQL flushes its log at each commit, so concurrent writes share one;
-// SQLite (WAL, synchronous=NORMAL) does not sync at commit, and a
-// transaction through database/sql costs more than the commits it saves
-// (measured: 2 inserts in one 137 µs, 8 in one 502 µs, one alone 37–41 µs).
-func (s *Store) GroupsCommits() bool { return !s.local }
 
 // WriteProcess runs fn, a single write, without a transaction around it:
 // each of its statements commits by itself, which on SQLite saves the BEGIN
@@ -114,12 +115,26 @@ func (t *Tx) InsertProcess(ctx context.Context, p *Process) error {
 		return fmt.Errorf("insert process: output: %w", err)
 	}
 	s := t.s
-	stmt, err := t.stmt(ctx, insertProcess)
+	// SQLite says the pid without RETURNING, whose result set costs the
+	// driver a few microseconds more; PostgreSQL needs it.
+	query := insertProcess
+	if !s.local {
+		query += " RETURNING pid"
+	}
+	stmt, err := t.stmt(ctx, query)
 	if err == nil {
-		err = stmt.QueryRowContext(ctx, p.Ref, p.Code, p.State, p.ExitState, p.Reason, p.Error, p.TimeoutMs,
+		args := []any{p.Ref, p.Code, p.State, p.ExitState, p.Reason, p.Error, p.TimeoutMs,
 			envConfig, p.Environment, output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated,
 			p.Runs, p.HostID, s.timeArg(&p.CreatedAt), s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs,
-			p.CPUMs, p.PeakMemoryBytes).Scan(&p.PID)
+			p.CPUMs, p.PeakMemoryBytes, p.Session}
+		if s.local {
+			var res sql.Result
+			if res, err = stmt.ExecContext(ctx, args...); err == nil {
+				p.PID, err = res.LastInsertId()
+			}
+		} else {
+			err = stmt.QueryRowContext(ctx, args...).Scan(&p.PID)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("insert process: %w", err)
@@ -140,9 +155,17 @@ func (t *Tx) FinishProcess(ctx context.Context, p *Process, from []string) (bool
 	if err != nil {
 		return false, fmt.Errorf("finish process %d: output: %w", p.PID, err)
 	}
+	var displays any
+	if len(p.Displays) > 0 {
+		b, err := json.Marshal(p.Displays)
+		if err != nil {
+			return false, fmt.Errorf("finish process %d: displays: %w", p.PID, err)
+		}
+		displays = string(b)
+	}
 	stmt, err := t.stmt(ctx, `UPDATE processes SET state = ?, exit_state = ?, reason = ?, error = ?, environment = ?,
  output = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?, output_truncated = ?,
- started_at = ?, finished_at = ?, duration_ms = ?, cpu_ms = ?, peak_memory_bytes = ?
+ started_at = ?, finished_at = ?, duration_ms = ?, cpu_ms = ?, peak_memory_bytes = ?, displays = ?
  WHERE pid = ? AND state IN (?`+strings.Repeat(", ?", len(from)-1)+`)`)
 	if err != nil {
 		return false, fmt.Errorf("finish process %d: %w", p.PID, err)
@@ -150,7 +173,7 @@ func (t *Tx) FinishProcess(ctx context.Context, p *Process, from []string) (bool
 	s := t.s
 	args := []any{p.State, p.ExitState, p.Reason, p.Error, p.Environment,
 		output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated,
-		s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs, p.CPUMs, p.PeakMemoryBytes, p.PID}
+		s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs, p.CPUMs, p.PeakMemoryBytes, displays, p.PID}
 	for _, st := range from {
 		args = append(args, st)
 	}

@@ -72,7 +72,7 @@ func (s *Store) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
 	if stmt, ok := s.stmts[query]; ok {
 		return stmt, nil
 	}
-	text := query
+	text := orFail(query)
 	if !s.local {
 		text = numberPlaceholders(query)
 	}
@@ -82,6 +82,23 @@ func (s *Store) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
 	}
 	s.stmts[query] = stmt
 	return stmt, nil
+}
+
+// orFail makes one of the store's prepared writes (each changes one row)
+// INSERT OR FAIL or UPDATE OR FAIL on SQLite. For a one-row statement FAIL
+// ends as ABORT does (the constraints are checked before the row is
+// written), but SQLite then opens no statement journal inside a
+// transaction, which the pure-Go SQLite allocates (64 KiB) with an mmap and
+// munmap per statement: a grouped write cost more than a lone one. Any
+// other error inside a transaction (a full disk) rolls the whole
+// transaction back, and the writer then retries each write alone.
+func orFail(query string) string {
+	for _, verb := range []string{"INSERT ", "UPDATE "} {
+		if rest, ok := strings.CutPrefix(query, verb); ok {
+			return verb + "OR FAIL " + rest
+		}
+	}
+	return query
 }
 
 // numberPlaceholders turns ? placeholders into PostgreSQL's $1, $2, ….

@@ -61,7 +61,7 @@ func TestUpgradeToPartialIndexes(t *testing.T) {
 	states := []string{"idle", "queued", "running", "idle"}
 	for i := range 40 {
 		p := &Process{Code: "x", Ref: []string{"", "nightly"}[i%2], State: states[i%4], TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
-		if _, err := old.DB.NewInsert().Model(p).ExcludeColumn("cpu_ms", "peak_memory_bytes").Exec(ctx); err != nil { // newer columns
+		if _, err := old.DB.NewInsert().Model(p).ExcludeColumn("cpu_ms", "peak_memory_bytes", "session", "displays").Exec(ctx); err != nil { // newer columns
 			t.Fatal(err)
 		}
 	}

@@ -134,6 +134,42 @@ func (e CallSource) Valid() bool {
 	}
 }
 
+// Defines values for DisplayKind.
+const (
+	DisplayKindDisplay DisplayKind = "display"
+	DisplayKindResult  DisplayKind = "result"
+)
+
+// Valid indicates whether the value is a known member of the DisplayKind enum.
+func (e DisplayKind) Valid() bool {
+	switch e {
+	case DisplayKindDisplay:
+		return true
+	case DisplayKindResult:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DisplayEventKind.
+const (
+	DisplayEventKindDisplay DisplayEventKind = "display"
+	DisplayEventKindResult  DisplayEventKind = "result"
+)
+
+// Valid indicates whether the value is a known member of the DisplayEventKind enum.
+func (e DisplayEventKind) Valid() bool {
+	switch e {
+	case DisplayEventKindDisplay:
+		return true
+	case DisplayEventKindResult:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ExitEventExitState.
 const (
 	ExitEventExitStateCanceled    ExitEventExitState = "canceled"
@@ -503,6 +539,30 @@ func (e RuleDecision) Valid() bool {
 	}
 }
 
+// Defines values for SessionState.
+const (
+	SessionStateBusy     SessionState = "busy"
+	SessionStateEnded    SessionState = "ended"
+	SessionStateReady    SessionState = "ready"
+	SessionStateStarting SessionState = "starting"
+)
+
+// Valid indicates whether the value is a known member of the SessionState enum.
+func (e SessionState) Valid() bool {
+	switch e {
+	case SessionStateBusy:
+		return true
+	case SessionStateEnded:
+		return true
+	case SessionStateReady:
+		return true
+	case SessionStateStarting:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SetDefault.
 const (
 	SetDefaultAllow SetDefault = "allow"
@@ -698,6 +758,30 @@ func (e ListProcessToolCallsParamsOutcome) Valid() bool {
 	}
 }
 
+// Defines values for ListSessionsParamsState.
+const (
+	ListSessionsParamsStateBusy     ListSessionsParamsState = "busy"
+	ListSessionsParamsStateEnded    ListSessionsParamsState = "ended"
+	ListSessionsParamsStateReady    ListSessionsParamsState = "ready"
+	ListSessionsParamsStateStarting ListSessionsParamsState = "starting"
+)
+
+// Valid indicates whether the value is a known member of the ListSessionsParamsState enum.
+func (e ListSessionsParamsState) Valid() bool {
+	switch e {
+	case ListSessionsParamsStateBusy:
+		return true
+	case ListSessionsParamsStateEnded:
+		return true
+	case ListSessionsParamsStateReady:
+		return true
+	case ListSessionsParamsStateStarting:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListToolCallsParamsOutcome.
 const (
 	ListToolCallsParamsOutcomeBlocked        ListToolCallsParamsOutcome = "blocked"
@@ -850,8 +934,14 @@ type CreateProcessInputBody struct {
 	// EnvConfig Per-execution configuration for the environment.
 	EnvConfig *map[string]interface{} `json:"envConfig,omitempty"`
 
+	// Files Files placed in the program's workspace (its working directory) before it runs: at most 20, 8 MiB together; needs autorun. What the program leaves there is kept with the process (GET /processes/{pid}/files).
+	Files *[]InputFile `json:"files,omitempty"`
+
 	// Ref A label of the client's choosing, for filtering.
 	Ref *string `json:"ref,omitempty"`
+
+	// Session Run in this session (POST /sessions): its globals, imports and files persist; executions run one at a time, in order. 409 when it has ended.
+	Session *string `json:"session,omitempty"`
 
 	// TimeoutMs Execution timeout in milliseconds (default 30000).
 	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
@@ -876,6 +966,59 @@ type CreateServiceInputBody struct {
 
 	// Source Exactly one of url and content.
 	Source SourceStruct `json:"source"`
+}
+
+// CreateSessionInputBody defines model for CreateSessionInputBody.
+type CreateSessionInputBody struct {
+	// EnvConfig Configuration for the environment, kept with the session.
+	EnvConfig *map[string]interface{} `json:"envConfig,omitempty"`
+
+	// IdleTimeoutMs End the session after this long without an execution (default 600000).
+	IdleTimeoutMs *int64 `json:"idleTimeoutMs,omitempty"`
+
+	// MaxLifetimeMs End the session this long after it started (default 86400000).
+	MaxLifetimeMs *int64 `json:"maxLifetimeMs,omitempty"`
+
+	// Module The environment (default: the active one, which is the only one sessions run in).
+	Module *string `json:"module,omitempty"`
+
+	// Ref A label of the client's choosing.
+	Ref *string `json:"ref,omitempty"`
+}
+
+// Display defines model for Display.
+type Display struct {
+	// Data The MIME bundle: text types as text, binary types (image/png, ...) as base64.
+	Data map[string]string `json:"data"`
+
+	// Index Position among the process's displays, from 0.
+	Index int64 `json:"index"`
+
+	// Kind display: cyrnel.display() or a figure left open; result: the value of the final expression.
+	Kind DisplayKind `json:"kind"`
+}
+
+// DisplayKind display: cyrnel.display() or a figure left open; result: the value of the final expression.
+type DisplayKind string
+
+// DisplayEvent defines model for DisplayEvent.
+type DisplayEvent struct {
+	// Data The MIME bundle: text types as text, binary types (image/png, ...) as base64.
+	Data map[string]string `json:"data"`
+
+	// Index Position among the process's displays, from 0.
+	Index int64 `json:"index"`
+
+	// Kind display: cyrnel.display() or a figure left open; result: the value of the final expression.
+	Kind DisplayEventKind `json:"kind"`
+}
+
+// DisplayEventKind display: cyrnel.display() or a figure left open; result: the value of the final expression.
+type DisplayEventKind string
+
+// DisplayListBody defines model for DisplayListBody.
+type DisplayListBody struct {
+	Items []Display `json:"items"`
 }
 
 // EnabledBody defines model for EnabledBody.
@@ -999,6 +1142,9 @@ type ExitEvent struct {
 	// Runs How many times the process was started.
 	Runs int64 `json:"runs"`
 
+	// Session The session the process runs in (POST /sessions); absent: an interpreter of its own.
+	Session *string `json:"session,omitempty"`
+
 	// StartedAt When the latest execution started running.
 	StartedAt *time.Time `json:"startedAt"`
 
@@ -1030,6 +1176,18 @@ type ExitEventReason string
 // ExitEventState Host state.
 type ExitEventState string
 
+// File defines model for File.
+type File struct {
+	ModifiedAt time.Time `json:"modifiedAt"`
+	Path       string    `json:"path"`
+	Size       int64     `json:"size"`
+}
+
+// FileListBody defines model for FileListBody.
+type FileListBody struct {
+	Items []File `json:"items"`
+}
+
 // HealthBodyBody defines model for HealthBodyBody.
 type HealthBodyBody struct {
 	// Environment Module id of the active environment; null when none could be activated.
@@ -1042,6 +1200,15 @@ type HealthBodyBody struct {
 
 // HealthBodyBodyStatus Always ok when the server answers.
 type HealthBodyBodyStatus string
+
+// InputFile defines model for InputFile.
+type InputFile struct {
+	// Content The file's bytes, base64.
+	Content []byte `json:"content"`
+
+	// Path Relative path in the workspace (no .., no leading /).
+	Path string `json:"path"`
+}
 
 // InvokeBodyBody defines model for InvokeBodyBody.
 type InvokeBodyBody struct {
@@ -1089,6 +1256,13 @@ type ModuleViewType string
 type OutputEvent struct {
 	// Patch A patch merged into the structured output (on replay: the whole output so far).
 	Patch map[string]interface{} `json:"patch"`
+}
+
+// OutputFile defines model for OutputFile.
+type OutputFile struct {
+	ModifiedAt time.Time `json:"modifiedAt"`
+	Path       string    `json:"path"`
+	Size       int64     `json:"size"`
 }
 
 // Process defines model for Process.
@@ -1139,6 +1313,9 @@ type Process struct {
 	// Runs How many times the process was started.
 	Runs int64 `json:"runs"`
 
+	// Session The session the process runs in (POST /sessions); absent: an interpreter of its own.
+	Session *string `json:"session,omitempty"`
+
 	// StartedAt When the latest execution started running.
 	StartedAt *time.Time `json:"startedAt"`
 
@@ -1169,6 +1346,11 @@ type ProcessReason string
 
 // ProcessState Host state.
 type ProcessState string
+
+// ProcessFileListBody defines model for ProcessFileListBody.
+type ProcessFileListBody struct {
+	Items []OutputFile `json:"items"`
+}
 
 // ProcessListBody defines model for ProcessListBody.
 type ProcessListBody struct {
@@ -1223,6 +1405,9 @@ type ProcessSummary struct {
 
 	// Runs How many times the process was started.
 	Runs int64 `json:"runs"`
+
+	// Session The session the process runs in (POST /sessions); absent: an interpreter of its own.
+	Session *string `json:"session,omitempty"`
 
 	// StartedAt When the latest execution started running.
 	StartedAt *time.Time `json:"startedAt"`
@@ -1318,6 +1503,43 @@ type ServiceListBody struct {
 	Items   []Service `json:"items"`
 
 	// NextCursor Always null: every service fits one page.
+	NextCursor *string `json:"nextCursor"`
+}
+
+// Session defines model for Session.
+type Session struct {
+	// CpuMs CPU time its executions used.
+	CpuMs     *int64    `json:"cpuMs,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+
+	// EndReason Why it ended: deleted, idle_timeout, max_lifetime, memory_limit, cpu_limit, output_limit, timeout, killed (a killed program did not stop), crashed, start_failed, host_restart, host_shutdown.
+	EndReason *string    `json:"endReason,omitempty"`
+	EndedAt   *time.Time `json:"endedAt,omitempty"`
+
+	// Id Opaque id (ses_…).
+	Id            string    `json:"id"`
+	IdleTimeoutMs int64     `json:"idleTimeoutMs"`
+	LastUsedAt    time.Time `json:"lastUsedAt"`
+	MaxLifetimeMs int64     `json:"maxLifetimeMs"`
+
+	// MemoryBytes The highest peak memory of its executions.
+	MemoryBytes *int64 `json:"memoryBytes,omitempty"`
+
+	// Module The environment its interpreter runs.
+	Module string       `json:"module"`
+	Ref    *string      `json:"ref,omitempty"`
+	State  SessionState `json:"state"`
+}
+
+// SessionState defines model for Session.State.
+type SessionState string
+
+// SessionListBody defines model for SessionListBody.
+type SessionListBody struct {
+	HasMore bool      `json:"hasMore"`
+	Items   []Session `json:"items"`
+
+	// NextCursor Pass as cursor for the next page; null on the last.
 	NextCursor *string `json:"nextCursor"`
 }
 
@@ -1505,6 +1727,21 @@ type SetServiceConfigJSONBody map[string]interface{}
 // SetServiceSecretsJSONBody defines parameters for SetServiceSecrets.
 type SetServiceSecretsJSONBody map[string]interface{}
 
+// ListSessionsParams defines parameters for ListSessions.
+type ListSessionsParams struct {
+	// State Only sessions in this state.
+	State *ListSessionsParamsState `form:"state,omitempty" json:"state,omitempty"`
+
+	// Limit Page size.
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's nextCursor.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListSessionsParamsState defines parameters for ListSessions.
+type ListSessionsParamsState string
+
 // ListToolCallsParams defines parameters for ListToolCalls.
 type ListToolCallsParams struct {
 	// ServiceId Only calls of this service.
@@ -1579,6 +1816,9 @@ type SetServiceConfigJSONRequestBody SetServiceConfigJSONBody
 
 // SetServiceSecretsJSONRequestBody defines body for SetServiceSecrets for application/json ContentType.
 type SetServiceSecretsJSONRequestBody SetServiceSecretsJSONBody
+
+// CreateSessionJSONRequestBody defines body for CreateSession for application/json ContentType.
+type CreateSessionJSONRequestBody = CreateSessionInputBody
 
 // SetToolPoliciesJSONRequestBody defines body for SetToolPolicies for application/json ContentType.
 type SetToolPoliciesJSONRequestBody = Set
@@ -1846,12 +2086,33 @@ type ClientInterface interface {
 	// Corresponds with GET /processes/{pid}/code (the `GetProcessCode` operationId).
 	GetProcessCode(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListProcessDisplays List a process's displays
+	//
+	// What cyrnel.display() recorded, figures left open in pyplot, and the value of a final expression (kind result), as MIME bundles; while it runs, those so far. Capped: past the cap displays are dropped, outputTruncated is set and stderr says so.
+	//
+	// Corresponds with GET /processes/{pid}/displays (the `ListProcessDisplays` operationId).
+	ListProcessDisplays(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// StreamProcessEvents Follow a process as Server-Sent Events
 	//
-	// Replays what happened so far (state, stdout, stderr, output), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
+	// Replays what happened so far (state, stdout, stderr, output, display), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
 	//
 	// Corresponds with GET /processes/{pid}/events (the `StreamProcessEvents` operationId).
 	StreamProcessEvents(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListProcessFiles List the files a process left
+	//
+	// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 8 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
+	//
+	// Corresponds with GET /processes/{pid}/files (the `ListProcessFiles` operationId).
+	ListProcessFiles(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetProcessFile Download a file a process left
+	//
+	// Raw bytes, the content type chosen by the extension.
+	//
+	// Corresponds with GET /processes/{pid}/files/{path} (the `GetProcessFile` operationId).
+	GetProcessFile(ctx context.Context, pid int64, path string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// KillProcess Kill a process
 	//
@@ -2012,6 +2273,71 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /services/{id}/secrets (the `SetServiceSecrets` operationId).
 	SetServiceSecrets(ctx context.Context, id string, body SetServiceSecretsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSessions List sessions
+	//
+	// Newest first.
+	//
+	// Corresponds with GET /sessions (the `ListSessions` operationId).
+	ListSessions(ctx context.Context, params *ListSessionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateSessionWithBody Start a session
+	//
+	// Starts a long-lived sandboxed interpreter (same sandbox and limits as one-shot executions) and answers once it is ready. Run code in it with POST /processes {code, session}. 422 (body.module) when the environment has no sessions; 429 past the host's limit of live sessions.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /sessions (the `CreateSession` operationId).
+	CreateSessionWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateSession Start a session
+	//
+	// Starts a long-lived sandboxed interpreter (same sandbox and limits as one-shot executions) and answers once it is ready. Run code in it with POST /processes {code, session}. 422 (body.module) when the environment has no sessions; 429 past the host's limit of live sessions.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /sessions (the `CreateSession` operationId).
+	CreateSession(ctx context.Context, body CreateSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteSession End a session
+	//
+	// Ends the session (reason deleted): its interpreter is killed, a running execution and those queued end with reason session_ended. Ending an ended session does nothing.
+	//
+	// Corresponds with DELETE /sessions/{id} (the `DeleteSession` operationId).
+	DeleteSession(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSession Get a session
+	//
+	// Corresponds with GET /sessions/{id} (the `GetSession` operationId).
+	GetSession(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSessionFiles List a session's files
+	//
+	// The files of its workspace (its working directory), at most 1000. 409 when the session has ended.
+	//
+	// Corresponds with GET /sessions/{id}/files (the `ListSessionFiles` operationId).
+	ListSessionFiles(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteSessionFile Delete a file from a session's workspace
+	//
+	// Corresponds with DELETE /sessions/{id}/files/{path} (the `DeleteSessionFile` operationId).
+	DeleteSessionFile(ctx context.Context, id string, path string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSessionFile Download a file from a session's workspace
+	//
+	// Raw bytes, the content type chosen by the extension.
+	//
+	// Corresponds with GET /sessions/{id}/files/{path} (the `GetSessionFile` operationId).
+	GetSessionFile(ctx context.Context, id string, path string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutSessionFileWithBody Upload a file into a session's workspace
+	//
+	// The body is the file's bytes (at most 8 MiB); directories are created. 422 (path.path) for a path that leaves the workspace.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /sessions/{id}/files/{path} (the `PutSessionFile` operationId).
+	PutSessionFileWithBody(ctx context.Context, id string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListToolCalls The audit of tool calls, newest first
 	//
@@ -2522,13 +2848,64 @@ func (c *Client) GetProcessCode(ctx context.Context, pid int64, reqEditors ...Re
 	return c.Client.Do(req)
 }
 
+// ListProcessDisplays List a process's displays
+//
+// What cyrnel.display() recorded, figures left open in pyplot, and the value of a final expression (kind result), as MIME bundles; while it runs, those so far. Capped: past the cap displays are dropped, outputTruncated is set and stderr says so.
+//
+// Corresponds with GET /processes/{pid}/displays (the `ListProcessDisplays` operationId).
+func (c *Client) ListProcessDisplays(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListProcessDisplaysRequest(c.Server, pid)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // StreamProcessEvents Follow a process as Server-Sent Events
 //
-// Replays what happened so far (state, stdout, stderr, output), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
+// Replays what happened so far (state, stdout, stderr, output, display), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
 //
 // Corresponds with GET /processes/{pid}/events (the `StreamProcessEvents` operationId).
 func (c *Client) StreamProcessEvents(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewStreamProcessEventsRequest(c.Server, pid)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListProcessFiles List the files a process left
+//
+// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 8 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
+//
+// Corresponds with GET /processes/{pid}/files (the `ListProcessFiles` operationId).
+func (c *Client) ListProcessFiles(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListProcessFilesRequest(c.Server, pid)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetProcessFile Download a file a process left
+//
+// Raw bytes, the content type chosen by the extension.
+//
+// Corresponds with GET /processes/{pid}/files/{path} (the `GetProcessFile` operationId).
+func (c *Client) GetProcessFile(ctx context.Context, pid int64, path string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetProcessFileRequest(c.Server, pid, path)
 	if err != nil {
 		return nil, err
 	}
@@ -2909,6 +3286,161 @@ func (c *Client) SetServiceSecretsWithBody(ctx context.Context, id string, conte
 // Corresponds with PUT /services/{id}/secrets (the `SetServiceSecrets` operationId).
 func (c *Client) SetServiceSecrets(ctx context.Context, id string, body SetServiceSecretsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSetServiceSecretsRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSessions List sessions
+//
+// Newest first.
+//
+// Corresponds with GET /sessions (the `ListSessions` operationId).
+func (c *Client) ListSessions(ctx context.Context, params *ListSessionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSessionsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateSessionWithBody Start a session
+//
+// Starts a long-lived sandboxed interpreter (same sandbox and limits as one-shot executions) and answers once it is ready. Run code in it with POST /processes {code, session}. 422 (body.module) when the environment has no sessions; 429 past the host's limit of live sessions.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /sessions (the `CreateSession` operationId).
+func (c *Client) CreateSessionWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSessionRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateSession Start a session
+//
+// Starts a long-lived sandboxed interpreter (same sandbox and limits as one-shot executions) and answers once it is ready. Run code in it with POST /processes {code, session}. 422 (body.module) when the environment has no sessions; 429 past the host's limit of live sessions.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /sessions (the `CreateSession` operationId).
+func (c *Client) CreateSession(ctx context.Context, body CreateSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSessionRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteSession End a session
+//
+// Ends the session (reason deleted): its interpreter is killed, a running execution and those queued end with reason session_ended. Ending an ended session does nothing.
+//
+// Corresponds with DELETE /sessions/{id} (the `DeleteSession` operationId).
+func (c *Client) DeleteSession(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteSessionRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSession Get a session
+//
+// Corresponds with GET /sessions/{id} (the `GetSession` operationId).
+func (c *Client) GetSession(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSessionRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSessionFiles List a session's files
+//
+// The files of its workspace (its working directory), at most 1000. 409 when the session has ended.
+//
+// Corresponds with GET /sessions/{id}/files (the `ListSessionFiles` operationId).
+func (c *Client) ListSessionFiles(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSessionFilesRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteSessionFile Delete a file from a session's workspace
+//
+// Corresponds with DELETE /sessions/{id}/files/{path} (the `DeleteSessionFile` operationId).
+func (c *Client) DeleteSessionFile(ctx context.Context, id string, path string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteSessionFileRequest(c.Server, id, path)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSessionFile Download a file from a session's workspace
+//
+// Raw bytes, the content type chosen by the extension.
+//
+// Corresponds with GET /sessions/{id}/files/{path} (the `GetSessionFile` operationId).
+func (c *Client) GetSessionFile(ctx context.Context, id string, path string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSessionFileRequest(c.Server, id, path)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutSessionFileWithBody Upload a file into a session's workspace
+//
+// The body is the file's bytes (at most 8 MiB); directories are created. 422 (path.path) for a path that leaves the workspace.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /sessions/{id}/files/{path} (the `PutSessionFile` operationId).
+func (c *Client) PutSessionFileWithBody(ctx context.Context, id string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutSessionFileRequestWithBody(c.Server, id, path, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3931,6 +4463,40 @@ func NewGetProcessCodeRequest(server string, pid int64) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListProcessDisplaysRequest constructs an http.Request for the ListProcessDisplays method
+func NewListProcessDisplaysRequest(server string, pid int64) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pid", pid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/processes/%s/displays", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewStreamProcessEventsRequest constructs an http.Request for the StreamProcessEvents method
 func NewStreamProcessEventsRequest(server string, pid int64) (*http.Request, error) {
 	var err error
@@ -3948,6 +4514,81 @@ func NewStreamProcessEventsRequest(server string, pid int64) (*http.Request, err
 	}
 
 	operationPath := fmt.Sprintf("/processes/%s/events", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListProcessFilesRequest constructs an http.Request for the ListProcessFiles method
+func NewListProcessFilesRequest(server string, pid int64) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pid", pid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/processes/%s/files", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetProcessFileRequest constructs an http.Request for the GetProcessFile method
+func NewGetProcessFileRequest(server string, pid int64, path string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pid", pid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "path", path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/processes/%s/files/%s", pathParam0, pathParam1)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -4653,6 +5294,351 @@ func NewSetServiceSecretsRequestWithBody(server string, id string, contentType s
 	}
 
 	operationPath := fmt.Sprintf("/services/%s/secrets", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListSessionsRequest constructs an http.Request for the ListSessions method
+func NewListSessionsRequest(server string, params *ListSessionsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/sessions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateSessionRequest calls the generic CreateSession builder with application/json body
+func NewCreateSessionRequest(server string, body CreateSessionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateSessionRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateSessionRequestWithBody constructs an http.Request for the CreateSession method, with any body, and a specified content type
+func NewCreateSessionRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/sessions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteSessionRequest constructs an http.Request for the DeleteSession method
+func NewDeleteSessionRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/sessions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetSessionRequest constructs an http.Request for the GetSession method
+func NewGetSessionRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/sessions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListSessionFilesRequest constructs an http.Request for the ListSessionFiles method
+func NewListSessionFilesRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/sessions/%s/files", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteSessionFileRequest constructs an http.Request for the DeleteSessionFile method
+func NewDeleteSessionFileRequest(server string, id string, path string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "path", path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/sessions/%s/files/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetSessionFileRequest constructs an http.Request for the GetSessionFile method
+func NewGetSessionFileRequest(server string, id string, path string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "path", path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/sessions/%s/files/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutSessionFileRequestWithBody constructs an http.Request for the PutSessionFile method, with any body, and a specified content type
+func NewPutSessionFileRequestWithBody(server string, id string, path string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "path", path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/sessions/%s/files/%s", pathParam0, pathParam1)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -5402,14 +6388,41 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /processes/{pid}/code (the `GetProcessCode` operationId).
 	GetProcessCodeWithResponse(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*GetProcessCodeResponse, error)
 
+	// ListProcessDisplaysWithResponse List a process's displays
+	//
+	// What cyrnel.display() recorded, figures left open in pyplot, and the value of a final expression (kind result), as MIME bundles; while it runs, those so far. Capped: past the cap displays are dropped, outputTruncated is set and stderr says so.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /processes/{pid}/displays (the `ListProcessDisplays` operationId).
+	ListProcessDisplaysWithResponse(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*ListProcessDisplaysResponse, error)
+
 	// StreamProcessEventsWithResponse Follow a process as Server-Sent Events
 	//
-	// Replays what happened so far (state, stdout, stderr, output), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
+	// Replays what happened so far (state, stdout, stderr, output, display), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /processes/{pid}/events (the `StreamProcessEvents` operationId).
 	StreamProcessEventsWithResponse(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*StreamProcessEventsResponse, error)
+
+	// ListProcessFilesWithResponse List the files a process left
+	//
+	// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 8 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /processes/{pid}/files (the `ListProcessFiles` operationId).
+	ListProcessFilesWithResponse(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*ListProcessFilesResponse, error)
+
+	// GetProcessFileWithResponse Download a file a process left
+	//
+	// Raw bytes, the content type chosen by the extension.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /processes/{pid}/files/{path} (the `GetProcessFile` operationId).
+	GetProcessFileWithResponse(ctx context.Context, pid int64, path string, reqEditors ...RequestEditorFn) (*GetProcessFileResponse, error)
 
 	// KillProcessWithResponse Kill a process
 	//
@@ -5594,6 +6607,83 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /services/{id}/secrets (the `SetServiceSecrets` operationId).
 	SetServiceSecretsWithResponse(ctx context.Context, id string, body SetServiceSecretsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetServiceSecretsResponse, error)
+
+	// ListSessionsWithResponse List sessions
+	//
+	// Newest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /sessions (the `ListSessions` operationId).
+	ListSessionsWithResponse(ctx context.Context, params *ListSessionsParams, reqEditors ...RequestEditorFn) (*ListSessionsResponse, error)
+
+	// CreateSessionWithBodyWithResponse Start a session
+	//
+	// Starts a long-lived sandboxed interpreter (same sandbox and limits as one-shot executions) and answers once it is ready. Run code in it with POST /processes {code, session}. 422 (body.module) when the environment has no sessions; 429 past the host's limit of live sessions.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /sessions (the `CreateSession` operationId).
+	CreateSessionWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSessionResponse, error)
+
+	// CreateSessionWithResponse Start a session
+	//
+	// Starts a long-lived sandboxed interpreter (same sandbox and limits as one-shot executions) and answers once it is ready. Run code in it with POST /processes {code, session}. 422 (body.module) when the environment has no sessions; 429 past the host's limit of live sessions.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /sessions (the `CreateSession` operationId).
+	CreateSessionWithResponse(ctx context.Context, body CreateSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSessionResponse, error)
+
+	// DeleteSessionWithResponse End a session
+	//
+	// Ends the session (reason deleted): its interpreter is killed, a running execution and those queued end with reason session_ended. Ending an ended session does nothing.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /sessions/{id} (the `DeleteSession` operationId).
+	DeleteSessionWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteSessionResponse, error)
+
+	// GetSessionWithResponse Get a session
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /sessions/{id} (the `GetSession` operationId).
+	GetSessionWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetSessionResponse, error)
+
+	// ListSessionFilesWithResponse List a session's files
+	//
+	// The files of its workspace (its working directory), at most 1000. 409 when the session has ended.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /sessions/{id}/files (the `ListSessionFiles` operationId).
+	ListSessionFilesWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*ListSessionFilesResponse, error)
+
+	// DeleteSessionFileWithResponse Delete a file from a session's workspace
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /sessions/{id}/files/{path} (the `DeleteSessionFile` operationId).
+	DeleteSessionFileWithResponse(ctx context.Context, id string, path string, reqEditors ...RequestEditorFn) (*DeleteSessionFileResponse, error)
+
+	// GetSessionFileWithResponse Download a file from a session's workspace
+	//
+	// Raw bytes, the content type chosen by the extension.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /sessions/{id}/files/{path} (the `GetSessionFile` operationId).
+	GetSessionFileWithResponse(ctx context.Context, id string, path string, reqEditors ...RequestEditorFn) (*GetSessionFileResponse, error)
+
+	// PutSessionFileWithBodyWithResponse Upload a file into a session's workspace
+	//
+	// The body is the file's bytes (at most 8 MiB); directories are created. 422 (path.path) for a path that leaves the workspace.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /sessions/{id}/files/{path} (the `PutSessionFile` operationId).
+	PutSessionFileWithBodyWithResponse(ctx context.Context, id string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutSessionFileResponse, error)
 
 	// ListToolCallsWithResponse The audit of tool calls, newest first
 	//
@@ -6538,6 +7628,8 @@ type CreateProcessResponse struct {
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Process
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -6549,6 +7641,11 @@ type CreateProcessResponse struct {
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
 func (r CreateProcessResponse) GetJSON201() *Process {
 	return r.JSON201
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateProcessResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -6746,6 +7843,54 @@ func (r GetProcessCodeResponse) ContentType() string {
 	return ""
 }
 
+type ListProcessDisplaysResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DisplayListBody
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListProcessDisplaysResponse) GetJSON200() *DisplayListBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListProcessDisplaysResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListProcessDisplaysResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListProcessDisplaysResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListProcessDisplaysResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListProcessDisplaysResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type StreamProcessEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -6781,6 +7926,102 @@ func (r StreamProcessEventsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r StreamProcessEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListProcessFilesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ProcessFileListBody
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListProcessFilesResponse) GetJSON200() *ProcessFileListBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListProcessFilesResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListProcessFilesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListProcessFilesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListProcessFilesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListProcessFilesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetProcessFileResponse200Headers the declared response headers of an HTTP 200 response for GetProcessFile
+type GetProcessFileResponse200Headers struct {
+	ContentType *string
+}
+
+type GetProcessFileResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetProcessFileResponse200Headers
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetProcessFileResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetProcessFileResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetProcessFileResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetProcessFileResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetProcessFileResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7645,6 +8886,446 @@ func (r SetServiceSecretsResponse) ContentType() string {
 	return ""
 }
 
+type ListSessionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SessionListBody
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSessionsResponse) GetJSON200() *SessionListBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListSessionsResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSessionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSessionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSessionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSessionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Session
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateSessionResponse) GetJSON201() *Session {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateSessionResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateSessionResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CreateSessionResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateSessionResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Session
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSessionResponse) GetJSON200() *Session {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetSessionResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListSessionFilesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FileListBody
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSessionFilesResponse) GetJSON200() *FileListBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ListSessionFilesResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListSessionFilesResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListSessionFilesResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSessionFilesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSessionFilesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSessionFilesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSessionFilesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteSessionFileResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r DeleteSessionFileResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r DeleteSessionFileResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r DeleteSessionFileResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteSessionFileResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteSessionFileResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteSessionFileResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteSessionFileResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetSessionFileResponse200Headers the declared response headers of an HTTP 200 response for GetSessionFile
+type GetSessionFileResponse200Headers struct {
+	ContentType *string
+}
+
+type GetSessionFileResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetSessionFileResponse200Headers
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r GetSessionFileResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetSessionFileResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetSessionFileResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSessionFileResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSessionFileResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSessionFileResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSessionFileResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PutSessionFileResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r PutSessionFileResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PutSessionFileResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PutSessionFileResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PutSessionFileResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutSessionFileResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutSessionFileResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutSessionFileResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListToolCallsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8420,9 +10101,24 @@ func (c *ClientWithResponses) GetProcessCodeWithResponse(ctx context.Context, pi
 	return ParseGetProcessCodeResponse(rsp)
 }
 
+// ListProcessDisplaysWithResponse List a process's displays
+//
+// What cyrnel.display() recorded, figures left open in pyplot, and the value of a final expression (kind result), as MIME bundles; while it runs, those so far. Capped: past the cap displays are dropped, outputTruncated is set and stderr says so.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /processes/{pid}/displays (the `ListProcessDisplays` operationId).
+func (c *ClientWithResponses) ListProcessDisplaysWithResponse(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*ListProcessDisplaysResponse, error) {
+	rsp, err := c.ListProcessDisplays(ctx, pid, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListProcessDisplaysResponse(rsp)
+}
+
 // StreamProcessEventsWithResponse Follow a process as Server-Sent Events
 //
-// Replays what happened so far (state, stdout, stderr, output), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
+// Replays what happened so far (state, stdout, stderr, output, display), then follows live (an approval event when a tool call starts waiting on one); the last event is `exit`, carrying the final process, and the stream ends after it. A process that never ran ends after its state.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8433,6 +10129,36 @@ func (c *ClientWithResponses) StreamProcessEventsWithResponse(ctx context.Contex
 		return nil, err
 	}
 	return ParseStreamProcessEventsResponse(rsp)
+}
+
+// ListProcessFilesWithResponse List the files a process left
+//
+// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 8 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /processes/{pid}/files (the `ListProcessFiles` operationId).
+func (c *ClientWithResponses) ListProcessFilesWithResponse(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*ListProcessFilesResponse, error) {
+	rsp, err := c.ListProcessFiles(ctx, pid, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListProcessFilesResponse(rsp)
+}
+
+// GetProcessFileWithResponse Download a file a process left
+//
+// Raw bytes, the content type chosen by the extension.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /processes/{pid}/files/{path} (the `GetProcessFile` operationId).
+func (c *ClientWithResponses) GetProcessFileWithResponse(ctx context.Context, pid int64, path string, reqEditors ...RequestEditorFn) (*GetProcessFileResponse, error) {
+	rsp, err := c.GetProcessFile(ctx, pid, path, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetProcessFileResponse(rsp)
 }
 
 // KillProcessWithResponse Kill a process
@@ -8749,6 +10475,137 @@ func (c *ClientWithResponses) SetServiceSecretsWithResponse(ctx context.Context,
 		return nil, err
 	}
 	return ParseSetServiceSecretsResponse(rsp)
+}
+
+// ListSessionsWithResponse List sessions
+//
+// Newest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /sessions (the `ListSessions` operationId).
+func (c *ClientWithResponses) ListSessionsWithResponse(ctx context.Context, params *ListSessionsParams, reqEditors ...RequestEditorFn) (*ListSessionsResponse, error) {
+	rsp, err := c.ListSessions(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSessionsResponse(rsp)
+}
+
+// CreateSessionWithBodyWithResponse Start a session
+//
+// Starts a long-lived sandboxed interpreter (same sandbox and limits as one-shot executions) and answers once it is ready. Run code in it with POST /processes {code, session}. 422 (body.module) when the environment has no sessions; 429 past the host's limit of live sessions.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /sessions (the `CreateSession` operationId).
+func (c *ClientWithResponses) CreateSessionWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSessionResponse, error) {
+	rsp, err := c.CreateSessionWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateSessionResponse(rsp)
+}
+
+// CreateSessionWithResponse Start a session
+//
+// Starts a long-lived sandboxed interpreter (same sandbox and limits as one-shot executions) and answers once it is ready. Run code in it with POST /processes {code, session}. 422 (body.module) when the environment has no sessions; 429 past the host's limit of live sessions.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /sessions (the `CreateSession` operationId).
+func (c *ClientWithResponses) CreateSessionWithResponse(ctx context.Context, body CreateSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSessionResponse, error) {
+	rsp, err := c.CreateSession(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateSessionResponse(rsp)
+}
+
+// DeleteSessionWithResponse End a session
+//
+// Ends the session (reason deleted): its interpreter is killed, a running execution and those queued end with reason session_ended. Ending an ended session does nothing.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /sessions/{id} (the `DeleteSession` operationId).
+func (c *ClientWithResponses) DeleteSessionWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteSessionResponse, error) {
+	rsp, err := c.DeleteSession(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteSessionResponse(rsp)
+}
+
+// GetSessionWithResponse Get a session
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /sessions/{id} (the `GetSession` operationId).
+func (c *ClientWithResponses) GetSessionWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetSessionResponse, error) {
+	rsp, err := c.GetSession(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSessionResponse(rsp)
+}
+
+// ListSessionFilesWithResponse List a session's files
+//
+// The files of its workspace (its working directory), at most 1000. 409 when the session has ended.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /sessions/{id}/files (the `ListSessionFiles` operationId).
+func (c *ClientWithResponses) ListSessionFilesWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*ListSessionFilesResponse, error) {
+	rsp, err := c.ListSessionFiles(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSessionFilesResponse(rsp)
+}
+
+// DeleteSessionFileWithResponse Delete a file from a session's workspace
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /sessions/{id}/files/{path} (the `DeleteSessionFile` operationId).
+func (c *ClientWithResponses) DeleteSessionFileWithResponse(ctx context.Context, id string, path string, reqEditors ...RequestEditorFn) (*DeleteSessionFileResponse, error) {
+	rsp, err := c.DeleteSessionFile(ctx, id, path, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteSessionFileResponse(rsp)
+}
+
+// GetSessionFileWithResponse Download a file from a session's workspace
+//
+// Raw bytes, the content type chosen by the extension.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /sessions/{id}/files/{path} (the `GetSessionFile` operationId).
+func (c *ClientWithResponses) GetSessionFileWithResponse(ctx context.Context, id string, path string, reqEditors ...RequestEditorFn) (*GetSessionFileResponse, error) {
+	rsp, err := c.GetSessionFile(ctx, id, path, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSessionFileResponse(rsp)
+}
+
+// PutSessionFileWithBodyWithResponse Upload a file into a session's workspace
+//
+// The body is the file's bytes (at most 8 MiB); directories are created. 422 (path.path) for a path that leaves the workspace.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /sessions/{id}/files/{path} (the `PutSessionFile` operationId).
+func (c *ClientWithResponses) PutSessionFileWithBodyWithResponse(ctx context.Context, id string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutSessionFileResponse, error) {
+	rsp, err := c.PutSessionFileWithBody(ctx, id, path, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutSessionFileResponse(rsp)
 }
 
 // ListToolCallsWithResponse The audit of tool calls, newest first
@@ -9541,6 +11398,13 @@ func ParseCreateProcessResponse(rsp *http.Response) (*CreateProcessResponse, err
 		}
 		response.JSON201 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9682,6 +11546,39 @@ func ParseGetProcessCodeResponse(rsp *http.Response) (*GetProcessCodeResponse, e
 	return response, nil
 }
 
+// ParseListProcessDisplaysResponse parses an HTTP response from a ListProcessDisplaysWithResponse call
+func ParseListProcessDisplaysResponse(rsp *http.Response) (*ListProcessDisplaysResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListProcessDisplaysResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DisplayListBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseStreamProcessEventsResponse parses an HTTP response from a StreamProcessEventsWithResponse call
 func ParseStreamProcessEventsResponse(rsp *http.Response) (*StreamProcessEventsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -9703,6 +11600,78 @@ func ParseStreamProcessEventsResponse(rsp *http.Response) (*StreamProcessEventsR
 		}
 		response.ApplicationproblemJSONDefault = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseListProcessFilesResponse parses an HTTP response from a ListProcessFilesWithResponse call
+func ParseListProcessFilesResponse(rsp *http.Response) (*ListProcessFilesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListProcessFilesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ProcessFileListBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetProcessFileResponse parses an HTTP response from a GetProcessFileWithResponse call
+func ParseGetProcessFileResponse(rsp *http.Response) (*GetProcessFileResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetProcessFileResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetProcessFileResponse200Headers
+		if values := rsp.Header.Values("Content-Type"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Type", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentType = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil
@@ -10320,6 +12289,341 @@ func ParseSetServiceSecretsResponse(rsp *http.Response) (*SetServiceSecretsRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListSessionsResponse parses an HTTP response from a ListSessionsWithResponse call
+func ParseListSessionsResponse(rsp *http.Response) (*ListSessionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSessionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SessionListBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateSessionResponse parses an HTTP response from a CreateSessionWithResponse call
+func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Session
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteSessionResponse parses an HTTP response from a DeleteSessionWithResponse call
+func ParseDeleteSessionResponse(rsp *http.Response) (*DeleteSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetSessionResponse parses an HTTP response from a GetSessionWithResponse call
+func ParseGetSessionResponse(rsp *http.Response) (*GetSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Session
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListSessionFilesResponse parses an HTTP response from a ListSessionFilesWithResponse call
+func ParseListSessionFilesResponse(rsp *http.Response) (*ListSessionFilesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSessionFilesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FileListBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteSessionFileResponse parses an HTTP response from a DeleteSessionFileWithResponse call
+func ParseDeleteSessionFileResponse(rsp *http.Response) (*DeleteSessionFileResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteSessionFileResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetSessionFileResponse parses an HTTP response from a GetSessionFileWithResponse call
+func ParseGetSessionFileResponse(rsp *http.Response) (*GetSessionFileResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSessionFileResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetSessionFileResponse200Headers
+		if values := rsp.Header.Values("Content-Type"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Type", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentType = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePutSessionFileResponse parses an HTTP response from a PutSessionFileWithResponse call
+func ParsePutSessionFileResponse(rsp *http.Response) (*PutSessionFileResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutSessionFileResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
 
 	}
 

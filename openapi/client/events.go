@@ -19,12 +19,13 @@ import (
 // ProcessEvent is one event of GET /processes/{pid}/events; exactly one
 // payload field is set, the one Event names.
 type ProcessEvent struct {
-	Event    string // state, stdout, stderr, output, approval or exit
+	Event    string // state, stdout, stderr, output, approval, display or exit
 	State    *StateEvent
 	Stdout   *StdoutEvent
 	Stderr   *StderrEvent
 	Output   *OutputEvent
 	Approval *ApprovalEvent
+	Display  *DisplayEvent
 	Exit     *ExitEvent
 }
 
@@ -121,6 +122,9 @@ func decodeEvent(name string, data []byte) (ProcessEvent, error) {
 	case "approval":
 		ev.Approval = &ApprovalEvent{}
 		target = ev.Approval
+	case "display":
+		ev.Display = &DisplayEvent{}
+		target = ev.Display
 	case "exit":
 		ev.Exit = &ExitEvent{}
 		target = ev.Exit

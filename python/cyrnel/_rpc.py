@@ -16,7 +16,7 @@ import threading
 TYPE_CHECKING = False  # typing costs every interpreter an import; mypy reads it as True
 if TYPE_CHECKING:
     import asyncio
-    from typing import Any
+    from typing import Any, Callable
 
 READ_FD = 3
 WRITE_FD = 4
@@ -58,6 +58,10 @@ class Connection:
         self._pending: dict[int, _Pending] = {}
         self._closed = False  # fd 3 reached end-of-file (under _id_lock)
         self.requests: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        # Called on the reader thread when the host asks to stop the running
+        # program: the main thread is busy running it, so the queue would
+        # only be read after the program ends.
+        self.on_cancel: Callable[[Any], None] | None = None
         self._thread = threading.Thread(target=self._read_loop, name="cyrnel-rpc", daemon=True)
 
     def start(self) -> None:
@@ -134,7 +138,11 @@ class Connection:
                     continue
                 if not isinstance(msg, dict):
                     continue
-                if "method" in msg:
+                if msg.get("method") == "cancel" and "id" not in msg:
+                    params = msg.get("params")
+                    if self.on_cancel is not None and isinstance(params, dict):
+                        self.on_cancel(params.get("eid"))
+                elif "method" in msg:
                     self.requests.put(msg)
                 else:
                     self._resolve(msg)
@@ -191,3 +199,18 @@ def output(patch: dict[str, Any]) -> None:
         conn.notify("output", {"patch": patch})
     except (TypeError, ValueError) as e:
         raise TypeError(f"cyrnel.output(): value is not JSON-serialisable: {e}") from None
+
+
+def display(obj: Any) -> None:
+    """Show ``obj`` as a notebook would: record its MIME bundle (an image for
+    a matplotlib figure, an HTML table for a DataFrame, ``text/plain`` for
+    anything) with the process."""
+    send_display("display", obj)
+
+
+def send_display(kind: str, obj: Any) -> None:
+    from cyrnel import _display
+
+    if conn is None:
+        raise RuntimeError("cyrnel.display() is only available inside a cyrnel process")
+    conn.notify("display", {"kind": kind, "data": _display.bundle(obj)})

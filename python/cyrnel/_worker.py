@@ -8,6 +8,7 @@ pays none of it.
 
 from __future__ import annotations
 
+import binascii
 import builtins
 import importlib
 import io
@@ -17,11 +18,11 @@ import sys
 import traceback
 
 import cyrnel
-from cyrnel import _rpc
+from cyrnel import _files, _rpc
 
 TYPE_CHECKING = False  # typing costs every interpreter an import; mypy reads it as True
 if TYPE_CHECKING:
-    from types import TracebackType
+    from types import CodeType, TracebackType
     from typing import Any
 
 FILENAME = "<process>"
@@ -33,6 +34,7 @@ _RUNTIME_DIR = os.path.dirname(os.path.abspath(cyrnel.__file__)) + os.sep
 # interpreter tens of milliseconds.
 PYCF_ALLOW_TOP_LEVEL_AWAIT = 0x2000
 CO_COROUTINE = 0x0080
+PYCF_ONLY_AST = 0x0400
 
 
 def _help(*args: Any, **kwargs: Any) -> None:
@@ -88,12 +90,64 @@ def _print_traceback(exc: BaseException) -> None:
     traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
 
 
+class _State:
+    """What the worker keeps between executions. One-shot interpreters run a
+    single program; a session's interpreter (``CYRNEL_SESSION=1``) keeps its
+    globals, and the host may interrupt a program without ending it."""
+
+    def __init__(self) -> None:
+        self.scope: dict[str, Any] | None = None  # kept across executions in a session
+        self.executing = False
+        self.eid: Any = None  # the execution being run
+        self.cancelled = False  # the host asked to stop the running program
+        # The last execution the host asked to stop: its cancel can arrive
+        # before the main thread has started it.
+        self.cancel_eid: Any = None
+
+
+_state = _State()
+
+
+def _compile(code: str) -> tuple[CodeType, CodeType | None]:
+    """The program, and its final expression compiled apart when there is
+    one: its value is displayed as a notebook shows a cell's result. A
+    program using top-level await is compiled whole (no result)."""
+    flags = PYCF_ALLOW_TOP_LEVEL_AWAIT
+    tree = compile(code, FILENAME, "exec", flags=flags | PYCF_ONLY_AST, dont_inherit=True)
+    body = tree.body
+    if body and type(body[-1]).__name__ == "Expr":
+        import _ast  # built in: free
+
+        last = compile(_ast.Expression(body[-1].value), FILENAME, "eval", flags=flags, dont_inherit=True)
+        tree.body = body[:-1]
+        main = compile(tree, FILENAME, "exec", flags=flags, dont_inherit=True)
+        if not (main.co_flags | last.co_flags) & CO_COROUTINE:
+            return main, last
+        tree.body = body
+    return compile(tree, FILENAME, "exec", flags=flags, dont_inherit=True), None
+
+
+def _show_figures(result: Any) -> None:
+    """Figures left open in pyplot are shown at the end, as in a notebook
+    (the final expression's figure only once)."""
+    if "matplotlib.pyplot" not in sys.modules:
+        return
+    from cyrnel import _display
+
+    for fig in _display.open_figures():
+        if fig is not result:
+            _rpc.send_display("display", fig)
+
+
 def run(code: str) -> dict[str, Any]:
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
-    scope = {"__name__": "__main__", "__builtins__": builtins, "cyrnel": cyrnel}
+    scope = _state.scope
+    if scope is None:
+        scope = {"__name__": "__main__", "__builtins__": builtins, "cyrnel": cyrnel}
+    result: Any = None
     try:
         try:
-            compiled = compile(code, FILENAME, "exec", flags=PYCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+            compiled, last = _compile(code)
         except (SyntaxError, ValueError) as e:
             traceback.print_exception(type(e), e, None, file=sys.stderr)
             return _failure(e)
@@ -103,21 +157,85 @@ def run(code: str) -> dict[str, Any]:
             asyncio.run(eval(compiled, scope))
         else:
             exec(compiled, scope)
+            if last is not None:
+                result = eval(last, scope)
+                if result is not None:
+                    _rpc.send_display("result", result)
+        _show_figures(result)
     except SystemExit as e:
         if e.code is None or e.code == 0:
             return {"status": "success"}
         _print_traceback(e)
         return {"status": "failed", "error": f"SystemExit: {e.code}"}
+    except KeyboardInterrupt as e:
+        if _state.cancelled:
+            return {"status": "stopped"}
+        _print_traceback(e)
+        return _failure(e)
     except BaseException as e:  # noqa: BLE001 - every user failure is reported
         _print_traceback(e)
         return _failure(e)
     finally:
+        _state.executing = False
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:  # noqa: BLE001 - a closed stream must not mask the result
                 pass
     return {"status": "success"}
+
+
+class _Notifier(io.RawIOBase):
+    """A session's stdout or stderr: sent to the host as notifications, in
+    order with the answers, since the raw pipes stay open between
+    executions."""
+
+    def __init__(self, conn: _rpc.Connection, method: str) -> None:
+        super().__init__()
+        self._conn = conn
+        self._method = method
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        data = bytes(b)
+        if data:
+            self._conn.notify(self._method, {"data": binascii.b2a_base64(data, newline=False).decode("ascii")})
+        return len(data)
+
+
+def _serve_session(conn: _rpc.Connection) -> None:
+    """Keep globals between executions; output goes through the protocol; a
+    cancel interrupts the program (KeyboardInterrupt, as in a notebook)."""
+    import signal
+    import threading
+
+    # Imported now: a session outlives the environment that started it,
+    # whose teardown removes the runtime's directory.
+    from cyrnel import _display  # noqa: F401
+
+    _state.scope = {"__name__": "__main__", "__builtins__": builtins, "cyrnel": cyrnel}
+    main = threading.get_ident()  # called on the main thread
+
+    def on_cancel(eid: Any) -> None:
+        _state.cancel_eid = eid
+        if _state.executing and _state.eid == eid:
+            _state.cancelled = True
+            signal.pthread_kill(main, signal.SIGINT)
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        # A signal that lands after the program ended interrupts nothing.
+        if _state.executing:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    conn.on_cancel = on_cancel
+    for name in ("stdout", "stderr"):
+        stream = io.TextIOWrapper(
+            io.BufferedWriter(_Notifier(conn, name)), encoding="utf-8", errors="backslashreplace", line_buffering=True
+        )
+        setattr(sys, name, stream)
 
 
 def _release_output() -> None:
@@ -157,6 +275,14 @@ def serve() -> None:
     """Announce readiness on the protocol pipes and run one program."""
     conn = _rpc.Connection()
     _rpc.conn = conn
+    # The workspace: a directory of its own in the private work directory
+    # (which also holds the runtime), the working directory of every
+    # execution, where input files go and output files are collected.
+    os.makedirs("workspace", exist_ok=True)
+    os.chdir("workspace")
+    session = os.environ.get("CYRNEL_SESSION") == "1"
+    if session:
+        _serve_session(conn)
     conn.start()
     conn.notify("ready", {"pid": os.getpid()})
     while True:
@@ -166,9 +292,28 @@ def serve() -> None:
         method, req_id = msg.get("method"), msg.get("id")
         if method == "execute":
             params = msg.get("params") or {}
-            result = run(params.get("code", ""))
-            _release_output()
+            _state.cancelled = False
+            _state.eid = params.get("eid")
+            _state.executing = True
+            if session and _state.cancel_eid == _state.eid:
+                _state.executing = False  # stopped before it started
+                result: dict[str, Any] = {"status": "stopped"}
+            else:
+                try:
+                    _files.place(params.get("files"))
+                except (OSError, ValueError, _files.FileError) as e:
+                    _state.executing = False
+                    sys.stderr.write(f"cyrnel: input files: {e}\n")
+                    result = _failure(e)
+                else:
+                    result = run(params.get("code", ""))
+            if not session:
+                _files.collect(conn.notify)
+                _release_output()
             conn.reply(req_id, result)
+        elif session and req_id is not None and method in _files.OPS:
+            answer, error = _files.serve(str(method), msg.get("params") or {})
+            conn.reply(req_id, answer, error)
         elif req_id is not None:
             conn.reply(req_id, error={"code": -32601, "message": f"method not found: {method}"})
 

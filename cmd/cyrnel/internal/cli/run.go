@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -34,6 +35,9 @@ const runUsage = `Usage: cyrnel run [flags] FILE.py|FILE.ts|-
 Runs a program and streams its stdout and stderr to this terminal as it writes
 them. When it ends, its structured output (what it passed to cyrnel.output) is
 printed to stdout as indented JSON, when there is any, or written to --output.
+Displays (cyrnel.display(obj), figures left open, a final expression's value)
+are printed as text as they come; images are saved next to --output (as
+OUTPUT-display-N.png), or named on stderr without it.
 The first Ctrl-C kills the program; a second one stops waiting for it.
 
 The environment is chosen by the file's extension (.py: python; .ts and .js:
@@ -106,7 +110,7 @@ func Run(args []string, version string) int {
 			fmt.Fprintln(os.Stderr, "cyrnel run:", err)
 		}
 	}()
-	res, err := runProgram(h, files[0], code, *env, *timeout)
+	res, err := runProgram(h, files[0], code, *env, *timeout, *outFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cyrnel run:", err)
 		return exitError
@@ -155,7 +159,7 @@ func environmentOf(path string) string {
 	return ""
 }
 
-func runProgram(h *host, path, code, env string, timeout time.Duration) (*result, error) {
+func runProgram(h *host, path, code, env string, timeout time.Duration, outFile string) (*result, error) {
 	ctx := context.Background()
 	if err := checkEnvironment(ctx, h, env); err != nil {
 		return nil, err
@@ -215,6 +219,8 @@ func runProgram(h *host, path, code, env string, timeout time.Duration) (*result
 			// Not the program's stderr: a note from cyrnel on its own line.
 			a := ev.Approval
 			fmt.Fprintf(os.Stderr, "cyrnel: waiting on approval %s for %s.%s (cyrnel approvals approve|deny %s)\n", a.Id, a.ServiceId, a.ToolId, a.Id)
+		case ev.Display != nil:
+			return showDisplay(ev.Display, outFile)
 		case ev.Exit != nil:
 			e := ev.Exit
 			res = &result{exitState: string(deref(e.ExitState)), reason: string(deref(e.Reason)), error: e.Error, stdout: e.Stdout, stderr: e.Stderr, output: e.Output}
@@ -236,6 +242,40 @@ func runProgram(h *host, path, code, env string, timeout time.Duration) (*result
 		return nil, fmt.Errorf("process %d: the event stream ended without its exit", pid)
 	}
 	return res, nil
+}
+
+// showDisplay prints a display's text to stdout, or saves its image next to
+// the --output file (OUTPUT-display-N.ext).
+func showDisplay(d *client.DisplayEvent, outFile string) error {
+	for mime, ext := range map[string]string{"image/png": ".png", "image/jpeg": ".jpg", "image/svg+xml": ".svg"} {
+		data, ok := d.Data[mime]
+		if !ok {
+			continue
+		}
+		if outFile == "" {
+			fmt.Fprintf(os.Stderr, "cyrnel: display %d is an image (%s): pass --output FILE to save it next to FILE\n", d.Index, mime)
+			return nil
+		}
+		b := []byte(data)
+		if mime != "image/svg+xml" {
+			var err error
+			if b, err = base64.StdEncoding.DecodeString(data); err != nil {
+				return fmt.Errorf("display %d: %w", d.Index, err)
+			}
+		}
+		name := fmt.Sprintf("%s-display-%d%s", strings.TrimSuffix(outFile, filepath.Ext(outFile)), d.Index, ext)
+		if err := os.WriteFile(name, b, 0o644); err != nil {
+			return fmt.Errorf("save display %d: %w", d.Index, err)
+		}
+		fmt.Fprintf(os.Stderr, "cyrnel: display %d saved to %s\n", d.Index, name)
+		return nil
+	}
+	text := d.Data["text/plain"]
+	if text != "" && !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
+	_, err := io.WriteString(os.Stdout, text)
+	return err
 }
 
 // checkEnvironment fails, saying what to do, when the host's active

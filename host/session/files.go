@@ -1,0 +1,163 @@
+package session
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/cyrnel/cyrnel/envs/worker"
+	"github.com/cyrnel/cyrnel/host/schema"
+	"github.com/cyrnel/cyrnel/host/workspace"
+)
+
+// Limits of the workspace routes. The workspace itself is the sandbox's
+// private tmpfs, whose size is its quota.
+const (
+	MaxFileBytes = 8 << 20 // one file in or out (it travels base64 in one protocol message)
+	maxListed    = 1000
+	fileTimeout  = 30 * time.Second
+)
+
+// ErrFileNotFound: no such file in the workspace (404).
+var ErrFileNotFound = errors.New("file not found")
+
+// The runtime's error codes for file requests (python/cyrnel/_files.py).
+const (
+	codeNotFound = 2
+	codeInvalid  = 3
+)
+
+// File is one file of a workspace.
+type File struct {
+	Path       string    `json:"path"`
+	Size       int64     `json:"size"`
+	ModifiedAt time.Time `json:"modifiedAt"`
+}
+
+// do runs op in the session's goroutine, in order with its executions.
+func (m *Manager) do(ctx context.Context, id string, op func(context.Context, *worker.Session) error) error {
+	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
+	defer cancel()
+	j := &job{ctx: ctx, op: op, done: make(chan struct{})}
+	m.mu.Lock()
+	l := m.live[id]
+	if l == nil || l.ended {
+		m.mu.Unlock()
+		return m.Check(ctx, id)
+	}
+	select {
+	case l.jobs <- j:
+	default:
+		m.mu.Unlock()
+		return fmt.Errorf("%w: %d executions already wait", ErrBusy, cap(l.jobs))
+	}
+	m.mu.Unlock()
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		if j.state.CompareAndSwap(jobWaiting, jobDropped) {
+			return fmt.Errorf("session %s: %w", id, ctx.Err())
+		}
+		<-j.done
+	}
+	return j.err
+}
+
+// fileError turns the runtime's answer to a file request into the host's
+// errors; the runtime's words are only shown, never trusted.
+func fileError(field string, err error) error {
+	var rpcErr *jsonrpc2.Error
+	if errors.As(err, &rpcErr) {
+		switch rpcErr.Code {
+		case codeNotFound:
+			return fmt.Errorf("%w: %s", ErrFileNotFound, rpcErr.Message)
+		case codeInvalid:
+			return &schema.FieldError{Field: field, Message: rpcErr.Message}
+		}
+	}
+	return fmt.Errorf("workspace: %w", err)
+}
+
+// PutFile writes a file into the session's workspace.
+func (m *Manager) PutFile(ctx context.Context, id, path string, data []byte) error {
+	if err := workspace.ValidPath("path", path); err != nil {
+		return err
+	}
+	if len(data) > MaxFileBytes {
+		return &schema.FieldError{Field: "", Message: fmt.Sprintf("%d bytes, more than the limit of %d", len(data), MaxFileBytes)}
+	}
+	return m.do(ctx, id, func(ctx context.Context, ws *worker.Session) error {
+		var out struct{}
+		if err := ws.Call(ctx, "writeFile", map[string]any{"path": path, "data": data}, &out); err != nil {
+			return fileError("path", err)
+		}
+		return nil
+	})
+}
+
+// GetFile reads a file of the session's workspace.
+func (m *Manager) GetFile(ctx context.Context, id, path string) ([]byte, error) {
+	if err := workspace.ValidPath("path", path); err != nil {
+		return nil, err
+	}
+	var data []byte
+	err := m.do(ctx, id, func(ctx context.Context, ws *worker.Session) error {
+		var out struct {
+			Data string `json:"data"`
+		}
+		if err := ws.Call(ctx, "readFile", map[string]any{"path": path, "limit": MaxFileBytes}, &out); err != nil {
+			return fileError("path", err)
+		}
+		b, err := base64.StdEncoding.DecodeString(out.Data)
+		if err != nil || len(b) > MaxFileBytes {
+			return fmt.Errorf("workspace: the runtime answered an unusable file")
+		}
+		data = b
+		return nil
+	})
+	return data, err
+}
+
+// DeleteFile removes a file of the session's workspace.
+func (m *Manager) DeleteFile(ctx context.Context, id, path string) error {
+	if err := workspace.ValidPath("path", path); err != nil {
+		return err
+	}
+	return m.do(ctx, id, func(ctx context.Context, ws *worker.Session) error {
+		var out struct{}
+		if err := ws.Call(ctx, "deleteFile", map[string]any{"path": path}, &out); err != nil {
+			return fileError("path", err)
+		}
+		return nil
+	})
+}
+
+// ListFiles lists the files of the session's workspace (at most 1000).
+func (m *Manager) ListFiles(ctx context.Context, id string) ([]File, error) {
+	var files []File
+	err := m.do(ctx, id, func(ctx context.Context, ws *worker.Session) error {
+		var out struct {
+			Items []struct {
+				Path       string  `json:"path"`
+				Size       int64   `json:"size"`
+				ModifiedAt float64 `json:"modifiedAt"`
+			} `json:"items"`
+		}
+		if err := ws.Call(ctx, "listFiles", map[string]any{"limit": maxListed}, &out); err != nil {
+			return fileError("id", err)
+		}
+		for _, it := range out.Items[:min(len(out.Items), maxListed)] {
+			if workspace.ValidPath("", it.Path) != nil {
+				continue // a name the routes could not reach
+			}
+			sec := int64(it.ModifiedAt)
+			files = append(files, File{Path: it.Path, Size: it.Size, ModifiedAt: time.Unix(sec, int64((it.ModifiedAt-float64(sec))*1e9)).UTC()})
+		}
+		return nil
+	})
+	return files, err
+}

@@ -1,0 +1,541 @@
+// Package session runs sessions: long-lived sandboxed interpreters that keep
+// their state between the executions run in them, one at a time and in
+// order. Each session's interpreter is owned by one goroutine, which runs
+// its executions, ends it (idle timeout, maximum lifetime, a crash, a kill it
+// did not survive, DELETE) and records why.
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/envs/worker"
+	"github.com/cyrnel/cyrnel/host/schema"
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// States of a session.
+const (
+	Starting = "starting"
+	Ready    = "ready"
+	Busy     = "busy"
+	Ended    = store.SessionEnded
+)
+
+// Reasons a session ended.
+const (
+	EndDeleted     = "deleted"
+	EndIdleTimeout = "idle_timeout"
+	EndMaxLifetime = "max_lifetime"
+	EndCrashed     = "crashed"      // the interpreter died between executions
+	EndKilled      = "killed"       // a killed program did not stop within the grace
+	EndStartFailed = "start_failed" // the interpreter never became ready
+	EndHostRestart = string(module.ReasonHostRestart)
+	EndShutdown    = string(module.ReasonHostShutdown)
+)
+
+// Errors the API maps to statuses.
+var (
+	ErrNotFound = errors.New("session not found")
+	ErrEnded    = errors.New("session ended")         // 409
+	ErrTooMany  = errors.New("too many sessions")     // 429
+	ErrBusy     = errors.New("session queue full")    // 429
+	ErrStopping = errors.New("host is shutting down") // 503
+)
+
+// Starter is an environment that can start a session's interpreter.
+type Starter interface {
+	StartSession(ctx context.Context) (*worker.Session, error)
+}
+
+// Environments gives the active environment (the module registry).
+type Environments interface {
+	Active() (module.Environment, error)
+}
+
+// Config bounds the sessions of one host.
+type Config struct {
+	MaxSessions  int           // live sessions at once (default 16)
+	QueueLimit   int           // executions waiting in one session (default 16)
+	StartTimeout time.Duration // for an interpreter to become ready (default 2 min: preloads such as pandas are slow)
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = 16
+	}
+	if c.QueueLimit <= 0 {
+		c.QueueLimit = 16
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = 2 * time.Minute
+	}
+	return c
+}
+
+// Defaults of CreateInput and the bound of both durations.
+const (
+	DefaultIdleTimeoutMs = 600_000
+	DefaultMaxLifetimeMs = 86_400_000
+	maxDurationMs        = 7 * 86_400_000
+)
+
+// Manager owns this host's sessions.
+type Manager struct {
+	log  *slog.Logger
+	st   *store.Store
+	envs Environments
+	host string
+	cfg  Config
+
+	mu       sync.Mutex
+	live     map[string]*live
+	starting int
+	stopping bool
+	wg       sync.WaitGroup
+}
+
+// New returns a manager; call Recover before serving, Shutdown to stop.
+func New(log *slog.Logger, st *store.Store, envs Environments, hostID string, cfg Config) *Manager {
+	return &Manager{log: log, st: st, envs: envs, host: hostID, cfg: cfg.withDefaults(), live: map[string]*live{}}
+}
+
+// Recover ends the sessions this host left open when it stopped: their
+// interpreters died with it, and a session never silently gets a fresh one.
+func (m *Manager) Recover(ctx context.Context) error {
+	n, err := m.st.EndHostSessions(ctx, m.host, EndHostRestart, time.Now().UTC())
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		m.log.Info("ended sessions left open by the previous run", "count", n)
+	}
+	return nil
+}
+
+// CreateInput is a new session.
+type CreateInput struct {
+	Module        string
+	EnvConfig     map[string]any
+	IdleTimeoutMs int64
+	MaxLifetimeMs int64
+	Ref           string
+}
+
+// Create starts a session and returns it once its interpreter is ready.
+func (m *Manager) Create(ctx context.Context, in CreateInput) (*store.Session, error) {
+	if in.IdleTimeoutMs == 0 {
+		in.IdleTimeoutMs = DefaultIdleTimeoutMs
+	}
+	if in.MaxLifetimeMs == 0 {
+		in.MaxLifetimeMs = DefaultMaxLifetimeMs
+	}
+	for field, v := range map[string]int64{"idleTimeoutMs": in.IdleTimeoutMs, "maxLifetimeMs": in.MaxLifetimeMs} {
+		if v < 1 || v > maxDurationMs {
+			return nil, &schema.FieldError{Field: field, Message: fmt.Sprintf("must be between 1 and %d", maxDurationMs)}
+		}
+	}
+	env, err := m.envs.Active()
+	if err != nil {
+		return nil, fmt.Errorf("start session: %w", err)
+	}
+	id := env.Info().ID
+	if in.Module != "" && in.Module != id {
+		return nil, &schema.FieldError{Field: "module", Message: fmt.Sprintf("sessions run in the active environment (%s), not %q", id, in.Module)}
+	}
+	starter, ok := env.(Starter)
+	if !ok {
+		return nil, &schema.FieldError{Field: "module", Message: fmt.Sprintf("the %s environment does not support sessions", id)}
+	}
+	m.mu.Lock()
+	switch {
+	case m.stopping:
+		m.mu.Unlock()
+		return nil, ErrStopping
+	case len(m.live)+m.starting >= m.cfg.MaxSessions:
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%w: this host runs at most %d at once", ErrTooMany, m.cfg.MaxSessions)
+	}
+	m.starting++
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.starting--
+		m.mu.Unlock()
+	}()
+
+	now := time.Now().UTC()
+	row := &store.Session{
+		ID: "ses_" + rand.Text(), Module: id, State: Starting, Ref: in.Ref, EnvConfig: in.EnvConfig,
+		IdleTimeoutMs: in.IdleTimeoutMs, MaxLifetimeMs: in.MaxLifetimeMs, HostID: m.host, CreatedAt: now, LastUsedAt: now,
+	}
+	if err := m.st.InsertSession(ctx, row); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), m.cfg.StartTimeout)
+	ws, err := starter.StartSession(sctx)
+	cancel()
+	if err != nil {
+		m.end(row, EndStartFailed, nil)
+		return nil, fmt.Errorf("start session: %w", err)
+	}
+	row.State = Ready
+	if _, err := m.st.UpdateSession(context.Background(), row, "state"); err != nil {
+		ws.Close()
+		m.end(row, EndStartFailed, nil)
+		return nil, err
+	}
+	l := &live{row: *row, jobs: make(chan *job, m.cfg.QueueLimit), stop: make(chan string, 1), done: make(chan struct{})}
+	l.ctx, l.end = context.WithCancel(context.Background())
+	m.mu.Lock()
+	if m.stopping {
+		m.mu.Unlock()
+		ws.Close()
+		m.end(row, EndShutdown, nil)
+		return nil, ErrStopping
+	}
+	m.live[row.ID] = l
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go m.own(l, ws)
+	out := *row
+	return &out, nil
+}
+
+// live is a running session; its goroutine (own) alone touches the
+// interpreter and row.
+type live struct {
+	mu    sync.Mutex // guards row for readers
+	row   store.Session
+	jobs  chan *job
+	stop  chan string // a reason to end
+	ctx   context.Context
+	end   context.CancelFunc // after a reason is sent: stops the running execution
+	done  chan struct{}
+	ended bool   // under Manager.mu: no job may be queued any more
+	last  func() // releases the result of the execution that ended the session
+}
+
+func (l *live) snapshot() store.Session {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.row
+}
+
+// job is one execution waiting for or running in a session.
+type job struct {
+	ctx   context.Context
+	in    module.ExecutionInput
+	op    func(context.Context, *worker.Session) error // a file request instead of an execution
+	state atomic.Int32                                 // jobWaiting, then jobClaimed (by the session) or jobDropped (by its caller)
+	res   module.Result
+	err   error
+	done  chan struct{}
+}
+
+const (
+	jobWaiting int32 = iota
+	jobClaimed
+	jobDropped
+)
+
+// own runs a session's executions until it ends, then closes its interpreter.
+func (m *Manager) own(l *live, ws *worker.Session) {
+	defer m.wg.Done()
+	defer close(l.done)
+	row := l.snapshot()
+	idle := time.NewTimer(time.Duration(row.IdleTimeoutMs) * time.Millisecond)
+	defer idle.Stop()
+	life := time.NewTimer(time.Until(row.CreatedAt.Add(time.Duration(row.MaxLifetimeMs) * time.Millisecond)))
+	defer life.Stop()
+	reason := ""
+	for reason == "" {
+		select {
+		case j := <-l.jobs:
+			if !j.state.CompareAndSwap(jobWaiting, jobClaimed) {
+				continue // killed while it waited
+			}
+			if j.op != nil {
+				j.finish(module.Result{}, j.op(j.ctx, ws))
+				if ws.Dead() {
+					reason = EndCrashed
+				}
+				idle.Reset(time.Duration(row.IdleTimeoutMs) * time.Millisecond)
+				continue
+			}
+			reason = m.run(l, ws, j)
+			if l.ctx.Err() != nil {
+				reason = <-l.stop
+			}
+			idle.Reset(time.Duration(row.IdleTimeoutMs) * time.Millisecond)
+		case <-idle.C:
+			reason = EndIdleTimeout
+		case <-life.C:
+			reason = EndMaxLifetime
+		case <-ws.Done():
+			reason = EndCrashed
+		case reason = <-l.stop:
+		}
+	}
+	ws.Close()
+	m.mu.Lock()
+	l.ended = true
+	delete(m.live, row.ID)
+	m.mu.Unlock()
+	final := l.snapshot()
+	m.end(&final, reason, l)
+	if l.last != nil {
+		l.last()
+	}
+	// Nothing can be queued any more: what waits ends with the session.
+	for {
+		select {
+		case j := <-l.jobs:
+			if j.state.CompareAndSwap(jobWaiting, jobClaimed) {
+				j.finish(module.Result{}, sessionEnded(final.ID, reason))
+			}
+		default:
+			return
+		}
+	}
+}
+
+// notFoundError is ErrNotFound naming the session.
+type notFoundError struct{ id string }
+
+func (e notFoundError) Error() string  { return "no session " + e.id }
+func (e notFoundError) Unwrap() error  { return ErrNotFound }
+func (e notFoundError) NotFound() bool { return true }
+
+// endedError is why an execution could not run in its session: the
+// process manager reports it with reason session_ended.
+type endedError struct{ msg string }
+
+func (e *endedError) Error() string         { return e.msg }
+func (e *endedError) Unwrap() error         { return ErrEnded }
+func (e *endedError) Reason() module.Reason { return module.ReasonSessionEnded }
+
+func sessionEnded(id, reason string) error {
+	return &endedError{fmt.Sprintf("session %s ended (%s) before this execution could run; start a new session", id, reason)}
+}
+
+func (j *job) finish(res module.Result, err error) {
+	j.res, j.err = res, err
+	close(j.done)
+}
+
+// run runs one execution and says why the session ends because of it ("":
+// it does not).
+func (m *Manager) run(l *live, ws *worker.Session, j *job) string {
+	l.mu.Lock()
+	l.row.State, l.row.LastUsedAt = Busy, time.Now().UTC()
+	row := l.row
+	l.mu.Unlock()
+	m.write(&row, "state", "last_used_at")
+	// The execution stops when it is killed or the session is ended.
+	ctx, cancel := context.WithCancel(j.ctx)
+	stop := context.AfterFunc(l.ctx, cancel)
+	res, clean := ws.Execute(ctx, j.in)
+	stop()
+	cancel()
+	if l.ctx.Err() != nil && j.ctx.Err() == nil {
+		// own reads the session's reason from stop.
+		j.finish(module.Result{}, &endedError{"the session was ended while this execution ran"})
+		return EndKilled
+	}
+	l.mu.Lock()
+	l.row.State, l.row.LastUsedAt = Ready, time.Now().UTC()
+	if res.CPUMs > 0 {
+		l.row.CPUMs = ptr(deref(l.row.CPUMs) + res.CPUMs)
+	}
+	if res.PeakMemoryBytes > 0 {
+		l.row.MemoryBytes = ptr(max(deref(l.row.MemoryBytes), res.PeakMemoryBytes))
+	}
+	row = l.row
+	l.mu.Unlock()
+	if clean {
+		m.write(&row, "state", "last_used_at", "cpu_ms", "memory_bytes")
+		j.finish(res, nil)
+		return ""
+	}
+	// The session is ended before the execution's result is released: a
+	// client reading the result then sees the session ended.
+	l.last = func() { j.finish(res, nil) }
+	switch res.Reason {
+	case module.ReasonMemoryLimit, module.ReasonCPULimit, module.ReasonOutputLimit, module.ReasonTimeout:
+		return string(res.Reason)
+	case module.ReasonKilled:
+		return EndKilled
+	}
+	return EndCrashed
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func (m *Manager) write(row *store.Session, columns ...string) {
+	if _, err := m.st.UpdateSession(context.Background(), row, columns...); err != nil {
+		m.log.Error("record session", "session", row.ID, "err", err)
+	}
+}
+
+// end records that a session ended and why.
+func (m *Manager) end(row *store.Session, reason string, l *live) {
+	now := time.Now().UTC()
+	row.State, row.EndReason, row.EndedAt = Ended, reason, &now
+	if l != nil {
+		l.mu.Lock()
+		l.row = *row
+		l.mu.Unlock()
+	}
+	m.write(row, "state", "end_reason", "ended_at", "cpu_ms", "memory_bytes", "last_used_at")
+	m.log.Info("session ended", "session", row.ID, "reason", reason)
+}
+
+// Check says whether an execution may be queued in the session: ErrNotFound,
+// or ErrEnded (with the reason) when it can no longer run one.
+func (m *Manager) Check(ctx context.Context, id string) error {
+	m.mu.Lock()
+	l := m.live[id]
+	m.mu.Unlock()
+	if l != nil {
+		return nil
+	}
+	row, err := m.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if row.State == Ended {
+		return &endedError{fmt.Sprintf("session %s has ended (%s); start a new session", id, row.EndReason)}
+	}
+	// Live on another host: this host cannot run in it.
+	return &endedError{fmt.Sprintf("session %s runs on host %s, not this one", id, row.HostID)}
+}
+
+// Execute runs in in the session, after the executions queued before it.
+// It returns the environment's id. An ended session answers a failed
+// result with reason session_ended (and the session's reason as the error).
+func (m *Manager) Execute(ctx context.Context, id string, in module.ExecutionInput) (string, module.Result, error) {
+	j := &job{ctx: ctx, in: in, done: make(chan struct{})}
+	m.mu.Lock()
+	l := m.live[id]
+	if l == nil || l.ended {
+		m.mu.Unlock()
+		return "", module.Result{}, m.Check(ctx, id)
+	}
+	if j.in.EnvConfig == nil {
+		// The session's envConfig applies to executions that bring none.
+		j.in.EnvConfig = l.snapshot().EnvConfig
+	}
+	select {
+	case l.jobs <- j:
+	default:
+		m.mu.Unlock()
+		return "", module.Result{}, fmt.Errorf("%w: %d executions already wait", ErrBusy, cap(l.jobs))
+	}
+	m.mu.Unlock()
+	envID := l.snapshot().Module
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		if j.state.CompareAndSwap(jobWaiting, jobDropped) {
+			return envID, module.Result{Exit: module.ExitCanceled, Reason: module.ReasonKilled}, nil
+		}
+		<-j.done
+	}
+	return envID, j.res, j.err
+}
+
+// Get returns a session as stored (a live one as it is now).
+func (m *Manager) Get(ctx context.Context, id string) (*store.Session, error) {
+	m.mu.Lock()
+	l := m.live[id]
+	m.mu.Unlock()
+	if l != nil {
+		row := l.snapshot()
+		return &row, nil
+	}
+	row, err := m.st.GetSession(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFoundError{id}
+	}
+	return row, err
+}
+
+// List lists sessions newest first.
+func (m *Manager) List(ctx context.Context, f store.SessionFilter) ([]store.Session, error) {
+	rows, err := m.st.ListSessions(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range rows {
+		if l := m.live[rows[i].ID]; l != nil {
+			rows[i] = l.snapshot()
+		}
+	}
+	return rows, nil
+}
+
+// End ends a session (DELETE): a running execution is stopped with it.
+// Ending an ended session does nothing.
+func (m *Manager) End(ctx context.Context, id string) error {
+	m.mu.Lock()
+	l := m.live[id]
+	m.mu.Unlock()
+	if l == nil {
+		row, err := m.Get(ctx, id)
+		if err == nil && row.State != Ended {
+			// Live on another host: only that host can end it.
+			return &endedError{fmt.Sprintf("session %s runs on host %s, not this one", id, row.HostID)}
+		}
+		return err
+	}
+	select {
+	case l.stop <- EndDeleted:
+		l.end()
+	default:
+	}
+	select {
+	case <-l.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Shutdown ends every session, no longer than ctx allows.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	m.mu.Lock()
+	m.stopping = true
+	for _, l := range m.live {
+		select {
+		case l.stop <- EndShutdown:
+			l.end()
+		default:
+		}
+	}
+	m.mu.Unlock()
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sessions still ending: %w", ctx.Err())
+	}
+}
