@@ -45,7 +45,7 @@ type Deps struct {
 	Modules     Modules
 	Services    Services
 	Tools       Tools
-	Sessions    *session.Manager
+	Sessions    Sessions
 	MCP         http.Handler // the MCP endpoint, mounted at /mcp when set
 	// Tool governance: policies, approvals, the audit and the gate every
 	// tool call passes.

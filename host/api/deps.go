@@ -12,6 +12,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/services"
+	"github.com/cyrnel/cyrnel/host/session"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -91,6 +92,19 @@ type Approvals interface {
 // ToolCalls is the audit of tool calls, newest first (host/audit).
 type ToolCalls interface {
 	List(ctx context.Context, f store.ToolCallFilter) ([]audit.Call, bool, error)
+}
+
+// Sessions are long-lived interpreters with their workspaces
+// (host/session).
+type Sessions interface {
+	Create(ctx context.Context, in session.CreateInput) (*store.Session, error)
+	List(ctx context.Context, f store.SessionFilter) ([]store.Session, error)
+	Get(ctx context.Context, id string) (*store.Session, error)
+	End(ctx context.Context, id string) error
+	ListFiles(ctx context.Context, id string) ([]session.File, error)
+	PutFile(ctx context.Context, id, path string, data []byte) error
+	GetFile(ctx context.Context, id, path string) ([]byte, error)
+	DeleteFile(ctx context.Context, id, path string) error
 }
 
 // settings are the config and write-only secrets of a module or a service:
