@@ -23,6 +23,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/services"
+	"github.com/cyrnel/cyrnel/host/session"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -466,6 +467,47 @@ func (f *fakeToolCalls) List(_ context.Context, in store.ToolCallFilter) ([]audi
 	return out, false, nil
 }
 
+// fakeSessions answers every call with err, or with a session s1.
+type fakeSessions struct {
+	err     error
+	created session.CreateInput
+	put     []byte
+}
+
+func (f *fakeSessions) Create(_ context.Context, in session.CreateInput) (*store.Session, error) {
+	f.created = in
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &store.Session{ID: "s1", State: "idle"}, nil
+}
+
+func (f *fakeSessions) List(context.Context, store.SessionFilter) ([]store.Session, error) {
+	return nil, f.err
+}
+
+func (f *fakeSessions) Get(context.Context, string) (*store.Session, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &store.Session{ID: "s1", State: "idle"}, nil
+}
+
+func (f *fakeSessions) End(context.Context, string) error { return f.err }
+
+func (f *fakeSessions) ListFiles(context.Context, string) ([]session.File, error) { return nil, f.err }
+
+func (f *fakeSessions) PutFile(_ context.Context, _, _ string, data []byte) error {
+	f.put = data
+	return f.err
+}
+
+func (f *fakeSessions) GetFile(context.Context, string, string) ([]byte, error) {
+	return []byte("a,b\n"), f.err
+}
+
+func (f *fakeSessions) DeleteFile(context.Context, string, string) error { return f.err }
+
 // fixture is the API over a fresh set of fakes.
 type fixture struct {
 	procs     *fakeProcesses
@@ -477,6 +519,7 @@ type fixture struct {
 	policies  *fakePolicies
 	approvals *fakeApprovals
 	calls     *fakeToolCalls
+	sessions  *fakeSessions
 	logs      *strings.Builder
 	api       humatest.TestAPI
 }
@@ -486,12 +529,12 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{
 		procs: &fakeProcesses{}, env: &fakeEnvironment{}, mods: &fakeModules{},
 		svcs: &fakeServices{}, tools: &fakeTools{}, gate: &fakeGate{}, policies: &fakePolicies{},
-		approvals: &fakeApprovals{}, calls: &fakeToolCalls{}, logs: &strings.Builder{},
+		approvals: &fakeApprovals{}, calls: &fakeToolCalls{}, sessions: &fakeSessions{}, logs: &strings.Builder{},
 	}
 	_, a := New(Deps{
 		Log: slog.New(slog.NewTextHandler(f.logs, nil)), Version: "test",
 		Processes: f.procs, Environment: f.env, Modules: f.mods, Services: f.svcs, Tools: f.tools,
-		Gate: f.gate, Policies: f.policies, Approvals: f.approvals, ToolCalls: f.calls,
+		Gate: f.gate, Policies: f.policies, Approvals: f.approvals, ToolCalls: f.calls, Sessions: f.sessions,
 	})
 	f.api = humatest.Wrap(t, a)
 	return f
