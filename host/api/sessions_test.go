@@ -29,10 +29,10 @@ func TestSessionFieldsAreLocated(t *testing.T) {
 		f := newFixture(t)
 		f.sessions.err = &schema.FieldError{Field: c.field, Message: "refused"}
 		args := []any{}
-		switch {
-		case c.method == http.MethodPost:
+		switch c.method {
+		case http.MethodPost:
 			args = append(args, map[string]any{"module": "python"})
-		case c.method == http.MethodPut:
+		case http.MethodPut:
 			args = append(args, bytes.NewReader([]byte("a,b\n")), "Content-Type: application/octet-stream")
 		}
 		wantProblem(t, f.api.Do(c.method, c.path, args...), http.StatusUnprocessableEntity, c.want)
