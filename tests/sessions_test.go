@@ -391,8 +391,8 @@ func TestDataScienceSessionOverMCP(t *testing.T) {
 func TestOneShotFiles(t *testing.T) {
 	t.Parallel()
 	h := start(t, "")
-	p := h.run("import os\nrows = open('in/data.csv').read().splitlines()\nos.makedirs('out')\n"+
-		"open('out/count.txt', 'w').write(str(len(rows)))\nprint(sorted(os.listdir('.')))",
+	p := h.run("import os\nrows = open('/workspace/in/data.csv').read().splitlines()\nos.makedirs('out')\n"+
+		"open('/workspace/out/count.txt', 'w').write(str(len(rows)))\nprint(sorted(os.listdir('.')))",
 		map[string]any{"files": []map[string]any{{"path": "in/data.csv", "content": base64.StdEncoding.EncodeToString([]byte("a\nb\nc\n"))}}})
 	if p.exit() != "success" || p.Stdout != "['in', 'out']\n" {
 		t.Fatalf("run: %s %q %s", p.exit(), p.Stdout, p.Stderr)

@@ -43,6 +43,11 @@ func buildRoot(readPaths []string, tmpBytes int64) (procSubset bool, err error) 
 		fmt.Sprintf("mode=0700,size=%d,%s", tmpBytes, sandboxOwner)); err != nil {
 		return false, err
 	}
+	// /workspace (DESIGN §11), the program's working directory, lives in
+	// its private /tmp: the root itself becomes read-only.
+	if err := os.Symlink(sandboxTmp+"/"+Workspace, root+"/"+Workspace); err != nil {
+		return false, fmt.Errorf("workspace link: %w", err)
+	}
 	if procSubset, err = mountProc(root + "/proc"); err != nil {
 		return false, err
 	}

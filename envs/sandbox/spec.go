@@ -136,6 +136,10 @@ var NetworkReadPaths = []string{
 // sandboxTmp is the work directory inside the namespaces: a private tmpfs.
 const sandboxTmp = "/tmp"
 
+// Workspace is the name of a program's working directory in its work
+// directory; inside the sandbox /workspace links to it.
+const Workspace = "workspace"
+
 // validate checks what Start cannot repair and returns the read paths the
 // sandbox will grant: the defaults that exist, the caller's, and Argv[0].
 func (s *Spec) validate() ([]string, error) {
