@@ -138,35 +138,7 @@ func serverRSS(b *testing.B, h *host) int64 {
 // load runs n trivial executions from c concurrent clients and returns each
 // one's latency and the wall time.
 func load(b *testing.B, h *host, n, c int, code string) ([]time.Duration, time.Duration) {
-	var mu sync.Mutex
-	lat := make([]time.Duration, 0, n)
-	jobs := make(chan struct{}, n)
-	for range n {
-		jobs <- struct{}{}
-	}
-	close(jobs)
-	var wg sync.WaitGroup
-	began := time.Now()
-	for range c {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range jobs {
-				t0 := time.Now()
-				p := h.run(code, nil)
-				d := time.Since(t0)
-				if p.exit() != "success" {
-					b.Errorf("%+v", p)
-					return
-				}
-				mu.Lock()
-				lat = append(lat, d)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return lat, time.Since(began)
+	return loadAcross(b, []*host{h}, n, c, code)
 }
 
 // BenchmarkThroughput: fresh interpreters, 8 concurrent clients; executions

@@ -271,6 +271,16 @@ def warm(preload: list[str] | tuple[str, ...] = ()) -> None:
     builtins.help = _help
 
 
+def _prefault() -> None:
+    """Walk an execution's path once before announcing readiness. A forked
+    interpreter shares the template's pages until it writes them (reference
+    counts are writes): the copy-on-write faults of compiling and running a
+    program are taken here, not while a request waits."""
+    compiled, _ = _compile("pass")
+    exec(compiled, {"__name__": "__main__", "__builtins__": builtins})
+    linecache.cache.pop(FILENAME, None)
+
+
 def serve() -> None:
     """Announce readiness on the protocol pipes and run one program."""
     conn = _rpc.Connection()
@@ -283,6 +293,8 @@ def serve() -> None:
     session = os.environ.get("CYRNEL_SESSION") == "1"
     if session:
         _serve_session(conn)
+    else:
+        _prefault()
     conn.start()
     conn.notify("ready", {"pid": os.getpid()})
     while True:
