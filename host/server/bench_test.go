@@ -136,7 +136,7 @@ func BenchmarkToolCallInHost(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	doc, err := os.ReadFile("../../../shared/fixtures/openapi/petstore-3.0.yaml")
+	doc, err := os.ReadFile("testdata/petstore-3.0.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
