@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -186,9 +187,17 @@ print(json.dumps({
 	if got.UID != sandboxID || got.GID != sandboxID {
 		t.Errorf("uid %d gid %d inside, want %d", got.UID, got.GID, sandboxID)
 	}
-	// The runtime works in its workspace, the only thing in its private /tmp.
-	if got.Host != "sandbox" || got.Cwd != "/tmp/workspace" || len(got.Tmp) != 1 || got.Tmp[0] != "workspace" {
-		t.Errorf("hostname %q, cwd %q, /tmp %v: want sandbox, /tmp/workspace, [workspace]", got.Host, got.Cwd, got.Tmp)
+	// The runtime works in its workspace, the only thing in its private /tmp
+	// but for the read paths below /tmp (the runtime, when the repository is
+	// checked out there), which are mirrored into it.
+	want := []string{"workspace"}
+	if runtimeDir, err := filepath.Abs("../../python"); err == nil && strings.HasPrefix(runtimeDir, "/tmp/") {
+		want = append(want, strings.SplitN(strings.TrimPrefix(runtimeDir, "/tmp/"), "/", 2)[0])
+	}
+	slices.Sort(want)
+	slices.Sort(got.Tmp)
+	if got.Host != "sandbox" || got.Cwd != "/tmp/workspace" || !slices.Equal(got.Tmp, want) {
+		t.Errorf("hostname %q, cwd %q, /tmp %v: want sandbox, /tmp/workspace, %v", got.Host, got.Cwd, got.Tmp, want)
 	}
 	if got.ProcSys || got.Kallsyms {
 		t.Errorf("/proc shows system files (sys %v, kallsyms %v)", got.ProcSys, got.Kallsyms)
