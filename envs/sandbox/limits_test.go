@@ -362,20 +362,8 @@ sys.stdin.read()
 	run := func(millicores int64) (throttled int64, used time.Duration) {
 		spec := pySpec(t, code)
 		spec.Limits.CPUMillicores = millicores
-		in, inW, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, outW, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer out.Close()
-		spec.Stdin, spec.Stdout = in, outW
-		p := start(t, spec)
-		in.Close()
-		outW.Close()
-		newLineReader(out).waitFor(t, "spun")
+		p, inW, lines := startPiped(t, spec)
+		lines.waitFor(t, "spun")
 		throttled, ok := readCounter(p.cg.cpu+"/cpu.stat", "nr_throttled")
 		inW.Close()
 		exit := waitDone(t, p)
@@ -417,20 +405,7 @@ for line in sys.stdin:
 `
 	spec := pySpec(t, code)
 	spec.Limits.CPUSeconds = 1
-	in, inW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, outW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	spec.Stdin, spec.Stdout = in, outW
-	p := start(t, spec)
-	in.Close()
-	outW.Close()
-	lines := newLineReader(out)
+	p, inW, lines := startPiped(t, spec)
 	var peaks [2]int64
 	for i, cmd := range []string{"big", "go"} {
 		p.ResetUsage()

@@ -187,6 +187,26 @@ type lineReader struct {
 	lines chan string
 }
 
+// startPiped starts spec with its stdin and stdout on pipes: the program
+// is told what to do on stdin and says what it did on stdout.
+func startPiped(t *testing.T, spec Spec) (p *Process, stdin *os.File, stdout *lineReader) {
+	t.Helper()
+	in, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { out.Close(); inW.Close() })
+	spec.Stdin, spec.Stdout = in, outW
+	p = start(t, spec)
+	in.Close()
+	outW.Close()
+	return p, inW, newLineReader(out)
+}
+
 func newLineReader(r io.Reader) *lineReader {
 	lr := &lineReader{lines: make(chan string, 1024)}
 	go func() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -27,15 +26,9 @@ Flags:
 
 // Approvals implements cyrnel approvals.
 func Approvals(args []string, version string) error {
-	fs := flag.NewFlagSet("approvals", flag.ContinueOnError)
-	hf := addHostFlags(fs, version)
+	fs, hf := clientFlags("approvals", approvalsUsage, version)
 	state := fs.String("state", "pending", "list approvals in this state: pending, approved, denied, expired, or all")
 	pid := fs.Int64("pid", 0, "list only the approvals of this process")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), approvalsUsage)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), hostHelp)
-	}
 	rest, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err

@@ -25,6 +25,19 @@ type hostFlags struct {
 	version string
 }
 
+// clientFlags is the flag set of a command that talks to a host: its own
+// usage text, its flags, then the host flags and their help.
+func clientFlags(name, usage, version string) (*flag.FlagSet, hostFlags) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	hf := addHostFlags(fs, version)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), hostHelp)
+	}
+	return fs, hf
+}
+
 func addHostFlags(fs *flag.FlagSet, version string) hostFlags {
 	fs.String("server", "", "URL of a running cyrnel server (env CYRNEL_SERVER); its key comes from CYRNEL_API_KEY, else the data directory's api-key file when the URL names this machine. Default: the server running on the data directory, else an embedded host")
 	fs.String("data-dir", "", "data directory (env CYRNEL_DATA_DIR, default ./cyrnel-data): of the embedded host, or where a server's api-key file is")

@@ -66,16 +66,10 @@ type result struct {
 // Run implements cyrnel run; it returns the exit code. version is the
 // embedded host's.
 func Run(args []string, version string) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	hf := addHostFlags(fs, version)
+	fs, hf := clientFlags("run", runUsage, version)
 	timeout := fs.Duration("timeout", 0, "execution timeout, e.g. 500ms, 10s or 5m (default: the host's, 30s)")
 	env := fs.String("env", "", "environment to run in: python or typescript (default: from the file's extension)")
 	outFile := fs.String("output", "", "write the structured output as JSON to this file (always, {} when empty) instead of stdout")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), runUsage)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), hostHelp)
-	}
 	files, err := parseInterspersed(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitSuccess

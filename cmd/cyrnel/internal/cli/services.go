@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,16 +27,10 @@ Flags:
 
 // Services implements cyrnel services.
 func Services(args []string, version string) error {
-	fs := flag.NewFlagSet("services", flag.ContinueOnError)
-	hf := addHostFlags(fs, version)
+	fs, hf := clientFlags("services", servicesUsage, version)
 	adapter := fs.String("adapter", "openapi", "adapter that reads the document (add)")
 	config := fs.String("config", "", `service config as JSON, or @FILE holding it (add), e.g. '{"serverUrl": "https://api.example.com"}'`)
 	secrets := fs.String("secrets", "", `service secrets as JSON, or @FILE holding them (add), e.g. @secrets.json with {"api_key": "…"}`)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), servicesUsage)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), hostHelp)
-	}
 	rest, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -149,15 +142,9 @@ Flags:
 
 // Tools implements cyrnel tools.
 func Tools(args []string, version string) error {
-	fs := flag.NewFlagSet("tools", flag.ContinueOnError)
-	hf := addHostFlags(fs, version)
+	fs, hf := clientFlags("tools", toolsUsage, version)
 	service := fs.String("service", "", "only this service's tools")
 	docs := fs.Bool("docs", false, "print each tool's docs (Markdown) instead of the list")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), toolsUsage)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), hostHelp)
-	}
 	rest, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
