@@ -55,9 +55,10 @@ func (f *Forking) Launch(ctx context.Context, _ Command, files Files) (Handle, e
 			if !errors.Is(err, context.DeadlineExceeded) {
 				return nil, err
 			}
-			// A template that does not fork in time is replaced.
-			f.log.Warn("the python template did not fork in time: restarting it")
-			tpl.Kill()
+			// A template that does not fork in time is replaced; drained,
+			// not killed, so the executions it forked run on.
+			f.log.Warn("the python template did not fork in time: replacing it")
+			tpl.Drain()
 		}
 		return nil, fmt.Errorf("fork from template: %w", err)
 	}

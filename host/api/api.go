@@ -114,7 +114,11 @@ func Config() huma.Config {
 
 // open lists what needs no key: liveness and the API's own description.
 func open(path string) bool {
-	return path == "/health" || strings.HasPrefix(path, "/openapi")
+	switch path {
+	case "/health", "/openapi.json", "/openapi.yaml", "/openapi-3.0.json", "/openapi-3.0.yaml":
+		return true
+	}
+	return false
 }
 
 func bearerAuth(key string) func(http.Handler) http.Handler {

@@ -10,7 +10,7 @@ const Redacted = "[redacted]"
 // never reach a tool's parameters (the adapter applies them from the
 // service's sealed secrets and drops Authorization header parameters), so
 // what remains is parameters and body fields named like credentials.
-var secretWords = []string{"authorization", "apikey", "token", "secret", "password", "passwd", "cookie", "credential", "privatekey", "session"}
+var secretWords = []string{"authorization", "apikey", "accesskey", "token", "secret", "password", "passwd", "pwd", "cookie", "credential", "privatekey", "session", "bearer", "signature", "auth"}
 
 var separators = strings.NewReplacer("-", "", "_", "")
 

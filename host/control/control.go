@@ -165,9 +165,6 @@ func (p *Plane) Apply(ctx context.Context, c Change) error {
 	return nil
 }
 
-// Do runs f while no change is applied (start-up hydration, and later the
-// reload of an event from another host): it sees and leaves a consistent
-// state.
 // Stop refuses further changes and waits for the one under way (if any),
 // no longer than ctx allows. A second Stop does nothing.
 func (p *Plane) Stop(ctx context.Context) error {

@@ -35,13 +35,20 @@ var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("100::/64"),        // discard
 	netip.MustParsePrefix("2001:db8::/32"),   // documentation
 	netip.MustParsePrefix("fec0::/10"),       // deprecated site-local
+	// IPv6 forms that carry an IPv4 address elsewhere than NAT64's last 32
+	// bits: IPv4-compatible, SIIT, 6to4, Teredo, and NAT64's local prefix
+	// (whose address is split around the u octet).
+	netip.MustParsePrefix("::/96"),
+	netip.MustParsePrefix("::ffff:0:0:0/96"),
+	netip.MustParsePrefix("2002::/16"),
+	netip.MustParsePrefix("2001::/32"),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
 }
 
 // embedsIPv4 are IPv6 ranges whose last 32 bits are an IPv4 address the
 // packet ends up at (NAT64), judged as that address.
 var embedsIPv4 = []netip.Prefix{
 	netip.MustParsePrefix("64:ff9b::/96"),
-	netip.MustParsePrefix("64:ff9b:1::/48"),
 }
 
 // Public reports whether ip is a public unicast address.

@@ -18,6 +18,8 @@ func TestPublic(t *testing.T) {
 		"100.64.0.1": false, "255.255.255.255": false, "198.18.0.1": false,
 		"::ffff:127.0.0.1": false, "::ffff:8.8.8.8": true,
 		"64:ff9b::7f00:1": false, "64:ff9b::808:808": true,
+		// IPv4 carried in other IPv6 forms (found by review: these passed).
+		"::7f00:1": false, "2002:a9fe:a9fe::1": false, "::ffff:0:a9fe:a9fe": false, "2001:0:4136:e378::1": false, "64:ff9b:1:7f00:1::": false,
 	} {
 		if got := Public(netip.MustParseAddr(addr)); got != want {
 			t.Errorf("Public(%s) = %v, want %v", addr, got, want)

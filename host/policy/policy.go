@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cyrnel/cyrnel/host/schema"
@@ -89,6 +90,9 @@ const settingKey = "tool-policies"
 type Engine struct {
 	st  Settings
 	cur atomic.Pointer[Set]
+	// mu orders the writers (Put, Reload), so the set in force is the one
+	// stored last; readers only load cur.
+	mu sync.Mutex
 	// changed, when set, is told of each set Put stored (several hosts:
 	// the others Reload it).
 	changed func(ctx context.Context)
@@ -99,6 +103,8 @@ func (e *Engine) OnChange(f func(ctx context.Context)) { e.changed = f }
 
 // Reload reads the stored set again (another host stored it).
 func (e *Engine) Reload(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	raw, ok, err := e.st.Setting(ctx, settingKey)
 	if err != nil || !ok {
 		return err
@@ -162,10 +168,13 @@ func (e *Engine) Put(ctx context.Context, s Set) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode tool policies: %w", err)
 	}
+	e.mu.Lock()
 	if err := e.st.SetSetting(ctx, settingKey, string(b)); err != nil {
+		e.mu.Unlock()
 		return nil, err
 	}
 	e.cur.Store(&s)
+	e.mu.Unlock()
 	if e.changed != nil {
 		e.changed(context.WithoutCancel(ctx))
 	}

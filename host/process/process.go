@@ -297,9 +297,10 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) 
 	if !in.Autorun {
 		return m.view(p), nil
 	}
-	m.launch(p, in.Files)
+	r := m.launch(p, in.Files)
 	if in.Wait > 0 {
-		return m.Wait(ctx, p.PID, in.Wait)
+		// Its own run: a short execution's final row, held, is the answer.
+		return m.await(ctx, r, in.Wait)
 	}
 	return m.view(p), nil
 }
@@ -346,7 +347,7 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 }
 
 // launch starts the execution of a process stored as queued.
-func (m *Manager) launch(p *store.Process, files []module.File) {
+func (m *Manager) launch(p *store.Process, files []module.File) *run {
 	r := newRun(p, m.limits.OutputBytes)
 	// Its own context: a kill cancels it, so a kill that arrives before the
 	// environment has even seen the execution is not lost.
@@ -359,7 +360,7 @@ func (m *Manager) launch(p *store.Process, files []module.File) {
 		m.mu.Unlock()
 		cancel()
 		m.finish(r, "", module.Result{Exit: module.ExitCanceled}, nil)
-		return
+		return r
 	}
 	m.runs[p.PID] = r
 	m.wg.Add(1)
@@ -381,6 +382,7 @@ func (m *Manager) launch(p *store.Process, files []module.File) {
 		}
 		m.finish(r, envID, res, err)
 	}()
+	return r
 }
 
 // finish writes the final row of an ended execution, then releases its
@@ -409,7 +411,8 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 		m.log.Error("record process result", "pid", r.pid, "err", err)
 		failed := string(module.ExitFailed)
 		p.ExitState, p.Reason, p.Error = &failed, string(module.ReasonEnvironmentError), "the host could not store the result: "+clean(err.Error())
-		p.Output, p.Stdout, p.Stderr = nil, "", ""
+		p.Output, p.Stdout, p.Stderr, p.Displays = nil, "", "", nil
+		r.files = nil
 		if err := write(p); err != nil {
 			m.log.Error("record process failure", "pid", r.pid, "err", err)
 		}
@@ -481,6 +484,20 @@ func (m *Manager) Kill(ctx context.Context, pid int64) (*Process, error) {
 	return m.Get(ctx, pid)
 }
 
+// await waits up to timeout for a run to end and answers with its final
+// row, held in memory, or with the process as it is then.
+func (m *Manager) await(ctx context.Context, r *run, timeout time.Duration) (*Process, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-r.done:
+		return r.final, nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return m.Get(ctx, r.pid)
+}
+
 // Wait blocks until the process is idle, the timeout passes or ctx ends,
 // then returns it.
 func (m *Manager) Wait(ctx context.Context, pid int64, timeout time.Duration) (*Process, error) {
@@ -488,14 +505,7 @@ func (m *Manager) Wait(ctx context.Context, pid int64, timeout time.Duration) (*
 	r := m.runs[pid]
 	m.mu.Unlock()
 	if r != nil && timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		select {
-		case <-r.done:
-			return r.final, nil
-		case <-t.C:
-		case <-ctx.Done():
-		}
+		return m.await(ctx, r, timeout)
 	}
 	if r == nil && timeout > 0 && m.relay != nil {
 		p, err := m.get(ctx, pid)

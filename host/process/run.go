@@ -435,6 +435,7 @@ func (r *run) progress() (apply func(context.Context, *store.Tx) error, ok func(
 		Stdout: r.stdout.text.String()[r.saved.stdout:], Stderr: r.stderr.text.String()[r.saved.stderr:],
 		StdoutTruncated: now.truncated[0], StderrTruncated: now.truncated[1], OutputTruncated: now.truncated[2],
 	}
+	var changed bool
 	apply = func(ctx context.Context, tx *store.Tx) error {
 		if startRunning {
 			p := &store.Process{PID: r.pid, State: string(Running), StartedAt: &started}
@@ -442,10 +443,14 @@ func (r *run) progress() (apply func(context.Context, *store.Tx) error, ok func(
 				return err
 			}
 		}
-		_, err := tx.AppendProgress(ctx, pr)
+		var err error
+		changed, err = tx.AppendProgress(ctx, pr)
 		return err
 	}
 	return apply, func() {
+		if !changed {
+			return // its row has moved on: nothing is saved that was not
+		}
 		r.mu.Lock()
 		r.saved = now
 		r.mu.Unlock()

@@ -200,7 +200,7 @@ func (t *Tx) AppendProgress(ctx context.Context, p *Progress) (bool, error) {
 	}
 	stmt, err := t.stmt(ctx, `UPDATE processes SET stdout = stdout || ?, stderr = stderr || ?, output = ?,
  stdout_truncated = ?, stderr_truncated = ?, output_truncated = ?
- WHERE pid = ? AND runs = ? AND state IN ('queued', 'running', 'terminating')`)
+ WHERE pid = ? AND runs = ? AND state IN ('queued', 'running', 'suspended', 'terminating')`)
 	if err != nil {
 		return false, fmt.Errorf("progress of process %d: %w", p.PID, err)
 	}

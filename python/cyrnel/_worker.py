@@ -313,6 +313,9 @@ def serve() -> None:
             else:
                 try:
                     _files.place(params.get("files"))
+                except KeyboardInterrupt:
+                    _state.executing = False  # cancelled while its files were placed
+                    result = {"status": "stopped"}
                 except (OSError, ValueError, _files.FileError) as e:
                     _state.executing = False
                     sys.stderr.write(f"cyrnel: input files: {e}\n")
