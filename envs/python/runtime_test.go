@@ -158,7 +158,8 @@ cyrnel.output({"signature": str(inspect.signature(tool)), "doc": tool.__doc__})`
 
 // TestPendingCallsFailAtEndOfFile drives the runtime's RPC client in a real
 // interpreter over pipes the test holds, and closes the host's end while a
-// call waits.
+// call waits. The main thread's calls, on their own pipes, read their own
+// answers (skipping one an interrupted call left) and fail the same way.
 func TestPendingCallsFailAtEndOfFile(t *testing.T) {
 	t.Parallel()
 	python, err := exec.LookPath("python3")
@@ -171,14 +172,24 @@ func TestPendingCallsFailAtEndOfFile(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	script := `
-import os, sys, threading
+import json, os, sys, threading
 sys.path.insert(0, sys.argv[1])
 from cyrnel import _rpc, _tools
 host_w_r, host_w = os.pipe()  # host to runtime
 rt_r, rt_w = os.pipe()        # runtime to host
-_rpc.conn = conn = _rpc.Connection(read_fd=host_w_r, write_fd=rt_w)
+call_r_host, call_w = os.pipe()  # the main thread's calls
+ans_r, ans_w_host = os.pipe()    # their answers
+_rpc.conn = conn = _rpc.Connection(read_fd=host_w_r, write_fd=rt_w, call_fds=(ans_r, call_w))
 conn.start()
 got = {}
+os.write(ans_w_host, b'{"jsonrpc":"2.0","id":0,"result":"stale"}\n{"jsonrpc":"2.0","id":1,"result":42}\n')
+got["direct"] = _tools._call("s", "t", {})
+got["sent"] = json.loads(os.read(call_r_host, 65536))["method"]
+os.close(ans_w_host)
+try:
+    _tools._call("s", "t", {})
+except _tools.ToolError as e:
+    got["direct later"] = e.code
 def caller():
     try:
         _tools._call("s", "t", {})
@@ -189,11 +200,15 @@ t.start()
 os.read(rt_r, 65536)  # the call is on its way: it waits for an answer
 os.close(host_w)      # the host's end closes
 t.join(10)
-try:
-    _tools._call("s", "t", {})
-except _tools.ToolError as e:
-    got["later"] = e.code
-print(got.get("code"), t.is_alive(), got.get("later"))
+def later():
+    try:
+        _tools._call("s", "t", {})
+    except _tools.ToolError as e:
+        got["later"] = e.code
+t2 = threading.Thread(target=later, daemon=True)
+t2.start()
+t2.join(10)
+print(got.get("direct"), got.get("sent"), got.get("direct later"), got.get("code"), t.is_alive(), got.get("later"))
 `
 	// A runtime that waits forever fails here instead of hanging the suite.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -202,7 +217,8 @@ print(got.get("code"), t.is_alive(), got.get("later"))
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if got := strings.TrimSpace(string(out)); got != "disconnected False disconnected" {
-		t.Fatalf("got %q, want the pending and the later call to fail with code disconnected", got)
+	if got := strings.TrimSpace(string(out)); got != "42 invokeTool disconnected disconnected False disconnected" {
+		t.Fatalf("got %q, want the main thread's call answered 42 and its later one to fail with code disconnected, "+
+			"then the pending and the later call of other threads to fail so", got)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 
 	"github.com/cyrnel/cyrnel/envs/sandbox"
@@ -47,7 +46,7 @@ func (f *Forking) Launch(ctx context.Context, _ Command, files Files) (Handle, e
 	if err != nil {
 		return nil, err
 	}
-	p, err := tpl.Fork(ctx, files.Stdout, files.Stderr, []*os.File{files.ProtoIn, files.ProtoOut})
+	p, err := tpl.Fork(ctx, files.Stdout, files.Stderr, files.Extra())
 	if err != nil {
 		select {
 		case <-tpl.Done():

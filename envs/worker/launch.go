@@ -13,10 +13,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Files are the child's ends of its four pipes: fds 1 and 2 (raw output) and
-// fds 3 and 4 (the JSON-RPC stream, host to worker and back).
+// Files are the child's ends of its six pipes: fds 1 and 2 (raw output),
+// fds 3 and 4 (the JSON-RPC stream, host to worker and back) and fds 5 and
+// 6 (the calls of the program's main thread: answers in, requests out).
 type Files struct {
-	Stdout, Stderr, ProtoIn, ProtoOut *os.File
+	Stdout, Stderr, ProtoIn, ProtoOut, CallIn, CallOut *os.File
+}
+
+// Extra are the files that become fds 3, 4, … in the child, in order.
+func (f Files) Extra() []*os.File {
+	return []*os.File{f.ProtoIn, f.ProtoOut, f.CallIn, f.CallOut}
 }
 
 // Exit says how a worker process ended.
@@ -98,7 +104,7 @@ func (Plain) Launch(_ context.Context, c Command, f Files) (Handle, error) {
 		cmd.Stdin = nil
 		cmd.Stdout = f.Stdout
 		cmd.Stderr = f.Stderr
-		cmd.ExtraFiles = []*os.File{f.ProtoIn, f.ProtoOut}
+		cmd.ExtraFiles = f.Extra()
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			started <- fmt.Errorf("start %s: %w", c.Path, err)

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/sandbox"
@@ -25,7 +24,7 @@ func (s Sandboxed) Launch(ctx context.Context, c Command, f Files) (Handle, erro
 		Env:        c.Env,
 		Stdout:     f.Stdout,
 		Stderr:     f.Stderr,
-		ExtraFiles: []*os.File{f.ProtoIn, f.ProtoOut},
+		ExtraFiles: f.Extra(),
 		ReadPaths:  s.ReadPaths,
 		Limits:     s.Limits,
 		Relax:      s.Relax,

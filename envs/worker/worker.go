@@ -33,6 +33,7 @@ type Worker struct {
 	h       Handle
 	conn    *jsonrpc2.Conn
 	stream  *lineStream
+	direct  *jsonrpc2.Conn // the main thread's calls (fds 5 and 6)
 	ready   chan struct{}
 	once    sync.Once
 	streams sync.WaitGroup
@@ -64,8 +65,9 @@ type execution struct {
 // Start launches a worker; ctx bounds the launch.
 func Start(ctx context.Context, log *slog.Logger, l Launcher, cmd Command) (*Worker, error) {
 	// pipes[i] = {read end, write end}: 0 stdout, 1 stderr, 2 requests to
-	// the worker (its fd 3), 3 its answers (its fd 4).
-	var pipes [4][2]*os.File
+	// the worker (its fd 3), 3 its answers (its fd 4), 4 answers to its main
+	// thread's calls (its fd 5), 5 those calls (its fd 6).
+	var pipes [6][2]*os.File
 	closeAll := func() {
 		for _, p := range pipes {
 			for _, f := range p {
@@ -83,14 +85,14 @@ func Start(ctx context.Context, log *slog.Logger, l Launcher, cmd Command) (*Wor
 		}
 		pipes[i] = [2]*os.File{r, w}
 	}
-	files := Files{Stdout: pipes[0][1], Stderr: pipes[1][1], ProtoIn: pipes[2][0], ProtoOut: pipes[3][1]}
+	files := Files{Stdout: pipes[0][1], Stderr: pipes[1][1], ProtoIn: pipes[2][0], ProtoOut: pipes[3][1], CallIn: pipes[4][0], CallOut: pipes[5][1]}
 	h, err := l.Launch(ctx, cmd, files)
 	// The child has its ends now; the parent keeps only its own.
-	for _, f := range []*os.File{files.Stdout, files.Stderr, files.ProtoIn, files.ProtoOut} {
+	for _, f := range append(files.Extra(), files.Stdout, files.Stderr) {
 		f.Close()
 	}
 	if err != nil {
-		for _, f := range []*os.File{pipes[0][0], pipes[1][0], pipes[2][1], pipes[3][0]} {
+		for _, f := range []*os.File{pipes[0][0], pipes[1][0], pipes[2][1], pipes[3][0], pipes[4][1], pipes[5][0]} {
 			f.Close()
 		}
 		return nil, err
@@ -102,7 +104,9 @@ func Start(ctx context.Context, log *slog.Logger, l Launcher, cmd Command) (*Wor
 		outs:  [2]*os.File{pipes[0][0], pipes[1][0]},
 	}
 	w.stream = newLineStream(pipeRW{r: pipes[3][0], w: pipes[2][1]})
-	w.conn = jsonrpc2.NewConn(context.Background(), w.stream, w, jsonrpc2.SetLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)))
+	logger := jsonrpc2.SetLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug))
+	w.conn = jsonrpc2.NewConn(context.Background(), w.stream, w, logger)
+	w.direct = jsonrpc2.NewConn(context.Background(), newLineStream(pipeRW{r: pipes[5][0], w: pipes[4][1]}), directCalls{w}, logger)
 	w.eof = make(chan struct{})
 	w.calls = make(chan struct{}, maxCalls)
 	w.streams.Add(2)
@@ -155,6 +159,7 @@ func (w *Worker) Close() {
 	w.h.Kill()
 	<-w.h.Done()
 	w.conn.Close()
+	w.direct.Close()
 	w.drain()
 	for _, f := range w.outs {
 		f.Close()
@@ -311,6 +316,18 @@ func (w *Worker) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Re
 		defer func() { <-w.calls }()
 		w.serve(conn, req, e)
 	}()
+}
+
+// directCalls serves the requests of the program's main thread on its own
+// pipes. That thread waits for each answer, so they are served one at a
+// time on the read loop: no goroutine hand-off on a tool call's path, and a
+// flood only slows the program down. Notifications belong on fds 3 and 4.
+type directCalls struct{ w *Worker }
+
+func (d directCalls) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	if !req.Notif {
+		d.w.serve(conn, req, d.w.cur.Load())
+	}
 }
 
 // maxCalls bounds the requests of one worker that the host serves at once.

@@ -1,9 +1,15 @@
-"""JSON-RPC 2.0 over the two protocol pipes (fd 3: from the host, fd 4: to it).
+"""JSON-RPC 2.0 over the protocol pipes (fd 3: from the host, fd 4: to it)
+and the main thread's own pair (fd 5: answers, fd 6: its calls).
 
 One reader thread owns fd 3: responses wake the caller waiting on them,
 requests from the host go to the main thread's queue. Writes are serialised
 by a lock so messages never interleave. When fd 3 reaches end-of-file every
 pending call fails, and so does every later one: nothing can answer them.
+
+A blocking call from the main thread, which runs the program, goes over fds
+5 and 6 instead and reads its own answer: handing the answer from the
+reader thread to the waiting caller costs a thread wake-up and the GIL,
+about as much as the pipe round trip itself.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ if TYPE_CHECKING:
 
 READ_FD = 3
 WRITE_FD = 4
+CALL_READ_FD = 5
+CALL_WRITE_FD = 6
 
 # The code of an RPCError raised locally when the host can no longer answer.
 DISCONNECTED = "disconnected"
@@ -48,10 +56,90 @@ class _Pending:
         self.future = future
 
 
+def _encode(msg: dict[str, Any]) -> bytes:
+    return json.dumps(msg, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _answer(msg: dict[str, Any]) -> tuple[Any, RPCError | None]:
+    """The result of an answer, or the error it carries."""
+    err = msg.get("error")
+    if isinstance(err, dict):
+        return None, RPCError(err.get("code"), str(err.get("message", "error")), err.get("data"))
+    if err is not None:
+        return None, RPCError(None, str(err))
+    return msg.get("result"), None
+
+
+class _Direct:
+    """The main thread's calls on its own pipes, each answer read by the
+    caller itself. An answer left behind by an interrupted call (a cancel's
+    KeyboardInterrupt) is skipped by the next call: ids never repeat."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self._read_fd = read_fd
+        self._write_fd = write_fd
+        self._buf = bytearray()
+        self._next_id = 0
+        self._closed = False
+
+    def call(self, method: str, params: Any) -> Any:
+        if self._closed:
+            raise _disconnected()
+        self._next_id += 1
+        req_id = self._next_id
+        data = _encode({"jsonrpc": "2.0", "id": req_id, "method": method, "params": params})
+        try:
+            _write_all(self._write_fd, data)
+        except OSError:
+            self._closed = True  # the host's end is gone, or the program closed fd 6
+            raise _disconnected() from None
+        while True:
+            try:
+                msg = json.loads(self._line())
+            except ValueError:
+                continue
+            if isinstance(msg, dict) and msg.get("id") == req_id:
+                result, err = _answer(msg)
+                if err is not None:
+                    raise err
+                return result
+
+    def _line(self) -> bytes:
+        while True:
+            i = self._buf.find(b"\n")
+            if i >= 0:
+                line = bytes(self._buf[:i])
+                del self._buf[: i + 1]
+                return line
+            try:
+                chunk = os.read(self._read_fd, 1 << 16)
+            except OSError:
+                chunk = b""  # closed under the caller (by the program): the same as end-of-file
+            if not chunk:
+                self._closed = True
+                raise _disconnected()
+            self._buf += chunk
+
+
 class Connection:
-    def __init__(self, read_fd: int = READ_FD, write_fd: int = WRITE_FD) -> None:
+    def __init__(
+        self,
+        read_fd: int = READ_FD,
+        write_fd: int = WRITE_FD,
+        call_fds: tuple[int, int] | None = (CALL_READ_FD, CALL_WRITE_FD),
+    ) -> None:
         self._reader = open(read_fd, "rb", buffering=1 << 16, closefd=False)
         self._write_fd = write_fd
+        # The thread that made the connection runs the programs.
+        self._main = threading.get_ident()
+        self._direct = _Direct(*call_fds) if call_fds is not None else None
         self._write_lock = threading.Lock()
         self._id_lock = threading.Lock()
         self._next_id = 0
@@ -68,12 +156,9 @@ class Connection:
         self._thread.start()
 
     def _send(self, msg: dict[str, Any]) -> None:
-        data = json.dumps(msg, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+        data = _encode(msg)
         with self._write_lock:
-            view = memoryview(data)
-            while view:
-                n = os.write(self._write_fd, view)
-                view = view[n:]
+            _write_all(self._write_fd, data)
 
     def notify(self, method: str, params: Any) -> None:
         self._send({"jsonrpc": "2.0", "method": method, "params": params})
@@ -97,6 +182,8 @@ class Connection:
 
     def call(self, method: str, params: Any) -> Any:
         """Blocking call; raises RPCError on an error answer."""
+        if self._direct is not None and threading.get_ident() == self._main:
+            return self._direct.call(method, params)
         p = _Pending()
         req_id = self._register(p)
         self._send({"jsonrpc": "2.0", "id": req_id, "method": method, "params": params})
@@ -120,13 +207,7 @@ class Connection:
             p = self._pending.pop(msg.get("id"), None)  # type: ignore[arg-type]
         if p is None:
             return
-        err = msg.get("error")
-        if isinstance(err, dict):
-            p.error = RPCError(err.get("code"), str(err.get("message", "error")), err.get("data"))
-        elif err is not None:
-            p.error = RPCError(None, str(err))
-        else:
-            p.result = msg.get("result")
+        p.result, p.error = _answer(msg)
         _wake(p)
 
     def _read_loop(self) -> None:

@@ -178,12 +178,13 @@ def _lower_rlimit(res: int, soft: int, hard: int) -> None:
 def _program(cfg: dict[str, Any], status: int, fds: list[int]) -> NoReturn:
     """PID 1 of the child's namespaces: lock down, then serve the worker."""
     limits = cfg["limits"]
-    # fds 1-4 as the worker expects them; the status socket at 5 until the
+    # fds 1-6 as the worker expects them; the status socket next until the
     # child is locked down; nothing else of the template's.
     for target, fd in enumerate(fds, start=1):
         os.dup2(fd, target)
-    os.dup2(status, 5)
-    os.closerange(6, 1 << 20)  # one close_range(2) call
+    status_fd = len(fds) + 1
+    os.dup2(status, status_fd)
+    os.closerange(status_fd + 1, 1 << 20)  # one close_range(2) call
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         # Only the processes: no /proc/sys, kallsyms or other system files
@@ -205,11 +206,11 @@ def _program(cfg: dict[str, Any], status: int, fds: list[int]) -> NoReturn:
             _landlock(cfg["landlock"], cfg["readPaths"] + ["/proc"], ["/tmp", "/dev/shm"])
         _seccomp(cfg["seccomp"])
     except Exception as e:  # noqa: BLE001 - whatever failed, the child must not run
-        os.write(5, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
+        os.write(status_fd, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
         os._exit(125)
     _reseed()
-    os.write(5, b'{"started":true}')
-    os.close(5)
+    os.write(status_fd, b'{"started":true}')
+    os.close(status_fd)
     _worker.serve()
     sys.stdout.flush()
     os._exit(0)
@@ -424,7 +425,7 @@ def main(preload: list[str]) -> int:
         if not msg:
             break  # the host drains this template
         req = json.loads(msg)
-        # Clear of fds 0-4, which the program's own files take.
+        # Clear of fds 0-7, which the program's own files take.
         high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD) for fd in fds]
         for fd in fds:
             os.close(fd)
