@@ -56,8 +56,12 @@ class _Pending:
         self.future = future
 
 
+# One encoder: json.dumps with options builds a new one per call.
+_encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def _encode(msg: dict[str, Any]) -> bytes:
-    return json.dumps(msg, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    return _encoder.encode(msg).encode() + b"\n"
 
 
 def _write_all(fd: int, data: bytes) -> None:
