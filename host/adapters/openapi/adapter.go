@@ -24,6 +24,7 @@ import (
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/egress"
+	"github.com/cyrnel/cyrnel/host/h1"
 )
 
 // ID is the module id of the adapter.
@@ -85,14 +86,12 @@ func New(opts Options) *Adapter {
 	return &Adapter{opts: opts, public: guardedClient(opts.Guard, false), private: guardedClient(opts.Guard, true), services: map[string]*service{}}
 }
 
-// guardedClient dials through the guard. It ignores HTTP_PROXY and friends:
-// through a proxy the guard would judge the proxy's address, not the
-// upstream's.
+// guardedClient dials through the guard. It knows no proxies (HTTP_PROXY
+// and friends): through a proxy the guard would judge the proxy's address,
+// not the upstream's. Exchanges run on the caller's goroutine (package h1),
+// which keeps a tool call's cost down.
 func guardedClient(g *egress.Guard, allowPrivate bool) *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.Proxy = nil
-	t.DialContext = g.Dialer(allowPrivate).DialContext
-	return &http.Client{Transport: t}
+	return &http.Client{Transport: &h1.Transport{DialContext: g.Dialer(allowPrivate).DialContext}}
 }
 
 // client is the client a service's calls use.
