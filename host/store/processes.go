@@ -163,10 +163,7 @@ func (t *Tx) FinishProcess(ctx context.Context, p *Process, from []string) (bool
 		}
 		displays = string(b)
 	}
-	stmt, err := t.stmt(ctx, `UPDATE processes SET state = ?, exit_state = ?, reason = ?, error = ?, environment = ?,
- output = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?, output_truncated = ?,
- started_at = ?, finished_at = ?, duration_ms = ?, cpu_ms = ?, peak_memory_bytes = ?, displays = ?
- WHERE pid = ? AND state IN (?`+strings.Repeat(", ?", len(from)-1)+`)`)
+	stmt, err := t.stmt(ctx, finishQuery(len(from)))
 	if err != nil {
 		return false, fmt.Errorf("finish process %d: %w", p.PID, err)
 	}
@@ -179,6 +176,22 @@ func (t *Tx) FinishProcess(ctx context.Context, p *Process, from []string) (bool
 	}
 	res, err := stmt.ExecContext(ctx, args...)
 	return changedOne(res, err, "finish process %d", p.PID)
+}
+
+// finishQuery is FinishProcess's statement for n states to finish from.
+func finishQuery(n int) string {
+	return `UPDATE processes SET state = ?, exit_state = ?, reason = ?, error = ?, environment = ?,
+ output = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?, output_truncated = ?,
+ started_at = ?, finished_at = ?, duration_ms = ?, cpu_ms = ?, peak_memory_bytes = ?, displays = ?
+ WHERE pid = ? AND ` + oneOf("state", n)
+}
+
+// oneOf is "column = ? OR …" for n values. SQLite codes "IN (?, ?, ?)"
+// with three or more values as an ephemeral table, which the pure-Go
+// SQLite opens and closes with an mmap and a munmap on every execution of
+// the statement (~20 µs of each execution's final write).
+func oneOf(column string, n int) string {
+	return "(" + column + " = ?" + strings.Repeat(" OR "+column+" = ?", n-1) + ")"
 }
 
 // Progress is what a live execution produced since its last progress write.

@@ -442,3 +442,39 @@ func postgresURL(t *testing.T) string {
 	}
 	return url
 }
+
+// TestHotWritesOpenNoTemporaryTable: the two writes every execution makes
+// must not make SQLite open an ephemeral table (an mmap and a munmap in the
+// pure-Go SQLite, each time), as "state IN (…)" with four states did.
+func TestHotWritesOpenNoTemporaryTable(t *testing.T) {
+	t.Parallel()
+	st, err := Open(context.Background(), "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for name, q := range map[string]string{
+		"insert": insertProcess,
+		"finish": finishQuery(4),
+		"control (IN with four states)": strings.Replace(finishQuery(4), oneOf("state", 4), "state IN (?, ?, ?, ?)", 1),
+	} {
+		rows, err := st.DB.DB.Query("EXPLAIN "+orFail(q), make([]any, strings.Count(q, "?"))...)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var ephemeral bool
+		for rows.Next() {
+			var addr, p1, p2, p3 int
+			var op string
+			var p4, p5, comment any
+			if err := rows.Scan(&addr, &op, &p1, &p2, &p3, &p4, &p5, &comment); err != nil {
+				t.Fatal(err)
+			}
+			ephemeral = ephemeral || op == "OpenEphemeral"
+		}
+		rows.Close()
+		if want := strings.HasPrefix(name, "control"); ephemeral != want {
+			t.Errorf("%s: opens an ephemeral table: %v, want %v", name, ephemeral, want)
+		}
+	}
+}
