@@ -454,8 +454,8 @@ func TestHotWritesOpenNoTemporaryTable(t *testing.T) {
 	}
 	defer st.Close()
 	for name, q := range map[string]string{
-		"insert": insertProcess,
-		"finish": finishQuery(4),
+		"insert":                        insertProcess,
+		"finish":                        finishQuery(4),
 		"control (IN with four states)": strings.Replace(finishQuery(4), oneOf("state", 4), "state IN (?, ?, ?, ?)", 1),
 	} {
 		rows, err := st.DB.DB.Query("EXPLAIN "+orFail(q), make([]any, strings.Count(q, "?"))...)
