@@ -289,12 +289,17 @@ func (s *Store) listQuery(ps *[]Process, f ProcessFilter) *bun.SelectQuery {
 		ExcludeColumn("code", "stdout", "stderr", "output").
 		OrderExpr("pid DESC").Limit(f.Limit)
 	// The indexes on state and ref leave out idle processes and those with
-	// no ref (most rows: every execution skips them); the repeated terms let
-	// SQLite see a query is within an index.
+	// no ref (most rows: every execution skips them), and on SQLite queued
+	// ones (docs/decisions.md, "Processes"); the repeated terms let SQLite
+	// see a query is within an index. Queued rows are the newest, which a
+	// listing newest first reaches at once.
 	if f.State != "" {
 		q = q.Where("state = ?", f.State)
 		if f.State != "idle" {
 			q = q.Where("state <> 'idle'")
+		}
+		if f.State != "idle" && f.State != "queued" && s.local {
+			q = q.Where("state <> 'queued'")
 		}
 	}
 	if f.ExitState != "" {

@@ -406,6 +406,7 @@ func TestListingsUseThePartialIndexes(t *testing.T) {
 		index  string
 	}{
 		{ProcessFilter{State: "running", Limit: 10}, "processes_live_idx"},
+		{ProcessFilter{State: "suspended", Limit: 10}, "processes_live_idx"},
 		{ProcessFilter{Ref: "nightly", Limit: 10}, "processes_ref_idx"},
 		{ProcessFilter{Ref: "nightly", State: "idle", BeforePID: 100, Limit: 10}, "processes_ref_idx"},
 	} {

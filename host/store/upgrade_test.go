@@ -93,6 +93,7 @@ func TestUpgradeToPartialIndexes(t *testing.T) {
 		want int
 	}{
 		{ProcessFilter{State: "running", Limit: 100}, 10},
+		{ProcessFilter{State: "queued", Limit: 100}, 10},
 		{ProcessFilter{State: "idle", Limit: 100}, 20},
 		{ProcessFilter{Ref: "nightly", Limit: 100}, 20},
 		{ProcessFilter{Ref: "nightly", State: "queued", Limit: 100}, 10},
