@@ -82,8 +82,6 @@ type Process struct {
 	// time, in millicores: it paces the CPU watch.
 	cpuRate int64
 	logger  *slog.Logger
-	// rebase wakes the CPU watch after ResetUsage.
-	rebase chan struct{}
 
 	// procSubset: the init mounted the pid-only /proc (its start report).
 	procSubset bool
@@ -130,7 +128,6 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		cpuLimit: time.Duration(limits.CPUSeconds) * time.Second,
 		cpuRate:  int64(runtime.NumCPU()) * 1000,
 		logger:   spec.Logger,
-		rebase:   make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
 	if p.layers.CPUQuota {
@@ -260,11 +257,9 @@ func (p *Process) ResetUsage() {
 	if err := p.cg.resetPeak(); err != nil {
 		p.logger.Warn("sandbox usage", "err", err)
 	}
+	// The CPU watch needs no wake-up: a new base only leaves more of the
+	// limit, so its next look, due sooner than that requires, recomputes.
 	p.mu.Unlock()
-	select {
-	case p.rebase <- struct{}{}:
-	default: // a wake-up is pending already
-	}
 }
 
 // cpuWatchFloor is the shortest pause between two looks at the CPU cgroup.
@@ -300,8 +295,6 @@ func (p *Process) watchCPU() {
 		t := time.NewTimer(max(time.Duration(int64(left)*1000/p.cpuRate), cpuWatchFloor))
 		select {
 		case <-t.C:
-		case <-p.rebase:
-			t.Stop()
 		case <-p.done:
 			t.Stop()
 			return

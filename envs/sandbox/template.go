@@ -396,7 +396,6 @@ func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 		cpuLimit: time.Duration(t.limits.CPUSeconds) * time.Second,
 		cpuRate:  int64(runtime.NumCPU()) * 1000,
 		logger:   t.logger,
-		rebase:   make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		forked:   true,
 		pidfd:    -1,
