@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cyrnel/cyrnel/host/retention"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -63,18 +64,13 @@ type Store interface {
 // DefaultTTL is how long an approval waits for a decision.
 const DefaultTTL = 10 * time.Minute
 
-// Options bound approvals; the retention mirrors the audit's (audit.Options).
+// Options bound approvals.
 type Options struct {
 	// TTL is how long an approval waits for a decision (default DefaultTTL).
 	TTL time.Duration
-	// MaxRecords keeps at most this many decided approvals, the newest
-	// (default 100000; negative: no count bound).
-	MaxRecords int64
-	// MaxAge drops decided approvals older than this (default 30 days;
-	// negative: no age bound).
-	MaxAge time.Duration
-	// PruneEvery is how often the bounds are applied (default 1 minute).
-	PruneEvery time.Duration
+	// Bounds keep the decided approvals bounded, as the audit's do (see
+	// retention.Bounds for defaults); pending ones are never pruned.
+	retention.Bounds
 }
 
 // Manager creates approvals and wakes the calls waiting on them.
@@ -109,15 +105,7 @@ func New(log *slog.Logger, st Store, opts Options) *Manager {
 	if opts.TTL <= 0 {
 		opts.TTL = DefaultTTL
 	}
-	if opts.MaxRecords == 0 {
-		opts.MaxRecords = 100000
-	}
-	if opts.MaxAge == 0 {
-		opts.MaxAge = 30 * 24 * time.Hour
-	}
-	if opts.PruneEvery <= 0 {
-		opts.PruneEvery = time.Minute
-	}
+	opts.Bounds = opts.Bounds.WithDefaults()
 	m := &Manager{log: log, st: st, opts: opts, stop: make(chan struct{}), done: make(chan struct{}), waiting: map[string]chan string{}}
 	go m.pruneLoop()
 	return m
@@ -135,25 +123,12 @@ func (m *Manager) pruneLoop() {
 	t := time.NewTicker(m.opts.PruneEvery)
 	defer t.Stop()
 	for {
-		m.prune()
+		m.opts.Apply(m.log, "approvals", m.st.PruneApprovals)
 		select {
 		case <-t.C:
 		case <-m.stop:
 			return
 		}
-	}
-}
-
-// prune drops decided approvals beyond the bounds; pending ones stay.
-func (m *Manager) prune() {
-	var before time.Time
-	if m.opts.MaxAge > 0 {
-		before = time.Now().Add(-m.opts.MaxAge).UTC()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := m.st.PruneApprovals(ctx, max(m.opts.MaxRecords, 0), before); err != nil {
-		m.log.Error("prune approvals", "err", err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cyrnel/cyrnel/host/retention"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -214,7 +215,7 @@ func TestDecidedApprovalsArePrunedPeriodically(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := &signalling{Store: openStore(t), pruned: make(chan struct{}), quit: make(chan struct{})}
-	newManager(t, st, Options{MaxRecords: 3, MaxAge: 24 * time.Hour, PruneEvery: 10 * time.Millisecond})
+	newManager(t, st, Options{Bounds: retention.Bounds{MaxRecords: 3, MaxAge: 24 * time.Hour, PruneEvery: 10 * time.Millisecond}})
 	t.Cleanup(func() { close(st.quit) }) // runs before the manager's Close
 	<-st.pruned                          // the prune at start, on an empty table
 
