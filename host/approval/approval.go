@@ -105,7 +105,7 @@ func New(log *slog.Logger, st Store, opts Options) *Manager {
 	if opts.TTL <= 0 {
 		opts.TTL = DefaultTTL
 	}
-	opts.Bounds = opts.Bounds.WithDefaults()
+	opts.Bounds = opts.WithDefaults()
 	m := &Manager{log: log, st: st, opts: opts, stop: make(chan struct{}), done: make(chan struct{}), waiting: map[string]chan string{}}
 	go m.pruneLoop()
 	return m

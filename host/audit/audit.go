@@ -69,7 +69,7 @@ func New(log *slog.Logger, st Store, opts Options) *Writer {
 	if opts.Queue <= 0 {
 		opts.Queue = 4096
 	}
-	opts.Bounds = opts.Bounds.WithDefaults()
+	opts.Bounds = opts.WithDefaults()
 	if opts.Linger <= 0 {
 		opts.Linger = 20 * time.Millisecond
 	}

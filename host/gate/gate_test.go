@@ -188,6 +188,12 @@ type clock struct {
 	paused, resume int
 }
 
+func (c *clock) counts() (paused, resumed int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.paused, c.resume
+}
+
 func (c *clock) pause() func() {
 	c.mu.Lock()
 	c.paused++
@@ -237,8 +243,8 @@ func TestAskFromCodeWaitsForTheDecision(t *testing.T) {
 			if a.State != approval.Pending || a.PID == nil || *a.PID != 7 || a.Parameters["api_key"] != audit.Redacted {
 				t.Fatalf("approval: %+v", a)
 			}
-			if clk.paused != 1 {
-				t.Fatalf("the clock was paused %d times while suspended", clk.paused)
+			if paused, _ := clk.counts(); paused != 1 {
+				t.Fatalf("the clock was paused %d times while suspended", paused)
 			}
 			if c.decide != nil {
 				if err := c.decide(f.mgr, a.ID); err != nil {
@@ -256,8 +262,8 @@ func TestAskFromCodeWaitsForTheDecision(t *testing.T) {
 			if n := f.tools.calls.Load(); n != c.calls {
 				t.Fatalf("the tool was called %d times, want %d", n, c.calls)
 			}
-			if f.procs.stillSuspended() != 0 || clk.resume != 1 {
-				t.Fatalf("after the decision: %d suspensions left, clock resumed %d times", f.procs.stillSuspended(), clk.resume)
+			if _, resumed := clk.counts(); f.procs.stillSuspended() != 0 || resumed != 1 {
+				t.Fatalf("after the decision: %d suspensions left, clock resumed %d times", f.procs.stillSuspended(), resumed)
 			}
 			rec := f.audit.only(t)
 			wantRecord(t, rec, policy.Ask, c.outcome, a.ID)
