@@ -529,6 +529,27 @@ func TestApprovalExpires(t *testing.T) {
 	}
 }
 
+// A TypeScript program's timeout stops while its call waits on a human, as
+// a Python program's does (TestApprovals/approve).
+func TestTypeScriptSuspendedTimeDoesNotCount(t *testing.T) {
+	t.Parallel()
+	h, up := governed(t, "")
+	if st, _ := h.do("PUT", "/environment", map[string]any{"module": "typescript"}, nil); st != 200 {
+		t.Fatalf("switch to typescript: %d", st)
+	}
+	setPolicies(t, h, "allow", [2]string{"petstore.getPetById", "ask"})
+	const timeoutMs = 1000
+	pid, a := approvalOf(t, h, `const r = await cyrnel.services.petstore.tools.getPetById.invoke({ petId: 5 }); console.log("result", r.status);`, timeoutMs)
+	// The decision comes well past the timeout: this wait is the test.
+	time.Sleep(2 * timeoutMs * time.Millisecond)
+	if st, _ := h.do("POST", "/approvals/"+a.ID+"/approve", nil, nil); st != 200 {
+		t.Fatalf("approve: %d", st)
+	}
+	if p := h.wait(pid); p.exit() != "success" || !strings.Contains(p.Stdout, "result 200") || up.count() != 1 {
+		t.Fatalf("approved TypeScript process: %+v, upstream %v", p, up.paths())
+	}
+}
+
 func TestRestartWhileSuspended(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -200,7 +200,7 @@ func governanceFromEnv() (server.Governance, error) {
 	for _, d := range []struct {
 		env string
 		to  *time.Duration
-	}{{"CYRNEL_APPROVAL_TTL", &g.ApprovalTTL}, {"CYRNEL_AUDIT_MAX_AGE", &g.Audit.MaxAge}} {
+	}{{"CYRNEL_APPROVAL_TTL", &g.Approvals.TTL}, {"CYRNEL_APPROVAL_MAX_AGE", &g.Approvals.MaxAge}, {"CYRNEL_AUDIT_MAX_AGE", &g.Audit.MaxAge}} {
 		if v := os.Getenv(d.env); v != "" {
 			x, err := time.ParseDuration(v)
 			if err != nil {
@@ -209,12 +209,17 @@ func governanceFromEnv() (server.Governance, error) {
 			*d.to = x
 		}
 	}
-	if v := os.Getenv("CYRNEL_AUDIT_MAX_RECORDS"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return g, fmt.Errorf("CYRNEL_AUDIT_MAX_RECORDS: %w", err)
+	for _, c := range []struct {
+		env string
+		to  *int64
+	}{{"CYRNEL_APPROVAL_MAX_RECORDS", &g.Approvals.MaxRecords}, {"CYRNEL_AUDIT_MAX_RECORDS", &g.Audit.MaxRecords}} {
+		if v := os.Getenv(c.env); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return g, fmt.Errorf("%s: %w", c.env, err)
+			}
+			*c.to = n
 		}
-		g.Audit.MaxRecords = n
 	}
 	return g, nil
 }

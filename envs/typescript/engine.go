@@ -87,15 +87,18 @@ func NewEngine(opts Options) *Engine {
 const abandonAfter = 250 * time.Millisecond
 
 // Run compiles code (or takes it from the cache) and runs it to the end, at
-// most for timeout. Cancelling ctx kills the run: it ends canceled, never
-// timeout. A failure is also reported on cb.Stderr, with TypeScript positions.
+// most for timeout (0: no clock of its own; only ctx stops it). Cancelling
+// ctx kills the run: it ends canceled, never timeout. A failure is also reported on cb.Stderr, with TypeScript positions.
 //
 // Run returns at most abandonAfter past the timeout or the kill. A program
 // that has not stopped by then is abandoned: its goroutine ends on its own
 // once the built-in it is in returns, and none of cb is called any more.
 // Only a separate process bounds the CPU and memory it uses until then.
 func (e *Engine) Run(ctx context.Context, code string, timeout time.Duration, cb Callbacks) Result {
-	deadline := time.Now().Add(timeout)
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
 	c, err := e.compile(code)
 	if err != nil {
 		return Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError, Error: fmt.Sprintf("typescript: %v", err)}
@@ -110,7 +113,7 @@ func (e *Engine) Run(ctx context.Context, code string, timeout time.Duration, cb
 	g := &gate{Callbacks: cb}
 	r := newRun(ctx, e.opts, c, g)
 	done := make(chan Result, 1)
-	go func() { done <- r.execute(time.Until(deadline)) }()
+	go func() { done <- r.execute(deadline) }()
 	select {
 	case res := <-done:
 		return res

@@ -88,7 +88,7 @@ func newRun(ctx context.Context, opts Options, prog *compiled, cb Callbacks) *ru
 	}
 }
 
-func (r *run) execute(timeout time.Duration) (res Result) {
+func (r *run) execute(deadline time.Time) (res Result) {
 	defer func() {
 		close(r.finished)
 		r.cancel()
@@ -100,7 +100,7 @@ func (r *run) execute(timeout time.Duration) (res Result) {
 			res = Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError, Error: fmt.Sprintf("typescript: internal error: %v", x)}
 		}
 	}()
-	go r.watch(timeout)
+	go r.watch(deadline)
 	r.turn = time.Now()
 	if err := r.install(); err != nil {
 		return Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError, Error: fmt.Sprintf("typescript: setting up the runtime: %v", err)}
@@ -120,14 +120,19 @@ func (r *run) execute(timeout time.Duration) (res Result) {
 	return r.loop()
 }
 
-// watch interrupts the runtime on timeout or when the caller kills the run.
-func (r *run) watch(timeout time.Duration) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
+// watch interrupts the runtime at the deadline (zero: none) or when the
+// caller kills the run.
+func (r *run) watch(deadline time.Time) {
+	var due <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		due = t.C
+	}
 	select {
 	case <-r.parent.Done():
 		r.stop(stopKilled)
-	case <-t.C:
+	case <-due:
 		r.stop(stopTimeout)
 	case <-r.finished:
 	}

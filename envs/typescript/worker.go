@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
 
@@ -77,10 +76,13 @@ type workerServer struct {
 	cancel context.CancelFunc // of the program running now
 }
 
+// executeParams leaves timeoutMs out: the host's clock decides the timeout
+// and sends cancel when it passes. A clock here too could not see the time
+// a tool call spends waiting on a human approval, which the host's clock
+// does not count (docs/typescript.md).
 type executeParams struct {
-	EID       int64 `json:"eid"`
-	Code      string
-	TimeoutMs int64 `json:"timeoutMs"`
+	EID  int64 `json:"eid"`
+	Code string
 }
 
 // Handle keeps cancel in order on the read loop; an execution runs on its
@@ -113,7 +115,7 @@ func (s *workerServer) execute(conn *jsonrpc2.Conn, id jsonrpc2.ID, p executePar
 	s.mu.Lock()
 	s.cancel = cancel
 	s.mu.Unlock()
-	res := s.engine.Run(ctx, p.Code, time.Duration(p.TimeoutMs)*time.Millisecond, &rpcCallbacks{conn: conn})
+	res := s.engine.Run(ctx, p.Code, 0, &rpcCallbacks{conn: conn})
 	s.mu.Lock()
 	s.cancel = nil
 	s.mu.Unlock()
@@ -124,8 +126,8 @@ func (s *workerServer) execute(conn *jsonrpc2.Conn, id jsonrpc2.ID, p executePar
 	case res.Exit == module.ExitFailed && res.Reason == module.ReasonException:
 		status = "failed"
 	case res.Exit == module.ExitTimeout || res.Exit == module.ExitCanceled:
-		// Interrupted on the host's cancel or at its own deadline (a
-		// backstop): how it ended is the host's to say.
+		// Interrupted on the host's cancel: how it ended (timeout or
+		// kill) is the host's to say.
 		status = "stopped"
 	default:
 		// The engine itself failed: an error answer, which discards this

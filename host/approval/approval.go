@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cyrnel/cyrnel/host/retention"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -57,17 +58,29 @@ type Store interface {
 	ExpirePendingApprovals(ctx context.Context, at time.Time) (int64, error)
 	ExpireOrphanApprovals(ctx context.Context, at time.Time) (int64, error)
 	ListApprovals(ctx context.Context, f store.ApprovalFilter) ([]store.Approval, error)
-	PruneApprovals(ctx context.Context, before time.Time) error
+	PruneApprovals(ctx context.Context, keep int64, before time.Time) error
 }
 
 // DefaultTTL is how long an approval waits for a decision.
 const DefaultTTL = 10 * time.Minute
 
+// Options bound approvals.
+type Options struct {
+	// TTL is how long an approval waits for a decision (default DefaultTTL).
+	TTL time.Duration
+	// Bounds keep the decided approvals bounded, as the audit's do (see
+	// retention.Bounds for defaults); pending ones are never pruned.
+	retention.Bounds
+}
+
 // Manager creates approvals and wakes the calls waiting on them.
 type Manager struct {
-	log *slog.Logger
-	st  Store
-	ttl time.Duration
+	log  *slog.Logger
+	st   Store
+	opts Options
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
 
 	relay Relay // nil: one host
 
@@ -86,17 +99,41 @@ type Relay interface {
 // every pending one. Call it before Recover.
 func (m *Manager) Shared(r Relay) { m.relay = r }
 
-// New returns a manager whose approvals expire after ttl (0: DefaultTTL).
-func New(log *slog.Logger, st Store, ttl time.Duration) *Manager {
-	if ttl <= 0 {
-		ttl = DefaultTTL
+// New returns a manager and starts its pruning, which applies the bounds
+// at once and then every PruneEvery; Close stops it.
+func New(log *slog.Logger, st Store, opts Options) *Manager {
+	if opts.TTL <= 0 {
+		opts.TTL = DefaultTTL
 	}
-	return &Manager{log: log, st: st, ttl: ttl, waiting: map[string]chan string{}}
+	opts.Bounds = opts.WithDefaults()
+	m := &Manager{log: log, st: st, opts: opts, stop: make(chan struct{}), done: make(chan struct{}), waiting: map[string]chan string{}}
+	go m.pruneLoop()
+	return m
+}
+
+// Close stops the pruning. Calls waiting on approvals are the callers' to
+// end (their contexts).
+func (m *Manager) Close() {
+	m.once.Do(func() { close(m.stop) })
+	<-m.done
+}
+
+func (m *Manager) pruneLoop() {
+	defer close(m.done)
+	t := time.NewTicker(m.opts.PruneEvery)
+	defer t.Stop()
+	for {
+		m.opts.Apply(m.log, "approvals", m.st.PruneApprovals)
+		select {
+		case <-t.C:
+		case <-m.stop:
+			return
+		}
+	}
 }
 
 // Recover expires the approvals a previous host left pending: the calls
-// waiting on them ended with it. Decided approvals older than 30 days are
-// dropped, so the table stays bounded.
+// waiting on them ended with it.
 func (m *Manager) Recover(ctx context.Context) error {
 	now := time.Now().UTC()
 	expire := m.st.ExpirePendingApprovals
@@ -111,7 +148,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	if n > 0 {
 		m.log.Warn("expired approvals left pending by a previous host", "count", n)
 	}
-	return m.st.PruneApprovals(ctx, now.Add(-30*24*time.Hour))
+	return nil
 }
 
 // Request is one call that needs a decision.
@@ -128,7 +165,7 @@ type Request struct {
 func (m *Manager) Wait(ctx context.Context, req Request, created func(*Approval)) (*Approval, error) {
 	now := time.Now().UTC()
 	row := &store.Approval{ID: newID(now), State: Pending, PID: req.PID, ServiceID: req.ServiceID, ToolID: req.ToolID,
-		Parameters: req.Parameters, CreatedAt: now, ExpiresAt: now.Add(m.ttl)}
+		Parameters: req.Parameters, CreatedAt: now, ExpiresAt: now.Add(m.opts.TTL)}
 	decided := make(chan string, 1)
 	m.mu.Lock()
 	m.waiting[row.ID] = decided
@@ -142,7 +179,7 @@ func (m *Manager) Wait(ctx context.Context, req Request, created func(*Approval)
 		return nil, err
 	}
 	created(view(row))
-	timer := time.NewTimer(m.ttl)
+	timer := time.NewTimer(m.opts.TTL)
 	defer timer.Stop()
 	select {
 	case <-decided:

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cyrnel/cyrnel/host/retention"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -33,14 +34,8 @@ type Store interface {
 type Options struct {
 	// Queue is how many records may wait for the writer (default 4096).
 	Queue int
-	// MaxRecords keeps at most this many records, the newest (default
-	// 100000; negative: no count bound).
-	MaxRecords int64
-	// MaxAge drops records older than this (default 30 days; negative: no
-	// age bound).
-	MaxAge time.Duration
-	// PruneEvery is how often the bounds are applied (default 1 minute).
-	PruneEvery time.Duration
+	// Bounds keep the table bounded (see retention.Bounds for defaults).
+	retention.Bounds
 	// Linger is how long the writer waits for more records before it
 	// stores a batch (default 20 ms): one insert for many calls keeps the
 	// database's CPU off the calls' path. Readers flush first, so they
@@ -74,15 +69,7 @@ func New(log *slog.Logger, st Store, opts Options) *Writer {
 	if opts.Queue <= 0 {
 		opts.Queue = 4096
 	}
-	if opts.MaxRecords == 0 {
-		opts.MaxRecords = 100000
-	}
-	if opts.MaxAge == 0 {
-		opts.MaxAge = 30 * 24 * time.Hour
-	}
-	if opts.PruneEvery <= 0 {
-		opts.PruneEvery = time.Minute
-	}
+	opts.Bounds = opts.WithDefaults()
 	if opts.Linger <= 0 {
 		opts.Linger = 20 * time.Millisecond
 	}
@@ -228,18 +215,7 @@ func (w *Writer) write(batch []store.ToolCall) {
 	w.settle(int64(len(batch)))
 }
 
-func (w *Writer) prune() {
-	var before time.Time
-	if w.opts.MaxAge > 0 {
-		before = time.Now().Add(-w.opts.MaxAge).UTC()
-	}
-	keep := max(w.opts.MaxRecords, 0)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := w.st.PruneToolCalls(ctx, keep, before); err != nil {
-		w.log.Error("prune tool call records", "err", err)
-	}
-}
+func (w *Writer) prune() { w.opts.Apply(w.log, "tool call records", w.st.PruneToolCalls) }
 
 // Call is an audit record as the API shows it.
 type Call struct {

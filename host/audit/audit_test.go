@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cyrnel/cyrnel/host/retention"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -66,7 +67,7 @@ func TestRetentionByCountAndAge(t *testing.T) {
 	}
 	w.Close()
 	// A writer prunes when it starts (and then every PruneEvery).
-	w = New(quiet, st, Options{MaxRecords: 100, MaxAge: 24 * time.Hour})
+	w = New(quiet, st, Options{Bounds: retention.Bounds{MaxRecords: 100, MaxAge: 24 * time.Hour}})
 	w.Close()
 	all, err := st.ListToolCalls(ctx, store.ToolCallFilter{Limit: 1000})
 	if err != nil || len(all) != 100 || all[99].Parameters["i"] != 50.0 {
@@ -78,7 +79,7 @@ func TestRetentionByCountAndAge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w = New(quiet, st, Options{MaxRecords: -1, MaxAge: 24 * time.Hour})
+	w = New(quiet, st, Options{Bounds: retention.Bounds{MaxRecords: -1, MaxAge: 24 * time.Hour}})
 	w.Close()
 	if all, _ = st.ListToolCalls(ctx, store.ToolCallFilter{Limit: 1000}); len(all) != 100 {
 		t.Fatalf("after an age bound: %d, want the 100 recent ones", len(all))

@@ -100,12 +100,7 @@ func (g *Gate) call(ctx context.Context, src Source, in module.InvokeInput, deci
 				Err: fmt.Errorf("tool %s.%s needs a human approval (tool policy ask); call it from code, where the call waits for one: %w",
 					in.ServiceID, in.ToolID, ErrNeedsApproval)}
 		}
-		a, err := g.approve(ctx, in, rec.Parameters)
-		if a != nil {
-			id := a.ID
-			rec.ApprovalID = &id
-		}
-		if err != nil {
+		if err := g.approve(ctx, in, rec); err != nil {
 			return nil, err
 		}
 	}
@@ -113,12 +108,15 @@ func (g *Gate) call(ctx context.Context, src Source, in module.InvokeInput, deci
 }
 
 // approve suspends the process (and its timeout) until the approval is
-// decided.
-func (g *Gate) approve(ctx context.Context, in module.InvokeInput, params map[string]any) (*approval.Approval, error) {
+// decided. The record gets the approval's id as soon as it exists, so the
+// audit names it even when the approval cannot be read back.
+func (g *Gate) approve(ctx context.Context, in module.InvokeInput, rec *store.ToolCall) error {
 	var resume, resumeClock func()
 	pid := in.EID
-	a, err := g.Approvals.Wait(ctx, approval.Request{PID: &pid, ServiceID: in.ServiceID, ToolID: in.ToolID, Parameters: params},
+	a, err := g.Approvals.Wait(ctx, approval.Request{PID: &pid, ServiceID: in.ServiceID, ToolID: in.ToolID, Parameters: rec.Parameters},
 		func(a *approval.Approval) {
+			id := a.ID
+			rec.ApprovalID = &id
 			resumeClock = module.Pause(ctx)
 			resume = g.Processes.Suspend(pid, a)
 		})
@@ -127,13 +125,15 @@ func (g *Gate) approve(ctx context.Context, in module.InvokeInput, params map[st
 		resumeClock()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("approval for %s.%s: %w", in.ServiceID, in.ToolID, err)
+		// Nobody can say it was approved: the call is not made.
+		return &module.ToolError{Code: module.ToolDenied,
+			Err: fmt.Errorf("tool %s.%s was not approved (the approval failed: %w): %w", in.ServiceID, in.ToolID, err, ErrDenied)}
 	}
 	if a.State != approval.Approved {
-		return a, &module.ToolError{Code: module.ToolDenied,
+		return &module.ToolError{Code: module.ToolDenied,
 			Err: fmt.Errorf("tool %s.%s was not approved (approval %s %s): %w", in.ServiceID, in.ToolID, a.ID, a.State, ErrDenied)}
 	}
-	return a, nil
+	return nil
 }
 
 // outcome classifies a finished call for the audit.

@@ -78,26 +78,28 @@ type Config struct {
 type Governance struct {
 	// DefaultPolicy applies until the operator stores policies (allow).
 	DefaultPolicy policy.Decision
-	// ApprovalTTL is how long an approval waits for a decision (10 min).
-	ApprovalTTL time.Duration
-	Audit       audit.Options
+	// Approvals: how long one waits for a decision, and how many decided
+	// ones are kept, for how long.
+	Approvals approval.Options
+	Audit     audit.Options
 }
 
 // Server is an assembled host.
 type Server struct {
-	log      *slog.Logger
-	cfg      Config
-	keyFile  string // the data directory's key file, when the key is from there
-	dir      *datadir.Dir
-	store    *store.Store
-	procs    *process.Manager
-	sessions *session.Manager
-	audit    *audit.Writer
-	gate     *gate.Gate
-	modules  *modules.Registry
-	services *services.Manager
-	cluster  *cluster.Cluster // nil on SQLite
-	handler  http.Handler
+	log       *slog.Logger
+	cfg       Config
+	keyFile   string // the data directory's key file, when the key is from there
+	dir       *datadir.Dir
+	store     *store.Store
+	procs     *process.Manager
+	sessions  *session.Manager
+	audit     *audit.Writer
+	approvals *approval.Manager
+	gate      *gate.Gate
+	modules   *modules.Registry
+	services  *services.Manager
+	cluster   *cluster.Cluster // nil on SQLite
+	handler   http.Handler
 	// egress learns the listen address, which tool calls never reach.
 	egress *egress.Guard
 }
@@ -216,11 +218,12 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if cl != nil {
 		policies.OnChange(func(ctx context.Context) { cl.Notify(ctx, control.Event{Kind: control.KindPolicies}) })
 	}
-	approvals := approval.New(log.With("component", "approvals"), st, cfg.Governance.ApprovalTTL)
+	approvals := approval.New(log.With("component", "approvals"), st, cfg.Governance.Approvals)
 	if cl != nil {
 		approvals.Shared(cl)
 	}
 	if err = approvals.Recover(ctx); err != nil {
+		approvals.Close()
 		return nil, err
 	}
 	auditor := audit.New(log.With("component", "audit"), st, cfg.Governance.Audit)
@@ -243,7 +246,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	// The console's assets and the API reference sit in front of the API
 	// (and its authentication): they hold no data.
 	handler = console.Handler(handler)
-	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, audit: auditor, gate: g, modules: reg, services: svcs, cluster: cl, handler: handler, egress: guard}, nil
+	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, audit: auditor, approvals: approvals, gate: g, modules: reg, services: svcs, cluster: cl, handler: handler, egress: guard}, nil
 }
 
 // Handler is the HTTP API with the console in front.
@@ -327,6 +330,7 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 		srv.Close()
 	}
 	s.audit.Close()
+	s.approvals.Close()
 	err = s.store.Close()
 	s.dir.Close()
 	return err
@@ -345,6 +349,7 @@ func (s *Server) Close() {
 	_ = s.modules.Stop(ctx)
 	_ = s.services.Stop(ctx)
 	s.audit.Close()
+	s.approvals.Close()
 	s.store.Close()
 	s.dir.Close()
 }

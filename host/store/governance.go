@@ -95,11 +95,28 @@ func (s *Store) ListApprovals(ctx context.Context, f ApprovalFilter) ([]Approval
 	return out, nil
 }
 
-// PruneApprovals deletes decided approvals older than before.
-func (s *Store) PruneApprovals(ctx context.Context, before time.Time) error {
-	_, err := s.DB.NewDelete().Model((*Approval)(nil)).Where("state <> 'pending'").Where("created_at < ?", before).Exec(ctx)
-	if err != nil {
-		return fmt.Errorf("prune approvals: %w", err)
+// PruneApprovals deletes decided approvals beyond the newest keep (0: no
+// count bound) and those created before before (zero: no age bound).
+// Pending approvals have calls waiting on them and are never deleted.
+func (s *Store) PruneApprovals(ctx context.Context, keep int64, before time.Time) error {
+	if keep > 0 {
+		var cut string
+		err := s.DB.NewSelect().Model((*Approval)(nil)).Column("id").Where("state <> 'pending'").
+			Order("id DESC").Offset(keep).Limit(1).Scan(ctx, &cut)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("prune approvals: %w", err)
+		}
+		if cut != "" {
+			// Ids sort by creation time.
+			if _, err := s.DB.NewDelete().Model((*Approval)(nil)).Where("state <> 'pending'").Where("id <= ?", cut).Exec(ctx); err != nil {
+				return fmt.Errorf("prune approvals: %w", err)
+			}
+		}
+	}
+	if !before.IsZero() {
+		if _, err := s.DB.NewDelete().Model((*Approval)(nil)).Where("state <> 'pending'").Where("created_at < ?", before).Exec(ctx); err != nil {
+			return fmt.Errorf("prune approvals: %w", err)
+		}
 	}
 	return nil
 }
