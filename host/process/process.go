@@ -462,9 +462,9 @@ func (m *Manager) Kill(ctx context.Context, pid int64) (*Process, error) {
 	r.cancel()
 	if was == Queued || was == Running || was == Suspended {
 		// From queued too: the running state is written at the next flush.
-		p := &store.Process{PID: pid, State: string(Terminating)}
+		p := &store.Process{PID: pid, Runs: r.base.Runs, State: string(Terminating)}
 		if err := m.w.do(func(ctx context.Context, tx *store.Tx) error {
-			_, err := tx.TransitionProcess(ctx, p, []string{string(Queued), string(Running), string(Suspended)}, "state")
+			_, err := tx.TransitionRun(ctx, p, []string{string(Queued), string(Running), string(Suspended)}, "state")
 			return err
 		}); err != nil {
 			return nil, err

@@ -567,3 +567,42 @@ func TestAFullDiskInABatchFailsOnlyItsWrite(t *testing.T) {
 		t.Fatalf("%d full, %d stored: %v", full, len(rows), err)
 	}
 }
+
+// TestLateLiveWritesNeverLandOnTheNextRun: a progress flush (the running
+// transition) or a suspend/resume state write of run N that arrives once
+// run N+1 of the same process started changes nothing of the new run's row.
+func TestLateLiveWritesNeverLandOnTheNextRun(t *testing.T) {
+	t.Parallel()
+	m, ex, st := newManagerIn(t, t.TempDir(), time.Hour) // no flush of its own
+	ctx := context.Background()
+	p, err := m.Create(ctx, CreateInput{Code: "x", Autorun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ex.start
+	first := m.lookup(p.PID)
+	m.EmitStdout(p.PID, []byte("first\n"))
+	flush, _ := first.progress() // taken at a tick, written late
+	if flush == nil {
+		t.Fatal("a running execution with output has nothing to flush")
+	}
+	ex.end <- module.Result{Exit: module.ExitSuccess}
+	waitIdle(t, m, p.PID)
+	if _, err := m.Run(ctx, p.PID, true); err != nil {
+		t.Fatal(err)
+	}
+	<-ex.start
+	if err := m.w.do(flush); err != nil {
+		t.Fatal(err)
+	}
+	m.writeLiveState(first)
+	row, err := st.GetProcess(ctx, p.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.Runs != 2 || row.State != string(Queued) || row.StartedAt != nil || row.Stdout != "" {
+		t.Fatalf("run 1's late writes changed run 2's row: runs %d, %s, started %v, stdout %q", row.Runs, row.State, row.StartedAt, row.Stdout)
+	}
+	ex.end <- module.Result{Exit: module.ExitSuccess}
+	waitIdle(t, m, p.PID)
+}
