@@ -497,13 +497,16 @@ func TestOneFailingWriteLeavesItsBatch(t *testing.T) {
 }
 
 // TestLaunchAfterShutdownBegan: an execution launched once shutdown has
-// begun (the caller checked just before) never starts and is stored as
-// ended by the shutdown.
+// begun (it was admitted just before) never starts and is stored as ended
+// by the shutdown.
 func TestLaunchAfterShutdownBegan(t *testing.T) {
 	t.Parallel()
 	m, _, st := newManager(t)
 	p := &store.Process{Code: "x", State: string(Queued), TimeoutMs: 1000, CreatedAt: time.Now(), Runs: 1}
 	insert(t, m, p)
+	if err := m.admit(); err != nil {
+		t.Fatal(err)
+	}
 	m.mu.Lock()
 	m.stopping = true
 	m.mu.Unlock()
@@ -605,4 +608,37 @@ func TestLateLiveWritesNeverLandOnTheNextRun(t *testing.T) {
 	}
 	ex.end <- module.Result{Exit: module.ExitSuccess}
 	waitIdle(t, m, p.PID)
+}
+
+// TestShutdownWaitsForACreateBetweenInsertAndLaunch: a shutdown that begins
+// while a create has stored its row as queued but not launched it yet does
+// not end before that row is final (canceled by the shutdown).
+func TestShutdownWaitsForACreateBetweenInsertAndLaunch(t *testing.T) {
+	t.Parallel()
+	m, ex, st := newManager(t)
+	m.beforeLaunch = func() {
+		// Shutdown cannot end while this create holds its queued row: it
+		// gives up at its deadline instead.
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if err := m.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("shutdown while a created process was not launched yet: %v", err)
+		}
+	}
+	p, err := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	row, err := st.GetProcess(context.Background(), p.PID)
+	if err != nil || row.State != "idle" || row.ExitState == nil || *row.ExitState != "canceled" || row.Reason != "host_shutdown" {
+		t.Fatalf("stored %+v %v", row, err)
+	}
+	select {
+	case pid := <-ex.start:
+		t.Fatalf("process %d ran after shutdown", pid)
+	default:
+	}
 }
