@@ -3,15 +3,16 @@ package python
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cyrnel/cyrnel/envs/envtest"
 	"github.com/cyrnel/cyrnel/envs/module"
@@ -71,17 +72,22 @@ func TestTemplateRestartsAfterDeath(t *testing.T) {
 	if len(tpls) != 1 {
 		t.Fatalf("%d templates among this process's children, want 1", len(tpls))
 	}
-	if err := syscall.Kill(tpls[0], syscall.SIGKILL); err != nil {
+	pidfd, err := unix.PidfdOpen(tpls[0], 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", tpls[0])); err != nil {
-			break // reaped
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the killed template was not reaped")
-		}
-		time.Sleep(time.Millisecond)
+	defer unix.Close(pidfd)
+	if err := unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	// A pidfd polls POLLHUP once its process has been reaped.
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLHUP}}
+	n, err := unix.Poll(fds, 10_000)
+	for errors.Is(err, unix.EINTR) {
+		n, err = unix.Poll(fds, 10_000)
+	}
+	if err != nil || n == 0 {
+		t.Fatalf("the killed template was not reaped within 10 s (%v)", err)
 	}
 	// The warm children died with their template; an execution handed one
 	// before its end was noticed fails (environment_error). At most the

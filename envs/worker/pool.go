@@ -74,6 +74,8 @@ type Pool struct {
 	served      int64
 	started     int64         // spawns that became warm, ever
 	warm        chan struct{} // closed when the first spawn becomes warm
+
+	landed func() // tests: runs once each spawn has landed (or failed)
 }
 
 // Stats describe a pool's health.
@@ -357,6 +359,9 @@ func spawnsNeeded(size, lent, waiting, ready, spawning, maxSpawning int) int {
 
 func (p *Pool) spawnOne() {
 	defer p.wg.Done()
+	if p.landed != nil {
+		defer p.landed()
+	}
 	defer p.poke()
 	ctx, cancel := context.WithTimeout(context.Background(), p.startTimeout)
 	defer cancel()

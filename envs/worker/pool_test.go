@@ -36,14 +36,18 @@ func idleWorker(t *testing.T, ctx context.Context) (*Worker, error) {
 // holding the pool, and wedged Close: every environment teardown).
 func TestReturnWhileASpawnIsInFlight(t *testing.T) {
 	gate := make(chan struct{})
+	held := make(chan struct{}, 8)   // a spawn for the waiter is in flight
+	landed := make(chan struct{}, 8) // a spawn has landed
 	var spawns atomic.Int32
 	p := NewPool(slog.New(slog.NewTextHandler(io.Discard, nil)), PoolConfig{Size: 1, StartTimeout: 30 * time.Second, Lend: true},
 		func(ctx context.Context) (*Worker, error) {
 			if spawns.Add(1) > 1 {
+				held <- struct{}{}
 				<-gate // the spawn for a waiter: held until the worker is back
 			}
 			return idleWorker(t, ctx)
 		})
+	p.landed = func() { landed <- struct{}{} }
 	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -55,13 +59,7 @@ func TestReturnWhileASpawnIsInFlight(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error)
 	go func() { _, err := p.Get(ctx); gaveUp <- err }()
-	deadline := time.Now().Add(10 * time.Second)
-	for p.Stats().Spawning == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no spawn started for the waiter")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	receive(t, held, "no spawn started for the waiter")
 	cancel()
 	if err := <-gaveUp; err == nil {
 		t.Fatal("the waiter got a worker while the only one was lent and the spawn held")
@@ -70,18 +68,24 @@ func TestReturnWhileASpawnIsInFlight(t *testing.T) {
 		t.Fatal("Return refused a live worker with a warm slot free")
 	}
 	close(gate) // the spawn lands on a full set of warm slots
-	for p.Stats().Spawning > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the spawn never landed")
-		}
-		time.Sleep(time.Millisecond)
+	receive(t, landed, "the first spawn never landed")
+	receive(t, landed, "the held spawn never landed")
+	if s := p.Stats(); s.Spawning != 0 || s.Ready != 2 || s.Started != 2 {
+		t.Fatalf("after the held spawn landed: %+v, want 2 ready", s)
 	}
 	closed := make(chan struct{})
 	go func() { p.Stop(context.Background()); close(closed) }()
+	receive(t, closed, "Stop wedged")
+}
+
+// receive waits for a signal, failing (instead of hanging the suite) if it
+// never comes.
+func receive(t *testing.T, ch <-chan struct{}, never string) {
+	t.Helper()
 	select {
-	case <-closed:
+	case <-ch:
 	case <-time.After(20 * time.Second):
-		t.Fatal("Stop wedged")
+		t.Fatal(never)
 	}
 }
 

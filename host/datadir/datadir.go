@@ -98,7 +98,9 @@ func Running(dir string) (string, error) {
 	}
 	defer f.Close()
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err == nil {
-		return "", nil // nobody holds it; closing releases our shared lock
+		// Nobody holds it. Unlocked, not only closed: see Close.
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return "", nil
 	} else if !errors.Is(err, syscall.EWOULDBLOCK) {
 		return "", fmt.Errorf("data dir lock: %w", err)
 	}
@@ -113,8 +115,15 @@ func Running(dir string) (string, error) {
 	return url, nil
 }
 
-// Close releases the lock.
+// Close releases the lock. It unlocks before it closes: a flock belongs to
+// the open file, which a child forked by another goroutine shares until it
+// execs (the descriptor is close-on-exec), so closing alone could leave the
+// directory locked for that long — a restart on it then found it in use.
 func (d *Dir) Close() error {
 	_ = d.lock.Truncate(0) // best effort: a stale address is ignored once the lock is free
+	if err := syscall.Flock(int(d.lock.Fd()), syscall.LOCK_UN); err != nil {
+		d.lock.Close()
+		return fmt.Errorf("unlock data dir: %w", err)
+	}
 	return d.lock.Close()
 }

@@ -3,9 +3,12 @@ package datadir
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestOneHostPerDataDir(t *testing.T) {
@@ -28,6 +31,45 @@ func TestOneHostPerDataDir(t *testing.T) {
 	if b.HostID != id || len(id) != 16 {
 		t.Fatalf("host id %q then %q", id, b.HostID)
 	}
+}
+
+// TestCloseUnlocksWhatAChildShares: the lock's descriptor is close-on-exec,
+// and a process that still holds a copy of it when the host closes (a child
+// forked by another goroutine, before its exec) does not keep the data
+// directory locked: a restart on it succeeds at once.
+func TestCloseUnlocksWhatAChildShares(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if flags, err := unix.FcntlInt(a.lock.Fd(), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC == 0 {
+		t.Fatalf("the lock's descriptor is inherited across exec (flags %#x, %v)", flags, err)
+	}
+	child := exec.Command("cat") // lives until its stdin closes
+	child.ExtraFiles = []*os.File{a.lock}
+	stdin, err := child.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		if err := child.Wait(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(dir)
+	if err != nil {
+		t.Fatalf("open after close while a child holds the old descriptor: %v", err)
+	}
+	b.Close()
 }
 
 func TestUsedAndAnnounced(t *testing.T) {

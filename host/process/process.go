@@ -102,12 +102,17 @@ type Manager struct {
 	w        *writer // every write to a process row goes through it
 	relay    Relay   // nil: one host
 
-	ctx      context.Context // cancelled at shutdown: kills every execution
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup // the executions
+	ctx    context.Context // cancelled at shutdown: kills every execution
+	cancel context.CancelFunc
+	// wg counts the executions from their admission (before their row is
+	// queued) to their final row, so Shutdown waits for every row it
+	// could otherwise leave queued.
+	wg       sync.WaitGroup
 	mu       sync.Mutex
 	runs     map[int64]*run
 	stopping bool
+
+	beforeLaunch func() // tests: runs in Create between the insert and the launch
 
 	stopFlush func() // stops the flusher, once
 	flushDone chan struct{}
@@ -285,17 +290,21 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) 
 		// Inserted already queued: one write fewer on the hot path.
 		p.State, p.Runs = string(Queued), 1
 	}
-	m.mu.Lock()
-	stopping := m.stopping
-	m.mu.Unlock()
-	if stopping && in.Autorun {
-		return nil, conflict("the host is shutting down")
+	if !in.Autorun {
+		if err := m.w.do(func(ctx context.Context, tx *store.Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {
+			return nil, err
+		}
+		return m.view(p), nil
 	}
-	if err := m.w.do(func(ctx context.Context, tx *store.Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {
+	if err := m.admit(); err != nil {
 		return nil, err
 	}
-	if !in.Autorun {
-		return m.view(p), nil
+	if err := m.w.do(func(ctx context.Context, tx *store.Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {
+		m.wg.Done()
+		return nil, err
+	}
+	if m.beforeLaunch != nil {
+		m.beforeLaunch()
 	}
 	r := m.launch(p, in.Files)
 	if in.Wait > 0 {
@@ -319,10 +328,12 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 	}
 	m.mu.Lock()
 	_, busy := m.runs[pid]
-	stopping := m.stopping
 	m.mu.Unlock()
-	if busy || stopping {
+	if busy {
 		return nil, conflict("process %d is still stopping", pid)
+	}
+	if err := m.admit(); err != nil {
+		return nil, err
 	}
 	p.State, p.ExitState, p.Reason, p.Error = string(Queued), nil, "", ""
 	p.Output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated = nil, "", "", false, false, false
@@ -336,17 +347,34 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 			"duration_ms", "cpu_ms", "peak_memory_bytes", "environment", "runs", "host_id", "displays")
 		return err
 	})
-	if err != nil {
-		return nil, err
+	if err == nil && !ok {
+		err = conflict("process %d changed state", pid)
 	}
-	if !ok {
-		return nil, conflict("process %d changed state", pid)
+	if err != nil {
+		m.wg.Done()
+		return nil, err
 	}
 	m.launch(p, nil)
 	return m.view(p), nil
 }
 
-// launch starts the execution of a process stored as queued.
+// admit takes a place among the executions for one about to be queued, or
+// refuses it once the host is stopping. The place is taken under the lock
+// that sets stopping, so Shutdown's wait covers every execution admitted
+// (no Add after its Wait); launch gives it back when the final row is
+// written, or the caller does if the row was never queued.
+func (m *Manager) admit() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopping {
+		return conflict("the host is shutting down")
+	}
+	m.wg.Add(1)
+	return nil
+}
+
+// launch starts the execution of a process stored as queued, which admit
+// let in.
 func (m *Manager) launch(p *store.Process, files []module.File) *run {
 	r := newRun(p, m.limits.OutputBytes)
 	// Its own context: a kill cancels it, so a kill that arrives before the
@@ -355,15 +383,15 @@ func (m *Manager) launch(p *store.Process, files []module.File) *run {
 	r.cancel = cancel
 	m.mu.Lock()
 	if m.stopping {
-		// Shutdown began after the caller checked: end it as Shutdown ends
-		// the rest.
+		// Shutdown began after it was admitted: end it as Shutdown ends the
+		// rest (Shutdown waits for this write).
 		m.mu.Unlock()
+		defer m.wg.Done()
 		cancel()
 		m.finish(r, "", module.Result{Exit: module.ExitCanceled}, nil)
 		return r
 	}
 	m.runs[p.PID] = r
-	m.wg.Add(1)
 	m.mu.Unlock()
 	go func() {
 		defer m.wg.Done()
@@ -462,9 +490,9 @@ func (m *Manager) Kill(ctx context.Context, pid int64) (*Process, error) {
 	r.cancel()
 	if was == Queued || was == Running || was == Suspended {
 		// From queued too: the running state is written at the next flush.
-		p := &store.Process{PID: pid, State: string(Terminating)}
+		p := &store.Process{PID: pid, Runs: r.base.Runs, State: string(Terminating)}
 		if err := m.w.do(func(ctx context.Context, tx *store.Tx) error {
-			_, err := tx.TransitionProcess(ctx, p, []string{string(Queued), string(Running), string(Suspended)}, "state")
+			_, err := tx.TransitionRun(ctx, p, []string{string(Queued), string(Running), string(Suspended)}, "state")
 			return err
 		}); err != nil {
 			return nil, err
@@ -608,7 +636,8 @@ func (m *Manager) Drain(ctx context.Context) {
 	m.mu.Lock()
 	m.stopping = true
 	m.mu.Unlock()
-	// No execution starts once stopping is set, so the group only shrinks.
+	// No execution is admitted once stopping is set, so the group only
+	// shrinks.
 	done := make(chan struct{})
 	go func() {
 		m.wg.Wait()

@@ -497,13 +497,16 @@ func TestOneFailingWriteLeavesItsBatch(t *testing.T) {
 }
 
 // TestLaunchAfterShutdownBegan: an execution launched once shutdown has
-// begun (the caller checked just before) never starts and is stored as
-// ended by the shutdown.
+// begun (it was admitted just before) never starts and is stored as ended
+// by the shutdown.
 func TestLaunchAfterShutdownBegan(t *testing.T) {
 	t.Parallel()
 	m, _, st := newManager(t)
 	p := &store.Process{Code: "x", State: string(Queued), TimeoutMs: 1000, CreatedAt: time.Now(), Runs: 1}
 	insert(t, m, p)
+	if err := m.admit(); err != nil {
+		t.Fatal(err)
+	}
 	m.mu.Lock()
 	m.stopping = true
 	m.mu.Unlock()
@@ -565,5 +568,77 @@ func TestAFullDiskInABatchFailsOnlyItsWrite(t *testing.T) {
 	rows, err := st.ListProcesses(context.Background(), store.ProcessFilter{Limit: 100})
 	if full != 1 || err != nil || len(rows) != 5 {
 		t.Fatalf("%d full, %d stored: %v", full, len(rows), err)
+	}
+}
+
+// TestLateLiveWritesNeverLandOnTheNextRun: a progress flush (the running
+// transition) or a suspend/resume state write of run N that arrives once
+// run N+1 of the same process started changes nothing of the new run's row.
+func TestLateLiveWritesNeverLandOnTheNextRun(t *testing.T) {
+	t.Parallel()
+	m, ex, st := newManagerIn(t, t.TempDir(), time.Hour) // no flush of its own
+	ctx := context.Background()
+	p, err := m.Create(ctx, CreateInput{Code: "x", Autorun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ex.start
+	first := m.lookup(p.PID)
+	m.EmitStdout(p.PID, []byte("first\n"))
+	flush, _ := first.progress() // taken at a tick, written late
+	if flush == nil {
+		t.Fatal("a running execution with output has nothing to flush")
+	}
+	ex.end <- module.Result{Exit: module.ExitSuccess}
+	waitIdle(t, m, p.PID)
+	if _, err := m.Run(ctx, p.PID, true); err != nil {
+		t.Fatal(err)
+	}
+	<-ex.start
+	if err := m.w.do(flush); err != nil {
+		t.Fatal(err)
+	}
+	m.writeLiveState(first)
+	row, err := st.GetProcess(ctx, p.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.Runs != 2 || row.State != string(Queued) || row.StartedAt != nil || row.Stdout != "" {
+		t.Fatalf("run 1's late writes changed run 2's row: runs %d, %s, started %v, stdout %q", row.Runs, row.State, row.StartedAt, row.Stdout)
+	}
+	ex.end <- module.Result{Exit: module.ExitSuccess}
+	waitIdle(t, m, p.PID)
+}
+
+// TestShutdownWaitsForACreateBetweenInsertAndLaunch: a shutdown that begins
+// while a create has stored its row as queued but not launched it yet does
+// not end before that row is final (canceled by the shutdown).
+func TestShutdownWaitsForACreateBetweenInsertAndLaunch(t *testing.T) {
+	t.Parallel()
+	m, ex, st := newManager(t)
+	m.beforeLaunch = func() {
+		// Shutdown cannot end while this create holds its queued row: it
+		// gives up at its deadline instead.
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if err := m.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("shutdown while a created process was not launched yet: %v", err)
+		}
+	}
+	p, err := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	row, err := st.GetProcess(context.Background(), p.PID)
+	if err != nil || row.State != "idle" || row.ExitState == nil || *row.ExitState != "canceled" || row.Reason != "host_shutdown" {
+		t.Fatalf("stored %+v %v", row, err)
+	}
+	select {
+	case pid := <-ex.start:
+		t.Fatalf("process %d ran after shutdown", pid)
+	default:
 	}
 }

@@ -438,8 +438,8 @@ func (r *run) progress() (apply func(context.Context, *store.Tx) error, ok func(
 	var changed bool
 	apply = func(ctx context.Context, tx *store.Tx) error {
 		if startRunning {
-			p := &store.Process{PID: r.pid, State: string(Running), StartedAt: &started}
-			if _, err := tx.TransitionProcess(ctx, p, []string{string(Queued)}, "state", "started_at"); err != nil {
+			p := &store.Process{PID: r.pid, Runs: r.base.Runs, State: string(Running), StartedAt: &started}
+			if _, err := tx.TransitionRun(ctx, p, []string{string(Queued)}, "state", "started_at"); err != nil {
 				return err
 			}
 		}

@@ -56,7 +56,8 @@ func (m *Manager) Suspend(pid int64, approval any) (resume func()) {
 // writeLiveState stores the run's current running or suspended state, so
 // listings and a restarted host see it. Writes are ordered per run and
 // each writes the state as it is then, so the last one is right; the
-// compare-and-set never touches a final or terminating row.
+// compare-and-set never touches a final or terminating row, nor the row of
+// a later run of the process.
 func (m *Manager) writeLiveState(r *run) {
 	r.stateMu.Lock()
 	defer r.stateMu.Unlock()
@@ -66,9 +67,9 @@ func (m *Manager) writeLiveState(r *run) {
 	if state != Running && state != Suspended {
 		return
 	}
-	p := &store.Process{PID: r.pid, State: string(state), StartedAt: &started}
+	p := &store.Process{PID: r.pid, Runs: r.base.Runs, State: string(state), StartedAt: &started}
 	err := m.w.do(func(ctx context.Context, tx *store.Tx) error {
-		_, err := tx.TransitionProcess(ctx, p, []string{string(Queued), string(Running), string(Suspended)}, "state", "started_at")
+		_, err := tx.TransitionRun(ctx, p, []string{string(Queued), string(Running), string(Suspended)}, "state", "started_at")
 		return err
 	})
 	if err != nil {

@@ -144,7 +144,8 @@ func (t *Tx) InsertProcess(ctx context.Context, p *Process) error {
 
 // FinishProcess writes the result of p's execution (state, exit state,
 // reason, error, environment, output, streams, their truncation flags,
-// timing and usage) only if the stored state is one of from, and reports
+// timing and usage) only if the stored state is one of from and the row is
+// still that execution's (runs is p.Runs), and reports
 // whether the row changed: TransitionProcess for the write that ends every
 // execution.
 func (t *Tx) FinishProcess(ctx context.Context, p *Process, from []string) (bool, error) {
@@ -170,7 +171,7 @@ func (t *Tx) FinishProcess(ctx context.Context, p *Process, from []string) (bool
 	s := t.s
 	args := []any{p.State, p.ExitState, p.Reason, p.Error, p.Environment,
 		output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated,
-		s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs, p.CPUMs, p.PeakMemoryBytes, displays, p.PID}
+		s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs, p.CPUMs, p.PeakMemoryBytes, displays, p.PID, p.Runs}
 	for _, st := range from {
 		args = append(args, st)
 	}
@@ -183,7 +184,7 @@ func finishQuery(n int) string {
 	return `UPDATE processes SET state = ?, exit_state = ?, reason = ?, error = ?, environment = ?,
  output = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?, output_truncated = ?,
  started_at = ?, finished_at = ?, duration_ms = ?, cpu_ms = ?, peak_memory_bytes = ?, displays = ?
- WHERE pid = ? AND ` + oneOf("state", n)
+ WHERE pid = ? AND runs = ? AND ` + oneOf("state", n)
 }
 
 // oneOf is "column = ? OR …" for n values. SQLite codes "IN (?, ?, ?)"
@@ -320,6 +321,15 @@ func (s *Store) listQuery(ps *[]Process, f ProcessFilter) *bun.SelectQuery {
 func (t *Tx) TransitionProcess(ctx context.Context, p *Process, from []string, columns ...string) (bool, error) {
 	res, err := t.db.NewUpdate().Model(p).Column(columns...).
 		Where("pid = ?", p.PID).Where("state IN (?)", bun.List(from)).Exec(ctx)
+	return changedOne(res, err, "update process %d", p.PID)
+}
+
+// TransitionRun is TransitionProcess for a write of one execution: it also
+// needs the row to be still that execution's (runs is p.Runs), so a late
+// write of a run never lands on the next run of the same process.
+func (t *Tx) TransitionRun(ctx context.Context, p *Process, from []string, columns ...string) (bool, error) {
+	res, err := t.db.NewUpdate().Model(p).Column(columns...).
+		Where("pid = ?", p.PID).Where("runs = ?", p.Runs).Where("state IN (?)", bun.List(from)).Exec(ctx)
 	return changedOne(res, err, "update process %d", p.PID)
 }
 

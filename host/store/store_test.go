@@ -229,7 +229,7 @@ func TestPreparedWritesMatchBun(t *testing.T) {
 					WherePK().Exec(ctx); err != nil {
 					t.Fatal(err)
 				}
-				q.PID = prepared.PID
+				q.PID, q.Runs = prepared.PID, p.Runs
 				if ok, err := inTx(st, func(tx *Tx) (bool, error) { return tx.FinishProcess(ctx, &q, []string{"queued", "idle"}) }); !ok || err != nil {
 					t.Fatalf("finish: %v %v", ok, err)
 				}
@@ -280,9 +280,9 @@ func sameRows(t *testing.T, st *Store, what string, a, b int64) {
 	}
 }
 
-// TestProgressAppendsToItsOwnExecution: progress is appended to a live
-// row of the same run only, so a late write can neither reopen a finished
-// process nor land on its next run.
+// TestProgressAppendsToItsOwnExecution: progress and the final write land
+// on a live row of the same run only, so a late write can neither reopen a
+// finished process nor land on its next run.
 func TestProgressAppendsToItsOwnExecution(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -308,10 +308,16 @@ func TestProgressAppendsToItsOwnExecution(t *testing.T) {
 				t.Fatalf("got %+v %v", got, err)
 			}
 			exit := "success"
-			write(t, st, func(tx *Tx) error {
-				_, err := tx.FinishProcess(ctx, &Process{PID: p.PID, State: "idle", ExitState: &exit, Stdout: "final"}, []string{"running"})
-				return err
-			})
+			for _, runs := range []int64{1, 2} { // an earlier run's result is not this one's
+				var ok bool
+				write(t, st, func(tx *Tx) (err error) {
+					ok, err = tx.FinishProcess(ctx, &Process{PID: p.PID, Runs: runs, State: "idle", ExitState: &exit, Stdout: "final"}, []string{"running"})
+					return err
+				})
+				if ok != (runs == 2) {
+					t.Fatalf("runs %d: finished %v", runs, ok)
+				}
+			}
 			write(t, st, func(tx *Tx) error {
 				ok, err := tx.AppendProgress(ctx, &Progress{PID: p.PID, Runs: 2, Stdout: "late"})
 				if ok {
