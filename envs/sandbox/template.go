@@ -31,8 +31,7 @@ import (
 // maps (the unprivileged host uid) and moves it into its own fresh cgroups
 // before the child runs; the child mounts its own /proc, /tmp and /dev/shm,
 // drops every capability and applies rlimits, no_new_privs, Landlock and
-// the seccomp filter, then forks the program, which reads the requests, and
-// stays its namespace's init (reaping orphans, forwarding signals).
+// the seccomp filter before it reads its first request.
 //
 // The child side is implemented by the interpreter (python/cyrnel/_template.py);
 // this file starts the template and speaks its control protocol:
@@ -43,10 +42,8 @@ import (
 //     fd 2, extra files…, cgroup.procs of each cgroup] (SCM_RIGHTS).
 //   - on the status socket: {"pid":n} with a pidfd of the child (from the
 //     template), {"started":true} or {"error":"…"} once it is locked down
-//     (from the child), {"exit":{…}} from the child, the namespace's init,
-//     when the program it forked has ended, and {"exit":{…}} when the
-//     template has reaped the child; then end-of-file. The first exit
-//     counts: the template's alone only if the init was killed first.
+//     (from the child), {"exit":{…}} when the template has reaped it; then
+//     end-of-file.
 type Template struct {
 	layers  Layers
 	limits  Limits
@@ -517,7 +514,7 @@ func (p *Process) ownForked(conn *net.UnixConn, started chan<- error) {
 			_ = p.Kill()
 		case r.Started:
 			tell(nil)
-		case r.Exit != nil && exit == nil:
+		case r.Exit != nil:
 			exit = r.Exit
 		}
 	}

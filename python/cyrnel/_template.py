@@ -12,10 +12,8 @@ network, IPC, UTS and cgroup namespaces. Before it runs, the template writes
 its uid/gid maps (1000 inside, the unprivileged host uid outside), moves it
 into its fresh cgroups and hands the host its pidfd; the child then becomes
 uid 1000, mounts its own /proc, /tmp and /dev/shm, drops every capability
-and applies rlimits, no_new_privs, Landlock and seccomp, then forks the
-program, which reads the requests, and stays behind as the namespace's init:
-it reaps what is reparented to it and reports how the program ended. The
-template reaps it and reports how it ended too.
+and applies rlimits, no_new_privs, Landlock and seccomp before it reads its
+first request. The template reaps it and reports how it ended.
 
 Python 3.11 has no clone with namespace flags or mount: those go through
 libc with ctypes (with CPython's own before/after-fork hooks around clone).
@@ -178,7 +176,7 @@ def _lower_rlimit(res: int, soft: int, hard: int) -> None:
 
 
 def _program(cfg: dict[str, Any], status: int, fds: list[int]) -> NoReturn:
-    """The program, the init's child: lock down, then serve the worker."""
+    """PID 1 of the child's namespaces: lock down, then serve the worker."""
     limits = cfg["limits"]
     # fds 1-6 as the worker expects them; the status socket next until the
     # child is locked down; nothing else of the template's.
@@ -216,46 +214,6 @@ def _program(cfg: dict[str, Any], status: int, fds: list[int]) -> NoReturn:
     _worker.serve()
     sys.stdout.flush()
     os._exit(0)
-
-
-# Forwarded by the init to the program, as the spawned sandbox's init does.
-_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-
-
-def _forward(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except OSError:
-        pass  # ended already: nothing to forward to
-
-
-def _init(program: int, status: int) -> NoReturn:
-    """PID 1 of a child's namespaces, the program's parent: it reaps every
-    process there (orphans are reparented to it), forwards signals and
-    reports the program's end on the status socket, before the template
-    reports the init's (the host keeps the first). Forked before the
-    program locks itself down, so the pages the program copies then are
-    its own, not shared again with the init. It has the program's uid but
-    no capability, and is not dumpable: the program can neither trace nor
-    see it, and signals it only through the forwarding handlers."""
-    try:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        _prctl(PR_SET_DUMPABLE, 0)
-        for sig in _FORWARDED:
-            signal.signal(sig, lambda s, _: _forward(program, s))
-        # The program's pipes: their end-of-file is the program's alone.
-        os.closerange(0, status)
-        os.closerange(status + 1, 1 << 20)
-        while True:
-            pid, st, _ = os.wait4(-1, 0)
-            if pid == program:
-                break
-        for sig in _FORWARDED:
-            signal.signal(sig, signal.SIG_IGN)
-        # The program's usage with what it and this init reaped below it.
-        os.write(status, _exit_report(st, resource.getrusage(resource.RUSAGE_CHILDREN)))
-    finally:
-        os._exit(0)
 
 
 def _clone_below_tmp(read_paths: list[str]) -> list[tuple[str, int]]:
@@ -305,21 +263,17 @@ def _reseed() -> None:
 _children: dict[int, int] = {}
 
 
-def _exit_report(st: int, ru: resource.struct_rusage) -> bytes:
+def _report(pid: int, st: int, ru: resource.struct_rusage) -> None:
+    status = _children.pop(pid, None)
+    if status is None:
+        return  # an orphan of a child's namespace, reparented here: nothing to tell
     exit = {"code": -1, "signal": 0, "cpuNanos": int((ru.ru_utime + ru.ru_stime) * 1e9), "maxRssKiB": ru.ru_maxrss}
     if os.WIFEXITED(st):
         exit["code"] = os.WEXITSTATUS(st)
     elif os.WIFSIGNALED(st):
         exit["signal"] = os.WTERMSIG(st)
-    return json.dumps({"exit": exit}).encode()
-
-
-def _report(pid: int, st: int, ru: resource.struct_rusage) -> None:
-    status = _children.pop(pid, None)
-    if status is None:
-        return  # an orphan of a child's namespace, reparented here: nothing to tell
     try:
-        os.write(status, _exit_report(st, ru))
+        os.write(status, json.dumps({"exit": exit}).encode())
     except OSError:
         pass  # the host gave up on it
     os.close(status)
@@ -394,9 +348,8 @@ def _start_child(cfg: dict[str, Any], status: int, fds: list[int], cgroup_fds: l
 
 
 def _child(cfg: dict[str, Any], status: int, fds: list[int], go: int) -> NoReturn:
-    """PID 1 of its namespaces: wait for its maps and cgroups, become the
-    unprivileged uid inside, then fork the program (_program) and stay its
-    init (_init)."""
+    """The program before it locks itself down: wait for its maps and
+    cgroups, become the unprivileged uid inside, then _program."""
     try:
         if os.read(go, 1) != b"g":
             os._exit(125)  # the template could not set it up, and said so
@@ -413,12 +366,9 @@ def _child(cfg: dict[str, Any], status: int, fds: list[int], go: int) -> NoRetur
         # /proc/self files root's: a program could not read its own
         # environ or status. A spawned program is dumpable too (exec).
         _prctl(PR_SET_DUMPABLE, 1)
-        program = os.fork()
     except Exception as e:  # noqa: BLE001 - whatever failed, the child must not run
         os.write(status, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
         os._exit(125)
-    if program:
-        _init(program, status)
     _program(cfg, status, fds)
 
 
