@@ -33,11 +33,12 @@ type PoolConfig struct {
 	// keeps its workers instead of discarding each returning one and
 	// spawning anew for the next waiter.
 	Keep int
-	// RefillAfterRun refills a taken worker's slot when its execution ends
-	// (Refilled) instead of refillDelay after it was taken: for workers
-	// that are cheap to start (forked from a template). The refill then
-	// never competes with the execution that took the worker, and none
-	// waits longer than that execution. Waiters still get spawns at once.
+	// RefillAfterRun refills a taken worker's slot shortly after its
+	// execution ends (Refilled) instead of refillDelay after it was taken:
+	// for workers that are cheap to start (forked from a template). The
+	// refill then competes neither with the execution that took the worker
+	// nor with the recording of its result. Waiters still get spawns at
+	// once.
 	RefillAfterRun bool
 }
 
@@ -224,9 +225,15 @@ func (p *Pool) take(w *Worker) (*Worker, bool) {
 // its worker was taken from is refilled now.
 func (p *Pool) Refilled() {
 	if p.afterRun {
-		p.poke()
+		time.AfterFunc(refillAfterRunDelay, p.poke)
 	}
 }
+
+// refillAfterRunDelay: a fork is milliseconds of the template's CPU, which
+// right after the execution would compete with the host recording and
+// returning its result (+0.35 ms on a warm Python execution, p50, on two
+// cores; docs/benchmarks.md). Waiters still get spawns at once.
+const refillAfterRunDelay = 2 * time.Millisecond
 
 // Return gives back a worker lent by Get (a pool that does not lend takes
 // nothing back). A reusable one is kept if it is alive and fewer than Keep
