@@ -159,7 +159,8 @@ cyrnel.output({"signature": str(inspect.signature(tool)), "doc": tool.__doc__})`
 // TestPendingCallsFailAtEndOfFile drives the runtime's RPC client in a real
 // interpreter over pipes the test holds, and closes the host's end while a
 // call waits. The main thread's calls, on their own pipes, read their own
-// answers (skipping one an interrupted call left) and fail the same way.
+// answers (skipping one an interrupted call left), fail the same way, and
+// go over fds 3 and 4 once their pair is broken.
 func TestPendingCallsFailAtEndOfFile(t *testing.T) {
 	t.Parallel()
 	python, err := exec.LookPath("python3")
@@ -190,6 +191,14 @@ try:
     _tools._call("s", "t", {})
 except _tools.ToolError as e:
     got["direct later"] = e.code
+# The pair is broken: the main thread's next call goes over fds 3 and 4.
+def answer_one():
+    req = json.loads(os.read(rt_r, 65536))
+    os.write(host_w, json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": "fallback"}).encode() + b"\n")
+a = threading.Thread(target=answer_one, daemon=True)
+a.start()
+got["fallback"] = _tools._call("s", "t", {})
+a.join(10)
 def caller():
     try:
         _tools._call("s", "t", {})
@@ -208,7 +217,7 @@ def later():
 t2 = threading.Thread(target=later, daemon=True)
 t2.start()
 t2.join(10)
-print(got.get("direct"), got.get("sent"), got.get("direct later"), got.get("code"), t.is_alive(), got.get("later"))
+print(got.get("direct"), got.get("sent"), got.get("direct later"), got.get("fallback"), got.get("code"), t.is_alive(), got.get("later"))
 `
 	// A runtime that waits forever fails here instead of hanging the suite.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -217,8 +226,8 @@ print(got.get("direct"), got.get("sent"), got.get("direct later"), got.get("code
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if got := strings.TrimSpace(string(out)); got != "42 invokeTool disconnected disconnected False disconnected" {
-		t.Fatalf("got %q, want the main thread's call answered 42 and its later one to fail with code disconnected, "+
-			"then the pending and the later call of other threads to fail so", got)
+	if got := strings.TrimSpace(string(out)); got != "42 invokeTool disconnected fallback disconnected False disconnected" {
+		t.Fatalf("got %q, want the main thread's call answered 42, its later one to fail with code disconnected and the next "+
+			"to go over fds 3 and 4, then the pending and the later call of other threads to fail with code disconnected", got)
 	}
 }

@@ -84,26 +84,32 @@ def _answer(msg: dict[str, Any]) -> tuple[Any, RPCError | None]:
 class _Direct:
     """The main thread's calls on its own pipes, each answer read by the
     caller itself. An answer left behind by an interrupted call (a cancel's
-    KeyboardInterrupt) is skipped by the next call: ids never repeat."""
+    KeyboardInterrupt) is skipped by the next call: ids never repeat.
+
+    Once the pair is broken (its end-of-file, a failed write, or a write
+    interrupted partway, which leaves the host half a line) the main
+    thread's later calls go over fds 3 and 4; the call that found it broken
+    fails, since the host may have served it already."""
 
     def __init__(self, read_fd: int, write_fd: int) -> None:
         self._read_fd = read_fd
         self._write_fd = write_fd
         self._buf = bytearray()
         self._next_id = 0
-        self._closed = False
+        self.broken = False
 
     def call(self, method: str, params: Any) -> Any:
-        if self._closed:
-            raise _disconnected()
         self._next_id += 1
         req_id = self._next_id
         data = _encode({"jsonrpc": "2.0", "id": req_id, "method": method, "params": params})
         try:
             _write_all(self._write_fd, data)
         except OSError:
-            self._closed = True  # the host's end is gone, or the program closed fd 6
+            self.broken = True  # the host's end is gone, or the program closed fd 6
             raise _disconnected() from None
+        except BaseException:
+            self.broken = True  # interrupted: how much of the line went is unknown
+            raise
         while True:
             try:
                 msg = json.loads(self._line())
@@ -127,7 +133,7 @@ class _Direct:
             except OSError:
                 chunk = b""  # closed under the caller (by the program): the same as end-of-file
             if not chunk:
-                self._closed = True
+                self.broken = True
                 raise _disconnected()
             self._buf += chunk
 
@@ -186,7 +192,7 @@ class Connection:
 
     def call(self, method: str, params: Any) -> Any:
         """Blocking call; raises RPCError on an error answer."""
-        if self._direct is not None and threading.get_ident() == self._main:
+        if self._direct is not None and not self._direct.broken and threading.get_ident() == self._main:
             return self._direct.call(method, params)
         p = _Pending()
         req_id = self._register(p)
