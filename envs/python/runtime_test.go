@@ -186,6 +186,11 @@ got = {}
 os.write(ans_w_host, b'{"jsonrpc":"2.0","id":0,"result":"stale"}\n{"jsonrpc":"2.0","id":1,"result":42}\n')
 got["direct"] = _tools._call("s", "t", {})
 got["sent"] = json.loads(os.read(call_r_host, 65536))["method"]
+# A forked child's calls stay off the parent's pair.
+child = os.fork()
+if child == 0:
+    os._exit(0 if conn._direct.broken and not conn._direct.busy else 1)
+got["fork"] = os.waitpid(child, 0)[1] == 0 and not conn._direct.broken
 os.close(ans_w_host)
 try:
     _tools._call("s", "t", {})
@@ -217,7 +222,7 @@ def later():
 t2 = threading.Thread(target=later, daemon=True)
 t2.start()
 t2.join(10)
-print(got.get("direct"), got.get("sent"), got.get("direct later"), got.get("fallback"), got.get("code"), t.is_alive(), got.get("later"))
+print(got.get("direct"), got.get("sent"), got.get("fork"), got.get("direct later"), got.get("fallback"), got.get("code"), t.is_alive(), got.get("later"))
 `
 	// A runtime that waits forever fails here instead of hanging the suite.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -226,8 +231,8 @@ print(got.get("direct"), got.get("sent"), got.get("direct later"), got.get("fall
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if got := strings.TrimSpace(string(out)); got != "42 invokeTool disconnected fallback disconnected False disconnected" {
-		t.Fatalf("got %q, want the main thread's call answered 42, its later one to fail with code disconnected and the next "+
+	if got := strings.TrimSpace(string(out)); got != "42 invokeTool True disconnected fallback disconnected False disconnected" {
+		t.Fatalf("got %q, want the main thread's call answered 42, a forked child off the pair, its later one to fail with code disconnected and the next "+
 			"to go over fds 3 and 4, then the pending and the later call of other threads to fail with code disconnected", got)
 	}
 }

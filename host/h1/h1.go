@@ -28,14 +28,16 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	"golang.org/x/sys/unix"
 )
 
 // Defaults of the Transport's bounds.
 const (
-	DefaultMaxIdlePerHost = 16
-	DefaultMaxIdle        = 100
-	DefaultIdleTimeout    = 90 * time.Second
+	DefaultMaxIdlePerHost         = 16
+	DefaultMaxIdle                = 100
+	DefaultIdleTimeout            = 90 * time.Second
+	DefaultMaxResponseHeaderBytes = 10 << 20 // net/http's
 )
 
 // Transport is an http.RoundTripper. The zero value dials with a plain
@@ -51,6 +53,10 @@ type Transport struct {
 	MaxIdlePerHost int
 	MaxIdle        int
 	IdleTimeout    time.Duration
+	// MaxResponseHeaderBytes bounds a response's head (status line and
+	// headers): an upstream, or any redirect target, could otherwise grow
+	// the host's memory without end.
+	MaxResponseHeaderBytes int64
 
 	mu    sync.Mutex
 	idle  map[string][]*conn // by scheme://host:port, the most recent last
@@ -72,16 +78,30 @@ type conn struct {
 	timer  *time.Timer // closes it after IdleTimeout in the pool
 }
 
-// counter counts what crossed the connection during one exchange: a
-// failure before anything was written or read can be retried.
+// counter counts what crossed the connection during one exchange (a
+// failure before anything was written or read can be retried) and bounds
+// what is read while limit >= 0.
 type counter struct {
 	net.Conn
 	read, written int64
+	limit         int64
 }
 
+// errHeadTooLarge ends an exchange whose response head passed the bound.
+var errHeadTooLarge = errors.New("h1: response headers too large")
+
 func (c *counter) Read(p []byte) (int, error) {
+	if c.limit == 0 {
+		return 0, errHeadTooLarge
+	}
+	if c.limit > 0 && int64(len(p)) > c.limit {
+		p = p[:c.limit]
+	}
 	n, err := c.Conn.Read(p)
 	c.read += int64(n)
+	if c.limit > 0 {
+		c.limit -= int64(n)
+	}
 	return n, err
 }
 
@@ -98,9 +118,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, fmt.Errorf("h1: unsupported URL %q", req.URL)
 	}
+	if err := validRequest(req); err != nil {
+		closeBody(req)
+		return nil, err
+	}
 	ctx := req.Context()
 	for attempt := 0; ; attempt++ {
-		c, err := t.get(ctx, req)
+		// A call whose execution ended sends nothing more.
+		if err := ctx.Err(); err != nil {
+			closeBody(req)
+			return nil, err
+		}
+		// A retry takes a new connection: the pool's others may be as
+		// stale as the one that failed.
+		c, err := t.get(ctx, req, attempt > 0)
 		if err != nil {
 			closeBody(req)
 			return nil, err
@@ -125,6 +156,26 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			req = &r
 		}
 	}
+}
+
+// validRequest refuses what net/http's Transport refuses: a method that is
+// no token, or a header name or value that is not valid on the wire
+// (Request.Write would send control bytes as they are).
+func validRequest(req *http.Request) error {
+	if req.Method != "" && strings.IndexFunc(req.Method, func(r rune) bool { return !httpguts.IsTokenRune(r) }) >= 0 {
+		return fmt.Errorf("h1: invalid method %q", req.Method)
+	}
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return fmt.Errorf("h1: invalid header field name %q", k)
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return fmt.Errorf("h1: invalid header field value for %q", k)
+			}
+		}
+	}
+	return nil
 }
 
 // retryable: nothing of the request left, or nothing of an answer came to
@@ -185,7 +236,10 @@ func (c *conn) exchange(ctx context.Context, req *http.Request) (*http.Response,
 	}
 	var resp *http.Response
 	for informational := 0; ; informational++ {
-		if resp, err = http.ReadResponse(c.br, req); err != nil {
+		c.count.limit = c.t.maxHead()
+		resp, err = http.ReadResponse(c.br, req)
+		c.count.limit = -1
+		if err != nil {
 			return fail(fmt.Errorf("h1: read response: %w", err))
 		}
 		// 1xx heads (never 101: nothing here asks to switch protocols)
@@ -279,10 +333,18 @@ func (g *gunzip) Read(p []byte) (int, error) {
 
 func (g *gunzip) Close() error { return g.body.Close() }
 
-// get takes a live idle connection for req's host, or dials one.
-func (t *Transport) get(ctx context.Context, req *http.Request) (*conn, error) {
+func (t *Transport) maxHead() int64 {
+	if t.MaxResponseHeaderBytes > 0 {
+		return t.MaxResponseHeaderBytes
+	}
+	return DefaultMaxResponseHeaderBytes
+}
+
+// get takes a live idle connection for req's host, or dials one (fresh:
+// always).
+func (t *Transport) get(ctx context.Context, req *http.Request, fresh bool) (*conn, error) {
 	key, addr := poolKey(req)
-	for {
+	for !fresh {
 		t.mu.Lock()
 		list := t.idle[key]
 		if len(list) == 0 {
@@ -291,7 +353,7 @@ func (t *Transport) get(ctx context.Context, req *http.Request) (*conn, error) {
 		}
 		c := list[len(list)-1]
 		list[len(list)-1] = nil
-		t.idle[key] = list[:len(list)-1]
+		t.setIdle(key, list[:len(list)-1])
 		t.nIdle--
 		t.mu.Unlock()
 		c.timer.Stop()
@@ -325,7 +387,7 @@ func (t *Transport) get(ctx context.Context, req *http.Request) (*conn, error) {
 		}
 		nc = tc
 	}
-	count := &counter{Conn: nc}
+	count := &counter{Conn: nc, limit: -1}
 	return &conn{t: t, key: key, nc: nc, count: count, br: bufio.NewReader(count), bw: bufio.NewWriter(count)}, nil
 }
 
@@ -407,7 +469,7 @@ func (t *Transport) drop(c *conn) {
 	list := t.idle[c.key]
 	for i, x := range list {
 		if x == c {
-			t.idle[c.key] = append(list[:i], list[i+1:]...)
+			t.setIdle(c.key, append(list[:i], list[i+1:]...))
 			t.nIdle--
 			t.mu.Unlock()
 			c.nc.Close()
@@ -415,6 +477,16 @@ func (t *Transport) drop(c *conn) {
 		}
 	}
 	t.mu.Unlock()
+}
+
+// setIdle stores a host's idle list, dropping an empty one: hosts reached
+// once (redirect targets among them) leave nothing behind. Under t.mu.
+func (t *Transport) setIdle(key string, list []*conn) {
+	if len(list) == 0 {
+		delete(t.idle, key)
+		return
+	}
+	t.idle[key] = list
 }
 
 // CloseIdleConnections closes every idle connection.

@@ -338,6 +338,63 @@ func TestIdleBounds(t *testing.T) {
 	if n := idle(tr); n != 0 {
 		t.Fatalf("%d idle after the idle timeout", n)
 	}
+	tr.mu.Lock()
+	hosts := len(tr.idle)
+	tr.mu.Unlock()
+	if hosts != 0 {
+		t.Fatalf("%d hosts still listed with no idle connection", hosts)
+	}
+}
+
+// A response head past MaxResponseHeaderBytes fails the exchange instead of
+// growing the host's memory with it.
+func TestHeadersBounded(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Big", strings.Repeat("x", 256<<10))
+	}, false)
+	c := &http.Client{Transport: &Transport{MaxResponseHeaderBytes: 64 << 10}}
+	if _, err := c.Get(s.URL); !errors.Is(err, errHeadTooLarge) {
+		t.Fatalf("a 256 KiB header under a 64 KiB bound: %v", err)
+	}
+	c = &http.Client{Transport: &Transport{}}
+	if resp, _ := get(t, c, s.URL); len(resp.Header.Get("X-Big")) != 256<<10 {
+		t.Fatal("the header under the default bound did not arrive whole")
+	}
+}
+
+// Nothing is sent for a call whose context has ended, nor for a header net/http
+// would refuse to put on the wire.
+func TestRefusedBeforeSending(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	served := 0
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		served++
+		mu.Unlock()
+	}, false)
+	tr := &Transport{}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	get(t, c, s.URL) // a pooled connection to send on
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.URL, strings.NewReader("x"))
+	if _, err := c.Do(req); !errors.Is(err, context.Canceled) {
+		t.Fatalf("ended context: %v", err)
+	}
+	req, _ = http.NewRequest("GET", s.URL, nil)
+	req.Header.Set("X-Key", "a\x00b")
+	if _, err := c.Do(req); err == nil || !strings.Contains(err.Error(), "invalid header field value") {
+		t.Fatalf("NUL in a header: %v", err)
+	}
+	get(t, c, s.URL)
+	mu.Lock()
+	defer mu.Unlock()
+	if served != 2 {
+		t.Fatalf("the server saw %d requests, want 2 (the refused ones sent nothing)", served)
+	}
 }
 
 func TestRefusesOtherSchemes(t *testing.T) {

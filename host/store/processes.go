@@ -292,8 +292,9 @@ func (s *Store) listQuery(ps *[]Process, f ProcessFilter) *bun.SelectQuery {
 	// The indexes on state and ref leave out idle processes and those with
 	// no ref (most rows: every execution skips them), and on SQLite queued
 	// ones (docs/decisions.md, "Processes"); the repeated terms let SQLite
-	// see a query is within an index. Queued rows are the newest, which a
-	// listing newest first reaches at once.
+	// see a query is within an index. A listing of queued processes on
+	// SQLite scans newest first: fresh executions are found at once, an old
+	// process queued to run again only after the rows above it.
 	if f.State != "" {
 		q = q.Where("state = ?", f.State)
 		if f.State != "idle" {

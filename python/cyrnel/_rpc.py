@@ -89,7 +89,8 @@ class _Direct:
     Once the pair is broken (its end-of-file, a failed write, or a write
     interrupted partway, which leaves the host half a line) the main
     thread's later calls go over fds 3 and 4; the call that found it broken
-    fails, since the host may have served it already."""
+    fails, since the host may have served it already. So do calls made
+    inside a call and, for good, those of a forked child."""
 
     def __init__(self, read_fd: int, write_fd: int) -> None:
         self._read_fd = read_fd
@@ -97,8 +98,24 @@ class _Direct:
         self._buf = bytearray()
         self._next_id = 0
         self.broken = False
+        # A call is under way: a call made inside it (a signal handler,
+        # __del__) would take its answer or cut its line in two.
+        self.busy = False
+        # A forked child shares the pipes and the ids: its calls would take
+        # the parent's answers.
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        self.broken = True
 
     def call(self, method: str, params: Any) -> Any:
+        self.busy = True
+        try:
+            return self._call(method, params)
+        finally:
+            self.busy = False
+
+    def _call(self, method: str, params: Any) -> Any:
         self._next_id += 1
         req_id = self._next_id
         data = _encode({"jsonrpc": "2.0", "id": req_id, "method": method, "params": params})
@@ -192,8 +209,9 @@ class Connection:
 
     def call(self, method: str, params: Any) -> Any:
         """Blocking call; raises RPCError on an error answer."""
-        if self._direct is not None and not self._direct.broken and threading.get_ident() == self._main:
-            return self._direct.call(method, params)
+        d = self._direct
+        if d is not None and not d.broken and not d.busy and threading.get_ident() == self._main:
+            return d.call(method, params)
         p = _Pending()
         req_id = self._register(p)
         self._send({"jsonrpc": "2.0", "id": req_id, "method": method, "params": params})
