@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cyrnel/cyrnel/envs/envtest"
 )
 
 // usage is what a process reports of its execution's resources (the host
@@ -130,20 +132,6 @@ func pyList(items []string) string {
 func TestForkedWorkersShareTheCPULimit(t *testing.T) {
 	t.Parallel()
 	h := start(t, "")
-	const code = `
-import os, time
-kids = []
-for _ in range(4):
-    pid = os.fork()
-    if pid == 0:
-        while time.process_time() < 0.6:
-            pass
-        os._exit(0)
-    kids.append(pid)
-for k in kids:
-    os.waitpid(k, 0)
-print("done")
-`
 	for _, c := range []struct {
 		cpuSeconds   int
 		exit, reason string
@@ -151,7 +139,7 @@ print("done")
 		if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"limits": map[string]any{"cpuSeconds": c.cpuSeconds}}, nil); st != 200 {
 			t.Fatalf("set cpuSeconds: status %d", st)
 		}
-		p := h.run(code, map[string]any{"timeoutMs": 60000})
+		p := h.run(envtest.ForkBurn, map[string]any{"timeoutMs": 60000})
 		if p.exit() != c.exit || p.reason() != c.reason {
 			t.Errorf("cpuSeconds=%d: %s/%s (%s), want %s/%s", c.cpuSeconds, p.exit(), p.reason(), p.Error, c.exit, c.reason)
 		}

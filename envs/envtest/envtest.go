@@ -127,3 +127,21 @@ func (r *Recorder) EmitStderr(eid int64, p []byte) {
 func (r *Recorder) EmitOutput(eid int64, patch map[string]any) {
 	r.update(eid, func(x *Run) { maps.Copy(x.Output, patch) })
 }
+
+// ForkBurn is a Python program that forks four workers which each burn
+// 0.6 s of their own CPU time, then prints "done" once all are done: no
+// single process comes near a one-second CPU limit, the tree uses 2.4 s.
+const ForkBurn = `
+import os, time
+kids = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        while time.process_time() < 0.6:
+            pass
+        os._exit(0)
+    kids.append(pid)
+for k in kids:
+    os.waitpid(k, 0)
+print("done", flush=True)
+`

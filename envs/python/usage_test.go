@@ -27,21 +27,7 @@ func setupEnv(t *testing.T, config map[string]any) *Env {
 func TestCPULimitHoldsTheTree(t *testing.T) {
 	t.Parallel()
 	e := setupEnv(t, map[string]any{"poolSize": 1.0, "limits": map[string]any{"cpuSeconds": 1.0}})
-	const code = `
-import os, time
-kids = []
-for _ in range(4):
-    pid = os.fork()
-    if pid == 0:
-        while time.process_time() < 0.6:
-            pass
-        os._exit(0)
-    kids.append(pid)
-for k in kids:
-    os.waitpid(k, 0)
-print("done")
-`
-	res, err := e.Execute(context.Background(), module.ExecutionInput{EID: 1, Code: code, Options: module.Options{TimeoutMs: 60000}})
+	res, err := e.Execute(context.Background(), module.ExecutionInput{EID: 1, Code: envtest.ForkBurn, Options: module.Options{TimeoutMs: 60000}})
 	if err != nil {
 		t.Fatal(err)
 	}

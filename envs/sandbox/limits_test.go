@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cyrnel/cyrnel/envs/envtest"
 )
 
 // TestForkBombContained proves an exponential fork bomb stays within the
@@ -266,24 +268,6 @@ except MemoryError:
 	})
 }
 
-// forkBurnCode forks four workers that each burn 0.6 s of their own CPU
-// time, then exits 0 once all are done: no single process comes near a
-// one-second limit, the tree uses 2.4 s.
-const forkBurnCode = `
-import os, time
-kids = []
-for _ in range(4):
-    pid = os.fork()
-    if pid == 0:
-        while time.process_time() < 0.6:
-            pass
-        os._exit(0)
-    kids.append(pid)
-for k in kids:
-    os.waitpid(k, 0)
-print("done", flush=True)
-`
-
 // TestCPULimitTreeWide proves the CPU limit holds the whole sandbox: a
 // program whose forked workers together pass cpuSeconds is killed, the exit
 // says CPULimit and Usage reports at least the limit. The control is the
@@ -293,7 +277,7 @@ func TestCPULimitTreeWide(t *testing.T) {
 	t.Parallel()
 	t.Run("cgroup", func(t *testing.T) {
 		needLayers(t, Relax{})
-		spec := pySpec(t, forkBurnCode)
+		spec := pySpec(t, envtest.ForkBurn)
 		spec.Limits.CPUSeconds = 1
 		if Probe().Layers(spec.Relax).CPU == "rlimit" {
 			cannotSandbox(t, "no CPU accounting cgroup on this machine")
@@ -311,7 +295,7 @@ func TestCPULimitTreeWide(t *testing.T) {
 	t.Run("control: per-process rlimit", func(t *testing.T) {
 		relax := Relax{Cgroups: true}
 		needLayers(t, relax)
-		spec := pySpec(t, forkBurnCode)
+		spec := pySpec(t, envtest.ForkBurn)
 		spec.Limits.CPUSeconds = 1
 		spec.Relax = relax
 		res := run(t, spec)
