@@ -382,25 +382,46 @@ func ptr[T any](v T) *T { return &v }
 
 func equal(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
 
-// TestAFullDiskIsAnsweredAsStored: when the database cannot grow, a create
-// fails saying so and leaves nothing behind (nothing runs, nothing looks
-// queued), a result too large to store is stored as the failure it is
-// answered as, and deleting processes frees room again.
-func TestAFullDiskIsAnsweredAsStored(t *testing.T) {
-	t.Parallel()
+// fullStore is a migrated SQLite store that holds no more than 60 pages:
+// SQLite's own limit on the file's pages, past which a write fails as on a
+// full disk (SQLITE_FULL).
+func fullStore(t *testing.T) *store.Store {
+	t.Helper()
 	dir := t.TempDir()
 	if st, err := store.Open(context.Background(), "", dir); err != nil { // migrated at full size
 		t.Fatal(err)
 	} else {
 		st.Close()
 	}
-	// SQLite's own limit on the file's pages: a write past it fails as on
-	// a full disk (SQLITE_FULL).
 	st, err := store.Open(context.Background(), "sqlite://"+filepath.Join(dir, "cyrnel.db")+"?_pragma=max_page_count(60)", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// holdWriter keeps m's writer busy with a write of its own, so what follows
+// queues up; release(n) waits until n writes are queued, then lets it go.
+func holdWriter(m *Manager) (release func(n int)) {
+	hold, done := make(chan struct{}), make(chan struct{})
+	go m.w.do(func(context.Context, *store.Tx) error { close(hold); <-done; return nil })
+	<-hold
+	return func(n int) {
+		for len(m.w.queue) < n {
+			runtime.Gosched()
+		}
+		close(done)
+	}
+}
+
+// TestAFullDiskIsAnsweredAsStored: when the database cannot grow, a create
+// fails saying so and leaves nothing behind (nothing runs, nothing looks
+// queued), a result too large to store is stored as the failure it is
+// answered as, and deleting processes frees room again.
+func TestAFullDiskIsAnsweredAsStored(t *testing.T) {
+	t.Parallel()
+	st := fullStore(t)
 	m, ex := newManagerOn(t, st, 0)
 	ctx := context.Background()
 	code := strings.Repeat("x", 40<<10)
@@ -463,9 +484,7 @@ func TestOneFailingWriteLeavesItsBatch(t *testing.T) {
 	t.Parallel()
 	m, _, st := newManager(t)
 	ctx := context.Background()
-	hold, release := make(chan struct{}), make(chan struct{})
-	go m.w.do(func(context.Context, *store.Tx) error { close(hold); <-release; return nil })
-	<-hold // the writer is busy: what follows queues up
+	release := holdWriter(m)
 	boom := errors.New("boom")
 	errs := make(chan error, 10)
 	for i := range 10 {
@@ -478,10 +497,7 @@ func TestOneFailingWriteLeavesItsBatch(t *testing.T) {
 			})
 		}()
 	}
-	for len(m.w.queue) < 10 {
-		runtime.Gosched() // until all ten are queued
-	}
-	close(release)
+	release(10)
 	var failed int
 	for range 10 {
 		if err := <-errs; errors.Is(err, boom) {
@@ -526,21 +542,9 @@ func TestLaunchAfterShutdownBegan(t *testing.T) {
 // does not fit fails.
 func TestAFullDiskInABatchFailsOnlyItsWrite(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	if st, err := store.Open(context.Background(), "", dir); err != nil { // migrated at full size
-		t.Fatal(err)
-	} else {
-		st.Close()
-	}
-	st, err := store.Open(context.Background(), "sqlite://"+filepath.Join(dir, "cyrnel.db")+"?_pragma=max_page_count(60)", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := fullStore(t)
 	m, _ := newManagerOn(t, st, 0)
-	hold, release := make(chan struct{}), make(chan struct{})
-	go m.w.do(func(context.Context, *store.Tx) error { close(hold); <-release; return nil })
-	<-hold // the writer is busy: what follows queues up
+	release := holdWriter(m)
 	errs := make(chan error, 6)
 	for i := range 6 {
 		code := "x"
@@ -553,10 +557,7 @@ func TestAFullDiskInABatchFailsOnlyItsWrite(t *testing.T) {
 			})
 		}()
 	}
-	for len(m.w.queue) < 6 {
-		runtime.Gosched() // until all six are queued
-	}
-	close(release)
+	release(6)
 	var full int
 	for range 6 {
 		if err := <-errs; errors.Is(err, store.ErrFull) {
