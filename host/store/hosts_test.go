@@ -18,13 +18,19 @@ func pgSchema(t *testing.T) string {
 	if url == "" {
 		t.Skip("no PostgreSQL (CYRNEL_TEST_NO_POSTGRES)")
 	}
-	ctx := context.Background()
+	return freshSchema(t, url)
+}
+
+// freshSchema makes a schema of its own in the database at url, so tests
+// sharing the database never meet, and returns the URL that uses it.
+func freshSchema(t *testing.T, url string) string {
+	t.Helper()
 	db, _, err := connect(url, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := fmt.Sprintf("cyrnel_hosts_test_%d", time.Now().UnixNano())
-	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
+	name := fmt.Sprintf("cyrnel_test_%d", time.Now().UnixNano())
+	if _, err := db.ExecContext(context.Background(), "CREATE SCHEMA "+name); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

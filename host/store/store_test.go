@@ -25,24 +25,7 @@ func stores(t *testing.T) map[string]*Store {
 	t.Cleanup(func() { st.Close() })
 	out["sqlite"] = st
 	if url := postgresURL(t); url != "" {
-		// A schema of its own, so tests sharing the database never meet.
-		db, _, err := connect(url, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		name := fmt.Sprintf("cyrnel_store_test_%d", time.Now().UnixNano())
-		if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			db.ExecContext(context.Background(), "DROP SCHEMA "+name+" CASCADE")
-			db.Close()
-		})
-		sep := "?"
-		if strings.Contains(url, "?") {
-			sep = "&"
-		}
-		pg, err := Open(ctx, url+sep+"search_path="+name, "")
+		pg, err := Open(ctx, freshSchema(t, url), "")
 		if err != nil {
 			t.Fatal(err)
 		}
