@@ -86,21 +86,20 @@ func benchExecution(b *testing.B, env, request string) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-us")
 }
 
-// BenchmarkToolCallFromPython: one program making b.N sequential tool calls
-// through the host to the openapi adapter and a loopback API, for profiling
-// the host's side of a tool call with -cpuprofile.
-func BenchmarkToolCallFromPython(b *testing.B) {
+// petsHost is a host in one process with the petstore imported as service
+// pets, its tools calling a loopback API that answers at once.
+func petsHost(b *testing.B) (*Server, *httptest.Server) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"id":1}`))
 	}))
-	defer up.Close()
+	b.Cleanup(up.Close)
 	ctx := context.Background()
 	s, err := New(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), Config{Addr: "127.0.0.1:0", DataDir: b.TempDir(), Limits: process.DefaultLimits()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	b.Cleanup(func() { s.Close() })
 	doc, err := os.ReadFile("testdata/petstore-3.0.yaml")
 	if err != nil {
 		b.Fatal(err)
@@ -109,6 +108,15 @@ func BenchmarkToolCallFromPython(b *testing.B) {
 		Config: map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true}}); err != nil {
 		b.Fatal(err)
 	}
+	return s, up
+}
+
+// BenchmarkToolCallFromPython: one program making b.N sequential tool calls
+// through the host to the openapi adapter and a loopback API, for profiling
+// the host's side of a tool call with -cpuprofile.
+func BenchmarkToolCallFromPython(b *testing.B) {
+	ctx := context.Background()
+	s, _ := petsHost(b)
 	code := fmt.Sprintf("f = cyrnel.services.pets.showPetById\nfor _ in range(%d):\n    f(petId='1')", b.N)
 	b.ResetTimer()
 	p, err := s.procs.Create(ctx, process.CreateInput{Code: code, Autorun: true, TimeoutMs: 600000})
@@ -124,26 +132,8 @@ func BenchmarkToolCallFromPython(b *testing.B) {
 // program (the gate: policy, validation, the adapter's HTTP request, the
 // audit record) next to the same request made directly, in one run.
 func BenchmarkToolCallInHost(b *testing.B) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"id":1}`))
-	}))
-	defer up.Close()
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := New(ctx, log, Config{Addr: "127.0.0.1:0", DataDir: b.TempDir(), Limits: process.DefaultLimits()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	doc, err := os.ReadFile("testdata/petstore-3.0.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := s.services.Create(ctx, services.CreateInput{ID: "pets", Adapter: "openapi", Source: adapter.Source{Content: string(doc)},
-		Config: map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true}}); err != nil {
-		b.Fatal(err)
-	}
+	s, up := petsHost(b)
 	in := module.InvokeInput{ServiceID: "pets", ToolID: "showPetById", Parameters: map[string]any{"petId": "1"}}
 	var viaGate, direct []time.Duration
 	client := &http.Client{}
