@@ -35,14 +35,7 @@ func (s *Store) InsertApproval(ctx context.Context, a *Approval) error {
 // GetApproval reads one approval.
 func (s *Store) GetApproval(ctx context.Context, id string) (*Approval, error) {
 	a := new(Approval)
-	err := s.DB.NewSelect().Model(a).Where("id = ?", id).Scan(ctx)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("approval %s: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get approval %s: %w", id, err)
-	}
-	return a, nil
+	return one(a, s.DB.NewSelect().Model(a).Where("id = ?", id).Scan(ctx), "approval %s", id)
 }
 
 // DecideApproval moves a pending approval to state; false when it was not

@@ -256,14 +256,7 @@ func (s *Store) timeArg(t *time.Time) any {
 // GetProcess reads one process.
 func (s *Store) GetProcess(ctx context.Context, pid int64) (*Process, error) {
 	p := new(Process)
-	err := s.DB.NewSelect().Model(p).Where("pid = ?", pid).Scan(ctx)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("process %d: %w", pid, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get process %d: %w", pid, err)
-	}
-	return p, nil
+	return one(p, s.DB.NewSelect().Model(p).Where("pid = ?", pid).Scan(ctx), "process %d", pid)
 }
 
 // ProcessFilter selects processes for ListProcesses.

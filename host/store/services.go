@@ -85,20 +85,25 @@ func (s *Store) InsertService(ctx context.Context, svc *Service, tools []Tool) e
 	return s.PutService(ctx, svc, tools)
 }
 
+// one is the outcome of reading the one row v names (format and args, as
+// "process 3"): ErrNotFound when there is none.
+func one[T any](v *T, err error, format string, args ...any) (*T, error) {
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf(format+": %w", append(args, ErrNotFound)...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get "+format+": %w", append(args, err)...)
+	}
+	return v, nil
+}
+
 // ErrExists is returned when creating something whose id is taken.
 var ErrExists = errors.New("already exists")
 
 // GetService reads one service.
 func (s *Store) GetService(ctx context.Context, id string) (*Service, error) {
 	svc := new(Service)
-	err := s.DB.NewSelect().Model(svc).Where("id = ?", id).Scan(ctx)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("service %s: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get service %s: %w", id, err)
-	}
-	return svc, nil
+	return one(svc, s.DB.NewSelect().Model(svc).Where("id = ?", id).Scan(ctx), "service %s", id)
 }
 
 // ListServices returns every service by id, without sources.
@@ -185,14 +190,7 @@ func (s *Store) ListTools(ctx context.Context, f ToolFilter) ([]Tool, error) {
 // GetTool reads one tool with its schemas.
 func (s *Store) GetTool(ctx context.Context, serviceID, id string) (*Tool, error) {
 	t := new(Tool)
-	err := s.DB.NewSelect().Model(t).Where("service_id = ? AND id = ?", serviceID, id).Scan(ctx)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("tool %s.%s: %w", serviceID, id, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get tool %s.%s: %w", serviceID, id, err)
-	}
-	return t, nil
+	return one(t, s.DB.NewSelect().Model(t).Where("service_id = ? AND id = ?", serviceID, id).Scan(ctx), "tool %s.%s", serviceID, id)
 }
 
 // SetToolEnabled enables or disables a tool.

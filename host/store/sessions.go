@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -56,14 +54,7 @@ func (s *Store) UpdateSession(ctx context.Context, ses *Session, columns ...stri
 // GetSession reads one session.
 func (s *Store) GetSession(ctx context.Context, id string) (*Session, error) {
 	ses := &Session{}
-	err := s.DB.NewSelect().Model(ses).Where("id = ?", id).Scan(ctx)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get session %s: %w", id, err)
-	}
-	return ses, nil
+	return one(ses, s.DB.NewSelect().Model(ses).Where("id = ?", id).Scan(ctx), "session %s", id)
 }
 
 // SessionFilter selects sessions: newest first, after the cursor (a
@@ -142,12 +133,5 @@ func (s *Store) ListProcessFiles(ctx context.Context, pid int64) ([]ProcessFile,
 // GetProcessFile reads one file of a process.
 func (s *Store) GetProcessFile(ctx context.Context, pid int64, path string) (*ProcessFile, error) {
 	f := &ProcessFile{}
-	err := s.DB.NewSelect().Model(f).Where("pid = ? AND path = ?", pid, path).Scan(ctx)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get file of process %d: %w", pid, err)
-	}
-	return f, nil
+	return one(f, s.DB.NewSelect().Model(f).Where("pid = ? AND path = ?", pid, path).Scan(ctx), "file %s of process %d", path, pid)
 }

@@ -53,14 +53,7 @@ type Module struct {
 // ErrNotFound.
 func (s *Store) GetModule(ctx context.Context, id string) (*Module, error) {
 	m := new(Module)
-	err := s.DB.NewSelect().Model(m).Where("id = ?", id).Scan(ctx)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("module %s: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get module %s: %w", id, err)
-	}
-	return m, nil
+	return one(m, s.DB.NewSelect().Model(m).Where("id = ?", id).Scan(ctx), "module %s", id)
 }
 
 // PutModule writes a module's stored state.
