@@ -94,7 +94,17 @@ func (m *Manager) Follow(ctx context.Context, pid int64) (replay []Event, next <
 		return replay, next, stop, nil
 	}
 	v := m.view(p)
-	replay = []Event{{Type: EventState, State: v.State}}
+	replay = replayOf(v)
+	if v.State == Idle && v.ExitState != nil {
+		replay = append(replay, Event{Type: EventExit, Process: v})
+	}
+	return replay, nil, noop, nil
+}
+
+// replayOf is what a follower that arrives late is told first: the state,
+// then the streams and output so far.
+func replayOf(v *Process) []Event {
+	replay := []Event{{Type: EventState, State: v.State}}
 	if v.Stdout != "" {
 		replay = append(replay, Event{Type: EventStdout, Text: v.Stdout})
 	}
@@ -104,8 +114,5 @@ func (m *Manager) Follow(ctx context.Context, pid int64) (replay []Event, next <
 	if len(v.Output) > 0 {
 		replay = append(replay, Event{Type: EventOutput, Output: v.Output})
 	}
-	if v.State == Idle && v.ExitState != nil {
-		replay = append(replay, Event{Type: EventExit, Process: v})
-	}
-	return replay, nil, noop, nil
+	return replay
 }

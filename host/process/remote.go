@@ -78,16 +78,7 @@ func (m *Manager) killRemote(ctx context.Context, p *store.Process) (*Process, e
 // bounded by what the runner stores (its streams and output are capped).
 func (m *Manager) followRemote(ctx context.Context, p *store.Process) (replay []Event, next <-chan Event, stop func()) {
 	v := viewOf(p)
-	replay = []Event{{Type: EventState, State: v.State}}
-	if v.Stdout != "" {
-		replay = append(replay, Event{Type: EventStdout, Text: v.Stdout})
-	}
-	if v.Stderr != "" {
-		replay = append(replay, Event{Type: EventStderr, Text: v.Stderr})
-	}
-	if len(v.Output) > 0 {
-		replay = append(replay, Event{Type: EventOutput, Output: v.Output})
-	}
+	replay = replayOf(v)
 	ctx, cancel := context.WithCancel(ctx)
 	stopped := context.AfterFunc(m.ctx, cancel) // shutdown ends every follow
 	ch := make(chan Event, followBuffer)
