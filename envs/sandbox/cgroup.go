@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -318,15 +317,31 @@ func (cg *cgroups) cpuUsage() (time.Duration, error) {
 	return time.Duration(n), nil
 }
 
-// readFrom reads a held-open cgroup file from its start: the kernel makes
-// its text anew at offset 0.
+// readFrom reads a cgroup counter file held open. One pread: a cgroup
+// file gives its whole text to a read at offset 0, and os.File.ReadAt
+// would read a second time to see the end (one syscall more per counter on
+// every execution's path).
 func readFrom(f *os.File) ([]byte, error) {
 	buf := make([]byte, 1024) // cpu.stat, the longest, is a few hundred bytes
-	n, err := f.ReadAt(buf, 0)
-	if errors.Is(err, io.EOF) {
-		err = nil
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
 	}
-	return buf[:n], err
+	var n int
+	var rerr error
+	if err := rc.Read(func(fd uintptr) bool {
+		n, rerr = syscall.Pread(int(fd), buf, 0)
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	switch {
+	case rerr != nil:
+		return nil, fmt.Errorf("read %s: %w", f.Name(), rerr)
+	case n == len(buf):
+		return nil, fmt.Errorf("read %s: longer than %d bytes", f.Name(), len(buf))
+	}
+	return buf[:n], nil
 }
 
 // peakMemory is the most memory the sandbox has held since resetPeak (or

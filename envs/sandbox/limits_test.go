@@ -438,3 +438,34 @@ except OSError as e:
 		t.Errorf("got %q (stderr %q), want %q", res.stdout, res.stderr, want)
 	}
 }
+
+// TestReadFromWholeTextInOneRead: a counter file's text comes back whole,
+// and a file longer than the buffer is an error, never a silently cut
+// number.
+func TestReadFromWholeTextInOneRead(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, c := range []struct {
+		text string
+		ok   bool
+	}{{"123456789\n", true}, {strings.Repeat("usage_usec 1\n", 100), false}} {
+		path := filepath.Join(dir, fmt.Sprint(len(c.text)))
+		if err := os.WriteFile(path, []byte(c.text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for range 2 { // held open, read again from the start
+			b, err := readFrom(f)
+			if c.ok && (err != nil || string(b) != c.text) {
+				t.Fatalf("readFrom = %q, %v; want %q", b, err, c.text)
+			}
+			if !c.ok && err == nil {
+				t.Fatalf("readFrom of %d bytes = %d bytes, no error", len(c.text), len(b))
+			}
+		}
+	}
+}
