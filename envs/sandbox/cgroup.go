@@ -338,8 +338,8 @@ func readFrom(f *os.File) ([]byte, error) {
 	switch {
 	case rerr != nil:
 		return nil, fmt.Errorf("read %s: %w", f.Name(), rerr)
-	case n == len(buf):
-		return nil, fmt.Errorf("read %s: longer than %d bytes", f.Name(), len(buf))
+	case n == len(buf): // maybe cut short: never parse a partial number
+		return nil, fmt.Errorf("read %s: %d bytes or more, more than a counter file holds", f.Name(), len(buf))
 	}
 	return buf[:n], nil
 }
