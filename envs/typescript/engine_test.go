@@ -65,6 +65,34 @@ func TestEngineRunsDirectly(t *testing.T) {
 	}
 }
 
+// TestPreparedRuntimeServesOneRun: the runtime Prepare builds is the next
+// run's, its console reaches that run's callbacks, and the run after gets
+// a fresh one.
+func TestPreparedRuntimeServesOneRun(t *testing.T) {
+	t.Parallel()
+	e := NewEngine(Options{})
+	e.Prepare()
+	spare := e.spare.Load()
+	if e.Prepare(); spare == nil || e.spare.Load() != spare {
+		t.Fatal("Prepare built no runtime, or replaced the one it had")
+	}
+	first := newHostCalls()
+	if res := e.Run(context.Background(), `(globalThis as any).leaked = 1; console.log("first");`, time.Second, first); res.Exit != module.ExitSuccess {
+		t.Fatalf("first run: %+v", res)
+	}
+	if e.spare.Load() != nil {
+		t.Fatal("the first run left the prepared runtime unused")
+	}
+	e.Prepare()
+	second := newHostCalls()
+	if res := e.Run(context.Background(), `console.log(typeof (globalThis as any).leaked);`, time.Second, second); res.Exit != module.ExitSuccess {
+		t.Fatalf("second run: %+v", res)
+	}
+	if got, want := first.stdout.String()+second.stdout.String(), "first\nundefined\n"; got != want {
+		t.Errorf("stdout of the two runs = %q, want %q", got, want)
+	}
+}
+
 func TestEngineKilledBeforeStart(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())

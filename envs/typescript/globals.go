@@ -50,10 +50,14 @@ func (r *run) install() error {
 		return err
 	}
 
+	// The callbacks are read when console prints: a runtime is built
+	// before the execution that gives them (Engine.Prepare).
+	stdout := func(p []byte) { r.cb.Stdout(p) }
+	stderr := func(p []byte) { r.cb.Stderr(p) }
 	console := vm.NewObject()
 	for name, emit := range map[string]func([]byte){
-		"log": r.cb.Stdout, "info": r.cb.Stdout, "debug": r.cb.Stdout,
-		"warn": r.cb.Stderr, "error": r.cb.Stderr,
+		"log": stdout, "info": stdout, "debug": stdout,
+		"warn": stderr, "error": stderr,
 	} {
 		if err := console.Set(name, r.function(name, r.printer(emit))); err != nil {
 			return err

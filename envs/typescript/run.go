@@ -68,24 +68,36 @@ type run struct {
 	servicesObj      *goja.Object
 }
 
-func newRun(ctx context.Context, opts Options, prog *compiled, cb Callbacks) *run {
-	// Host calls see cancellation only through stop, which interrupts the
-	// runtime first: a tool call failing with "context canceled" can then
-	// never be mistaken for the program's own failure.
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	return &run{
+// newRun builds a fresh runtime with its globals, for one program; begin
+// gives it that program.
+func newRun(opts Options) (r *run, err error) {
+	// A bug in the engine must fail this run only, as one in execute does.
+	defer func() {
+		if x := recover(); x != nil {
+			r, err = nil, fmt.Errorf("setting up the runtime: internal error: %v", x)
+		}
+	}()
+	r = &run{
 		opts:      opts,
-		prog:      prog,
-		cb:        cb,
 		vm:        goja.New(),
-		ctx:       runCtx,
-		cancel:    cancel,
-		parent:    ctx,
 		stopped:   make(chan struct{}),
 		finished:  make(chan struct{}),
 		jobs:      make(chan func()),
 		timerByID: map[int64]*timer{},
 	}
+	if err := r.install(); err != nil {
+		return nil, fmt.Errorf("setting up the runtime: %w", err)
+	}
+	return r, nil
+}
+
+// begin binds r to its execution.
+func (r *run) begin(ctx context.Context, prog *compiled, cb Callbacks) {
+	// Host calls see cancellation only through stop, which interrupts the
+	// runtime first: a tool call failing with "context canceled" can then
+	// never be mistaken for the program's own failure.
+	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	r.parent, r.prog, r.cb = ctx, prog, cb
 }
 
 func (r *run) execute(deadline time.Time) (res Result) {
@@ -102,9 +114,6 @@ func (r *run) execute(deadline time.Time) (res Result) {
 	}()
 	go r.watch(deadline)
 	r.turn = time.Now()
-	if err := r.install(); err != nil {
-		return Result{Exit: module.ExitFailed, Reason: module.ReasonEnvironmentError, Error: fmt.Sprintf("typescript: setting up the runtime: %v", err)}
-	}
 	v, err := r.vm.RunProgram(r.prog.prg)
 	if err != nil {
 		return r.failure(err)

@@ -54,6 +54,7 @@ func MaybeServeWorker() {
 // host closes the stream (or kills the worker).
 func ServeWorker(in io.ReadCloser, out io.WriteCloser) error {
 	s := &workerServer{engine: NewEngine(Options{})}
+	s.engine.Prepare()
 	conn := jsonrpc2.NewConn(context.Background(), jsonrpc2.NewPlainObjectStream(rw{in, out}), s)
 	if err := conn.Notify(context.Background(), "ready", map[string]any{"pid": os.Getpid()}); err != nil {
 		return fmt.Errorf("announce ready: %w", err)
@@ -136,6 +137,9 @@ func (s *workerServer) execute(conn *jsonrpc2.Conn, id jsonrpc2.ID, p executePar
 		return
 	}
 	_ = conn.Reply(context.Background(), id, map[string]any{"status": status, "error": res.Error, "spent": res.Abandoned})
+	// The next execution's runtime is built now, while the host records
+	// this one's end, rather than on that execution's path.
+	s.engine.Prepare()
 }
 
 // rpcCallbacks turn the engine's callbacks into protocol messages; output
