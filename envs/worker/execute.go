@@ -37,6 +37,21 @@ type Request struct {
 	Stubs ToolStubs
 }
 
+// executeParams are the params of an execute request (docs/protocol.md).
+type executeParams struct {
+	EID       int64          `json:"eid"`
+	Code      string         `json:"code"`
+	TimeoutMs int64          `json:"timeoutMs"`
+	EnvConfig map[string]any `json:"envConfig"`
+	Files     []executeFile  `json:"files,omitempty"`
+}
+
+// executeFile is a file for the program's workspace.
+type executeFile struct {
+	Path string `json:"path"`
+	Data []byte `json:"data"`
+}
+
 // executeReply is all a runtime may say about how a program ended: it ran
 // to the end (success), it raised (failed, with the error text), or it
 // stopped because the host asked it to or its deadline passed (stopped).
@@ -115,13 +130,9 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (modul
 	// ({"id":0,…}) answers nothing and is ignored.
 	id := jsonrpc2.PickID(jsonrpc2.ID{Str: rand.Text(), IsString: true})
 	go func() {
-		params := map[string]any{"eid": in.EID, "code": in.Code, "timeoutMs": timeout.Milliseconds(), "envConfig": in.EnvConfig}
-		if len(in.Files) > 0 {
-			files := make([]map[string]any, len(in.Files))
-			for i, f := range in.Files {
-				files[i] = map[string]any{"path": f.Path, "data": f.Content}
-			}
-			params["files"] = files
+		params := executeParams{EID: in.EID, Code: in.Code, TimeoutMs: timeout.Milliseconds(), EnvConfig: in.EnvConfig}
+		for _, f := range in.Files {
+			params.Files = append(params.Files, executeFile{Path: f.Path, Data: f.Content})
 		}
 		replied <- w.conn.Call(callCtx, "execute", params, &raw, id)
 	}()

@@ -76,7 +76,16 @@ func (s *lineStream) readObject(v any) error {
 
 // WriteObject writes v as one line; jsonrpc2 serialises calls.
 func (s *lineStream) WriteObject(v any) error {
-	b, err := json.Marshal(v)
+	var b []byte
+	var err error
+	if m, ok := v.(json.Marshaler); ok {
+		// jsonrpc2's messages marshal themselves with encoding/json, so
+		// their JSON is compact (no raw newline) already; json.Marshal
+		// would scan the whole message once more to check and compact it.
+		b, err = m.MarshalJSON()
+	} else {
+		b, err = json.Marshal(v)
+	}
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"testing"
+
+	"github.com/sourcegraph/jsonrpc2"
 )
 
 // nopCloser gives a reader and writer the stream's Close.
@@ -51,11 +53,14 @@ func FuzzLineStreamRead(f *testing.F) {
 }
 
 // FuzzLineStreamRoundTrip writes any JSON value through the framing and reads
-// it back unchanged.
+// it back unchanged: as a value, and as the params of a jsonrpc2 request
+// (which marshals itself) written as they came, whitespace and all.
 func FuzzLineStreamRoundTrip(f *testing.F) {
 	f.Add(`{"patch":{"a":"line\nbreak"}}`)
+	f.Add("{\n  \"a\": [1,\n    2]\n}\n")
 	f.Add(`"\u2028"`)
 	f.Add(`[1,2,{"x":null}]`)
+	f.Add(`null`)
 	f.Fuzz(func(t *testing.T, in string) {
 		var v any
 		if json.Unmarshal([]byte(in), &v) != nil {
@@ -74,6 +79,28 @@ func FuzzLineStreamRoundTrip(f *testing.F) {
 		back, _ := json.Marshal(got)
 		if !bytes.Equal(want, back) {
 			t.Fatalf("round trip changed %s into %s", want, back)
+		}
+		raw := json.RawMessage(in)
+		buf.Reset()
+		if err := w.WriteObject(&jsonrpc2.Request{Method: "m", Params: &raw}); err != nil {
+			t.Fatal(err)
+		}
+		if n := bytes.Count(buf.Bytes(), []byte("\n")); n != 1 {
+			t.Fatalf("a request written as %d lines: %q", n, buf.String())
+		}
+		var req jsonrpc2.Request
+		if err := w.ReadObject(&req); err != nil {
+			t.Fatalf("read back %q: %v", buf.String(), err)
+		}
+		if req.Params == nil {
+			t.Fatalf("params lost: %q", buf.String())
+		}
+		var params any
+		if err := json.Unmarshal(*req.Params, &params); err != nil {
+			t.Fatal(err)
+		}
+		if back, _ = json.Marshal(params); !bytes.Equal(want, back) {
+			t.Fatalf("round trip as params changed %s into %s", want, back)
 		}
 	})
 }
