@@ -60,6 +60,9 @@ const processColumns = `ref, code, state, exit_state, reason, error, timeout_ms,
 
 var insertProcess = "INSERT INTO processes (" + processColumns + ") VALUES (?" + strings.Repeat(", ?", 23) + ")"
 
+// sqliteInsertProcess is insertProcess giving the pid itself (pids.go).
+var sqliteInsertProcess = "INSERT INTO processes (pid, " + processColumns + ") VALUES (" + sqliteNextPID + strings.Repeat(", ?", 24) + ")"
+
 // Tx is a unit of process-row writes: every write to the processes table
 // goes through one, so a host can group concurrent writes into one commit
 // (WriteProcesses) or make a lone write its own (WriteProcess).
@@ -117,9 +120,9 @@ func (t *Tx) InsertProcess(ctx context.Context, p *Process) error {
 	s := t.s
 	// SQLite says the pid without RETURNING, whose result set costs the
 	// driver a few microseconds more; PostgreSQL needs it.
-	query := insertProcess
+	query := sqliteInsertProcess
 	if !s.local {
-		query += " RETURNING pid"
+		query = insertProcess + " RETURNING pid"
 	}
 	stmt, err := t.stmt(ctx, query)
 	if err == nil {

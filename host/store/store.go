@@ -260,6 +260,7 @@ func (s *Store) migrate(ctx context.Context, tmpl dialectSQL) error {
 	if err := ms.Discover(sub); err != nil {
 		return fmt.Errorf("discover migrations: %w", err)
 	}
+	ms.Add(processesWithoutAutoincrement)
 	m := migrate.NewMigrator(s.DB, ms, migrate.WithTemplateData(tmpl), migrate.WithMarkAppliedOnSuccess(true))
 	if !s.local {
 		// Several hosts may start at once: bun's lock row fails the

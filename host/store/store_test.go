@@ -468,3 +468,28 @@ func TestHotWritesOpenNoTemporaryTable(t *testing.T) {
 		}
 	}
 }
+
+// TestPidsAreNeverGivenTwice: deleting the newest process does not give
+// its pid to the next one.
+func TestPidsAreNeverGivenTwice(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			insert := func() int64 {
+				p := &Process{Code: "x", State: "idle", TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
+				write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
+				return p.PID
+			}
+			first, newest := insert(), insert()
+			for _, pid := range []int64{newest, first} {
+				if ok, err := inTx(st, func(tx *Tx) (bool, error) { return tx.DeleteProcess(ctx, pid, []string{"idle"}) }); !ok || err != nil {
+					t.Fatalf("delete %d: %v %v", pid, ok, err)
+				}
+			}
+			if next := insert(); next <= newest {
+				t.Fatalf("pid %d after deleting %d and %d", next, first, newest)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"io/fs"
+	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -106,5 +107,72 @@ func TestUpgradeToPartialIndexes(t *testing.T) {
 		return tx.FinishAll(ctx, "h", []string{"queued", "running"}, "failed", "host_restart", "gone", time.Now())
 	}); err != nil || n != 20 {
 		t.Errorf("finish all: %d %v", n, err)
+	}
+}
+
+// TestUpgradeRebuildsProcessesWithoutAutoincrement: a SQLite database from
+// before keeps its processes and their files through the rebuild, pids go
+// on past every pid given before (the deleted newest one too), foreign keys
+// still cascade, and a second run of the rebuild changes nothing.
+func TestUpgradeRebuildsProcessesWithoutAutoincrement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := "sqlite://" + t.TempDir() + "/cyrnel.db"
+	db, tmpl, err := connect(url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &Store{DB: db, local: true, stmts: map[string]*sql.Stmt{}}
+	migrateBefore(t, old, tmpl, processesWithoutAutoincrement.Name)
+	var pids []int64
+	for range 3 {
+		p := &Process{Code: "x", State: "idle", TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
+		if _, err := old.DB.NewInsert().Model(p).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, p.PID)
+	}
+	file := &ProcessFile{PID: pids[1], Path: "out.csv", Size: 3, ModifiedAt: time.Now(), Content: []byte("a,b")}
+	if _, err := old.DB.NewInsert().Model(file).Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.DB.NewDelete().Model((*Process)(nil)).Where("pid = ?", pids[2]).Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	st, err := Open(ctx, url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var schema string
+	if err := st.DB.QueryRowContext(ctx, "SELECT sql FROM sqlite_schema WHERE name = 'processes'").Scan(&schema); err != nil || strings.Contains(schema, "AUTOINCREMENT") {
+		t.Fatalf("processes after the upgrade: %q (%v)", schema, err)
+	}
+	for _, pid := range pids[:2] {
+		if _, err := st.GetProcess(ctx, pid); err != nil {
+			t.Errorf("process %d after the upgrade: %v", pid, err)
+		}
+	}
+	if files, err := st.ListProcessFiles(ctx, pids[1]); err != nil || len(files) != 1 {
+		t.Fatalf("files of process %d after the upgrade: %v %v", pids[1], files, err)
+	}
+	insert := func() int64 {
+		p := &Process{Code: "x", State: "queued", TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
+		write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
+		return p.PID
+	}
+	if pid := insert(); pid != pids[2]+1 {
+		t.Fatalf("first pid after the upgrade %d, want %d: the deleted %d must not come back", pid, pids[2]+1, pids[2])
+	}
+	if err := rebuildProcesses(ctx, st.DB); err != nil {
+		t.Fatalf("a second rebuild: %v", err)
+	}
+	if ok, err := inTx(st, func(tx *Tx) (bool, error) { return tx.DeleteProcess(ctx, pids[1], []string{"idle"}) }); !ok || err != nil {
+		t.Fatalf("delete %d: %v %v", pids[1], ok, err)
+	}
+	if files, err := st.ListProcessFiles(ctx, pids[1]); err != nil || len(files) != 0 {
+		t.Fatalf("files of deleted process %d: %v %v: the cascade is gone", pids[1], files, err)
 	}
 }

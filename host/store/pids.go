@@ -1,0 +1,135 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
+	"github.com/uptrace/bun/migrate"
+)
+
+// On SQLite, pids are not AUTOINCREMENT: that made every insert read and
+// rewrite its row of sqlite_sequence, one more page in each commit on an
+// execution's path. A pid is one past both the largest pid stored and
+// the pid floor, the largest pid ever deleted, which a trigger raises: a
+// pid is never given twice, even after the newest process is deleted
+// (docs/decisions.md). PostgreSQL's identity column never reuses one.
+
+// sqliteNextPID is the pid an insert on SQLite gives its process.
+const sqliteNextPID = `(SELECT max(coalesce(max(pid), 0), (SELECT pid FROM process_pid_floor)) + 1 FROM processes)`
+
+// processesWithoutAutoincrement is the migration that rebuilds the
+// processes table without AUTOINCREMENT on SQLite (and does nothing on
+// PostgreSQL).
+var processesWithoutAutoincrement = migrate.Migration{
+	Name:    "20261124000001",
+	Comment: "processes_without_autoincrement",
+	Up: func(ctx context.Context, m *migrate.Migrator, _ *migrate.Migration) error {
+		return rebuildProcesses(ctx, m.DB())
+	},
+}
+
+// rebuildProcesses follows SQLite's procedure for a table change ALTER
+// TABLE cannot make: create the new table, copy, drop, rename, all in one
+// transaction on one connection with foreign keys off, so dropping the old
+// table cascades to no process's files.
+func rebuildProcesses(ctx context.Context, db *bun.DB) (err error) {
+	if db.Dialect().Name() != dialect.SQLite {
+		return nil
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("rebuild processes: %w", err)
+	}
+	defer conn.Close()
+	// foreign_keys cannot change inside a transaction, and it is the
+	// connection's: back on before the pool has the connection again (if
+	// that fails, so does the migration, and the store is not opened).
+	if _, err := conn.ExecContext(ctx, "PRAGMA foreign_keys = OFF"); err != nil {
+		return fmt.Errorf("rebuild processes: %w", err)
+	}
+	defer func() {
+		if _, onErr := conn.ExecContext(context.WithoutCancel(ctx), "PRAGMA foreign_keys = ON"); onErr != nil && err == nil {
+			err = fmt.Errorf("rebuild processes: foreign keys back on: %w", onErr)
+		}
+	}()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("rebuild processes: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it does nothing
+	var schema string
+	if err := tx.QueryRowContext(ctx, "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'processes'").Scan(&schema); err != nil {
+		return fmt.Errorf("rebuild processes: %w", err)
+	}
+	if !strings.Contains(schema, "AUTOINCREMENT") {
+		return nil // rebuilt by a run whose bookkeeping did not follow
+	}
+	for _, q := range []string{
+		`CREATE TABLE processes_rebuilt (
+    pid INTEGER PRIMARY KEY,
+    ref TEXT NOT NULL DEFAULT '',
+    code TEXT NOT NULL,
+    state TEXT NOT NULL,
+    exit_state TEXT,
+    reason TEXT NOT NULL DEFAULT '',
+    error TEXT NOT NULL DEFAULT '',
+    timeout_ms BIGINT NOT NULL,
+    env_config TEXT,
+    environment TEXT NOT NULL DEFAULT '',
+    output TEXT,
+    stdout TEXT NOT NULL DEFAULT '',
+    stderr TEXT NOT NULL DEFAULT '',
+    stdout_truncated BOOLEAN NOT NULL DEFAULT FALSE,
+    stderr_truncated BOOLEAN NOT NULL DEFAULT FALSE,
+    runs BIGINT NOT NULL DEFAULT 0,
+    created_at TIMESTAMP NOT NULL,
+    started_at TIMESTAMP,
+    finished_at TIMESTAMP,
+    duration_ms BIGINT,
+    host_id TEXT NOT NULL DEFAULT '',
+    output_truncated BOOLEAN NOT NULL DEFAULT FALSE,
+    cpu_ms BIGINT,
+    peak_memory_bytes BIGINT,
+    session TEXT NOT NULL DEFAULT '',
+    displays TEXT
+)`,
+		`INSERT INTO processes_rebuilt (pid, ` + processColumns + `, displays)
+ SELECT pid, ` + processColumns + `, displays FROM processes`,
+		`CREATE TABLE process_pid_floor (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    pid BIGINT NOT NULL
+)`,
+		// The sequence goes with the table it counts.
+		`INSERT INTO process_pid_floor (one, pid)
+ VALUES (1, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'processes'), 0))`,
+		`DROP TABLE processes`,
+		`ALTER TABLE processes_rebuilt RENAME TO processes`,
+		`CREATE INDEX processes_ref_idx ON processes (ref, pid) WHERE ref <> ''`,
+		`CREATE INDEX processes_live_idx ON processes (state, pid) WHERE state <> 'idle' AND state <> 'queued'`,
+		`CREATE TRIGGER processes_pid_floor AFTER DELETE ON processes BEGIN
+    UPDATE process_pid_floor SET pid = max(pid, OLD.pid);
+END`,
+	} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("rebuild processes: %w", err)
+		}
+	}
+	rows, err := tx.QueryContext(ctx, "PRAGMA foreign_key_check")
+	if err != nil {
+		return fmt.Errorf("rebuild processes: %w", err)
+	}
+	broken := rows.Next()
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("rebuild processes: %w", err)
+	}
+	if broken {
+		return fmt.Errorf("rebuild processes: a file refers to a process that is not there")
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("rebuild processes: %w", err)
+	}
+	return nil
+}
