@@ -110,6 +110,13 @@ func (s *workerServer) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jso
 	}
 }
 
+// executeAnswer is the answer to execute (docs/protocol.md).
+type executeAnswer struct {
+	Status string `json:"status"`
+	Error  string `json:"error"`
+	Spent  bool   `json:"spent"`
+}
+
 func (s *workerServer) execute(conn *jsonrpc2.Conn, id jsonrpc2.ID, p executeParams) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -136,7 +143,7 @@ func (s *workerServer) execute(conn *jsonrpc2.Conn, id jsonrpc2.ID, p executePar
 		_ = conn.ReplyWithError(context.Background(), id, &jsonrpc2.Error{Code: jsonrpc2.CodeInternalError, Message: res.Error})
 		return
 	}
-	_ = conn.Reply(context.Background(), id, map[string]any{"status": status, "error": res.Error, "spent": res.Abandoned})
+	_ = conn.Reply(context.Background(), id, executeAnswer{Status: status, Error: res.Error, Spent: res.Abandoned})
 	// The next execution's runtime is built now, while the host records
 	// this one's end, rather than on that execution's path.
 	s.engine.Prepare()
