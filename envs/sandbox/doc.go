@@ -25,10 +25,11 @@
 // the sandbox, builds the root file system, restricts itself and starts the
 // program, then stays behind as a tiny init that forwards signals, reaps
 // every orphan and reports how the program ended. When the program needs
-// RLIMIT_NPROC or RLIMIT_AS (no cgroup limits its processes or memory), which
-// the init cannot take itself, a second helper stage ("exec") takes them and
-// execs the program. Killing the init (Process.Kill) makes the kernel kill
-// everything else in the PID namespace, setsid'd grandchildren included.
+// RLIMIT_NPROC or RLIMIT_DATA (no cgroup limits its processes or memory),
+// which the init cannot take itself, a second helper stage ("exec") takes
+// them and execs the program. Killing the init (Process.Kill) makes the
+// kernel kill everything else in the PID namespace, setsid'd grandchildren
+// included.
 //
 // See docs/sandbox.md for the layers, defaults and the decisions behind them.
 package sandbox

@@ -46,12 +46,13 @@ type initSpec struct {
 	TmpBytes   int64    `json:"tmpBytes"`
 	ExtraFiles int      `json:"extraFiles"`
 	WorkDir    string   `json:"workDir"`
-	// ExecStage says the program needs RLIMIT_NPROC or RLIMIT_AS (no
+	// ExecStage says the program needs RLIMIT_NPROC or RLIMIT_DATA (no
 	// cgroup holds its processes or memory). The init cannot take those
-	// limits itself (it must stay able to make threads, and the Go
-	// runtime reserves more address space than any sane limit), so a
-	// second stage sets them and execs the program. Otherwise the init
-	// restricts itself and starts the program directly, saving a Go start.
+	// limits itself (it must stay able to make threads, and its own Go
+	// runtime's memory would count against the program's limit, all of it
+	// with a small limit), so a second stage sets them and execs the
+	// program. Otherwise the init restricts itself and starts the program
+	// directly, saving a Go start.
 	ExecStage bool     `json:"execStage"`
 	Exec      execSpec `json:"exec"`
 	// CgroupNS: unshare the cgroup namespace first (the host has moved
@@ -191,7 +192,7 @@ func startProgram(s initSpec) (int, error) {
 	if s.ExecStage {
 		pid, err = startExecStage(s, files, sys)
 	} else {
-		// Everything but RLIMIT_NPROC and RLIMIT_AS can hold the init
+		// Everything but RLIMIT_NPROC and RLIMIT_DATA can hold the init
 		// too, and the program inherits it across fork and exec.
 		if err := restrict(s.Exec, false); err != nil {
 			return 0, fmt.Errorf("restrict: %w", err)

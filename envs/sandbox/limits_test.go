@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -230,11 +231,12 @@ func copyFile(src, dst string) error {
 }
 
 // TestMemoryLimit proves an allocation past the limit ends the program, and
-// that the exit says so; under the RLIMIT_AS fallback the program gets a
-// MemoryError instead.
+// that the exit says so; under the RLIMIT_DATA fallback the program gets a
+// MemoryError instead, whether it grows a list of chunks or one buffer, and
+// its resident memory stays within the limit (and its code).
 func TestMemoryLimit(t *testing.T) {
 	t.Parallel()
-	const code = `
+	const chunks = `
 chunks = []
 try:
     while True:
@@ -245,7 +247,7 @@ except MemoryError:
 `
 	t.Run("cgroup", func(t *testing.T) {
 		needLayers(t, Relax{})
-		spec := pySpec(t, code)
+		spec := pySpec(t, chunks)
 		spec.Limits.MemoryBytes = 64 << 20
 		if !strings.HasPrefix(Probe().Layers(spec.Relax).Memory, "cgroup") {
 			cannotSandbox(t, "no memory cgroup on this machine")
@@ -258,14 +260,113 @@ except MemoryError:
 	t.Run("rlimit", func(t *testing.T) {
 		relax := Relax{Cgroups: true}
 		needLayers(t, relax)
-		spec := pySpec(t, code)
-		spec.Limits.MemoryBytes = 96 << 20
-		spec.Relax = relax
-		res := run(t, spec)
-		if res.exit.Code != 3 || !strings.HasPrefix(res.stdout, "MemoryError after") {
-			t.Errorf("exit %+v stdout %q stderr %q, want a MemoryError", res.exit, res.stdout, res.stderr)
+		if m := Probe().Layers(relax).Memory; m != "rlimit" {
+			t.Fatalf("memory held by %q with cgroups relaxed, want rlimit", m)
+		}
+		for _, c := range []struct{ name, code string }{
+			{"chunks", chunks},
+			{"buffer", `
+buf = bytearray()
+try:
+    while True:
+        buf += b"\x01" * (8 << 20)
+except MemoryError:
+    print("MemoryError after", len(buf) >> 20, "MiB", flush=True)
+    raise SystemExit(3)
+`},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				const limit = 96 << 20
+				spec := pySpec(t, c.code)
+				spec.Limits.MemoryBytes = limit
+				spec.Relax = relax
+				res := run(t, spec)
+				if res.exit.Code != 3 || !strings.HasPrefix(res.stdout, "MemoryError after") {
+					t.Errorf("exit %+v stdout %q stderr %q, want a MemoryError", res.exit, res.stdout, res.stderr)
+				}
+				// Resident memory also counts the interpreter's code and
+				// libraries, file pages the limit does not count.
+				if res.exit.MaxRSS <= 0 || res.exit.MaxRSS > limit+codeBytes {
+					t.Errorf("peak resident memory %d bytes, want at most the %d byte limit and %d of code", res.exit.MaxRSS, limit, codeBytes)
+				}
+				t.Logf("%s; peak RSS %d MiB", strings.TrimSpace(res.stdout), res.exit.MaxRSS>>20)
+			})
 		}
 	})
+}
+
+// TestMemoryLimitGoProgram proves a Go program (as the TypeScript worker
+// is) runs under the rlimit fallback and is stopped there: its runtime
+// reserves over a gigabyte of address space at start, which RLIMIT_AS
+// counted (it died before main), and RLIMIT_DATA does not. The program
+// (this test binary in the "gomem" role) says it started, then touches
+// 1 MiB chunks until it has four times the limit, which it must never
+// reach: its runtime ends it "out of memory" (exit status 2) with its
+// resident memory within the limit (and its code).
+func TestMemoryLimitGoProgram(t *testing.T) {
+	t.Parallel()
+	relax := Relax{Cgroups: true}
+	needLayers(t, relax)
+	if m := Probe().Layers(relax).Memory; m != "rlimit" {
+		t.Fatalf("memory held by %q with cgroups relaxed, want rlimit", m)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The race detector's shadow memory counts too.
+	limit := int64(256 << 20)
+	if raceEnabled {
+		limit = 1 << 30
+	}
+	spec := Spec{
+		Argv:   []string{exe},
+		Env:    []string{roleEnv + "=gomem", fmt.Sprintf("%s=%d", goMemCapEnv, 4*limit>>20)},
+		Limits: Limits{MemoryBytes: limit},
+		Relax:  relax,
+	}
+	res := run(t, spec)
+	t.Logf("exit %+v, peak RSS %d MiB, stdout %q", res.exit, res.exit.MaxRSS>>20, res.stdout)
+	if !strings.HasPrefix(res.stdout, "started\n") {
+		t.Fatalf("the Go program did not start: exit %+v stderr %.500q", res.exit, res.stderr)
+	}
+	// The runtime's fatal error exits 2; under the race detector, its
+	// own allocator may be the one refused, and it exits 66.
+	outOfMemory := (res.exit.Code == 2 && (strings.Contains(res.stderr, "out of memory") || strings.Contains(res.stderr, "cannot allocate memory"))) ||
+		(raceEnabled && res.exit.Code == 66 && strings.Contains(res.stderr, "ThreadSanitizer failed to allocate"))
+	if !outOfMemory || strings.Contains(res.stdout, "allocated") || res.exit.Err != nil {
+		t.Errorf("exit %+v stdout %q stderr %.500q, want the runtime's out-of-memory exit before the cap", res.exit, res.stdout, res.stderr)
+	}
+	if res.exit.MaxRSS <= 0 || res.exit.MaxRSS > limit+codeBytes {
+		t.Errorf("peak resident memory %d bytes, want at most the %d byte limit and %d of code", res.exit.MaxRSS, limit, codeBytes)
+	}
+}
+
+// codeBytes bounds the file pages (the program's code and libraries) a
+// program's resident memory holds besides what RLIMIT_DATA counts.
+const codeBytes = 16 << 20
+
+// goMemCapEnv is how many MiB the "gomem" role allocates at most.
+const goMemCapEnv = "CYRNEL_SANDBOX_TEST_CAP_MIB"
+
+// goMemRole is the Go program of TestMemoryLimitGoProgram.
+func goMemRole() int {
+	capMiB, err := strconv.Atoi(os.Getenv(goMemCapEnv))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("started")
+	var chunks [][]byte
+	for len(chunks) < capMiB {
+		c := make([]byte, 1<<20)
+		for i := 0; i < len(c); i += 4096 {
+			c[i] = 1
+		}
+		chunks = append(chunks, c)
+	}
+	fmt.Println("allocated", len(chunks), "MiB")
+	return 0
 }
 
 // TestCPULimitTreeWide proves the CPU limit holds the whole sandbox: a

@@ -50,8 +50,11 @@ type ExitInfo struct {
 	// Killed is set when Kill ended the sandbox before the program ended.
 	Killed bool
 	// MemoryLimit: the memory cgroup's OOM killer ended a process of the
-	// sandbox. (Under RLIMIT_AS an allocation fails instead, which the
-	// program sees, e.g. as MemoryError; see docs/sandbox.md.)
+	// sandbox. (Under the RLIMIT_DATA fallback an allocation fails
+	// instead, which the program sees, e.g. as MemoryError, or which ends
+	// a Go program with "fatal error: runtime: out of memory" and exit
+	// status 2; nothing tells the sandbox, so MemoryLimit stays false.
+	// See docs/sandbox.md.)
 	MemoryLimit bool
 	// CPULimit: the sandbox used up its CPU time: the host killed it when
 	// its CPU cgroup passed the limit, or (without one) RLIMIT_CPU ended

@@ -18,8 +18,8 @@ type execSpec struct {
 	ReadPaths  []string `json:"readPaths"`
 	WritePaths []string `json:"writePaths"`
 	Limits     Limits   `json:"limits"`
-	// MemoryRlimit says no memory cgroup holds the sandbox, so memory is
-	// limited with RLIMIT_AS instead.
+	// MemoryRlimit says no memory cgroup holds the sandbox, so each
+	// process's memory is limited with RLIMIT_DATA instead.
 	MemoryRlimit bool `json:"memoryRlimit"`
 	// CPURlimit says no cgroup counts the sandbox's CPU time, so each
 	// process is held by RLIMIT_CPU instead.
@@ -31,7 +31,7 @@ type execSpec struct {
 
 // restrict applies to the calling process every layer the program
 // inherits. processLimits adds RLIMIT_NPROC and, if no memory cgroup holds
-// the sandbox, RLIMIT_AS: only a process that does nothing but exec
+// the sandbox, RLIMIT_DATA: only a process that does nothing but exec
 // afterwards may take those (the exec stage).
 func restrict(s execSpec, processLimits bool) error {
 	l := s.Limits
@@ -72,9 +72,17 @@ func restrict(s execSpec, processLimits bool) error {
 		}
 	}
 	if processLimits && s.MemoryRlimit {
-		// Last: the Go runtime reserves far more address space than it
-		// uses and must not run under this limit; exec resets the space.
-		if err := setRlimit(unix.RLIMIT_AS, l.MemoryBytes, l.MemoryBytes); err != nil {
+		// RLIMIT_DATA, not RLIMIT_AS: since Linux 4.7 it counts the
+		// private writable mappings (heap, brk, anonymous memory), the
+		// memory a process can fill by itself, and not address space it
+		// only reserves. A Go program (the TypeScript worker) reserves
+		// over a gigabyte of PROT_NONE address space at start and cannot
+		// start under an RLIMIT_AS of any sane memory limit; under
+		// RLIMIT_DATA its runtime dies "out of memory" at the limit.
+		// Shared mappings (MAP_SHARED, memfd) are not counted: see
+		// docs/sandbox.md. Last, so this stage's own Go runtime never
+		// runs under it; exec starts the count over.
+		if err := setRlimit(unix.RLIMIT_DATA, l.MemoryBytes, l.MemoryBytes); err != nil {
 			return err
 		}
 	}

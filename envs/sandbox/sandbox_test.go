@@ -23,7 +23,7 @@ import (
 // re-executes /proc/self/exe, which here is this binary, and MaybeRun must
 // take over before m.Run parses the helper's arguments as test flags. The
 // roles are the intermediate processes of the Pdeathsig and unprivileged
-// tests.
+// tests, and the Go program of TestMemoryLimitGoProgram.
 func TestMain(m *testing.M) {
 	MaybeRun()
 	switch os.Getenv(roleEnv) {
@@ -31,6 +31,8 @@ func TestMain(m *testing.M) {
 		os.Exit(pdeathRole())
 	case "unprivileged":
 		os.Exit(unprivilegedRole())
+	case "gomem":
+		os.Exit(goMemRole())
 	}
 	os.Exit(m.Run())
 }

@@ -46,7 +46,8 @@ type Spec struct {
 // Limits are the resource limits of one sandbox. Zero means the default.
 type Limits struct {
 	// MemoryBytes caps the memory of the whole sandbox: a cgroup memory
-	// limit where the machine allows one, else RLIMIT_AS of each process.
+	// limit where the machine allows one, else RLIMIT_DATA of each process
+	// (its private writable memory; shared mappings are not counted).
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
 	// CPUSeconds caps the CPU time of the whole sandbox, every process
 	// it ever held counted: the host kills it once its CPU cgroup has used

@@ -1,0 +1,70 @@
+package typescript
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/envs/sandbox"
+)
+
+// TestCgroupsOff: with cgroups turned off (as on a machine without cgroup
+// delegation) memory is held by the rlimit fallback, and workers start and
+// run programs under it. (Under RLIMIT_AS no worker could start: the Go
+// runtime reserves over a gigabyte of address space, and Setup failed with
+// "failed to reserve page summary memory".) A memory bomb still ends its
+// worker, with a failure of its own, long before its timeout; the bomb stops
+// itself at four times the limit, so a limit that did not hold ends it
+// "success" instead of filling the machine. The next program runs.
+func TestCgroupsOff(t *testing.T) {
+	t.Parallel()
+	relax := sandbox.Relax{Cgroups: true}
+	if err := sandbox.Probe().Check(relax); err != nil {
+		if why := os.Getenv("CYRNEL_TEST_NO_SANDBOX"); why != "" {
+			t.Skipf("kernel forbids a layer: %v (CYRNEL_TEST_NO_SANDBOX: %s)", err, why)
+		}
+		t.Fatalf("kernel forbids a layer: %v; set CYRNEL_TEST_NO_SANDBOX=<why> on a machine that cannot sandbox", err)
+	}
+	if m := sandbox.Probe().Layers(relax).Memory; m != "rlimit" {
+		t.Fatalf("memory held by %q with cgroups off, want rlimit", m)
+	}
+	// The default limit, except under the race detector, whose shadow
+	// memory takes more than that (a worker running a 16 MiB array held
+	// 660 MiB of data and 2 GiB of address space: RLIMIT_AS still fails
+	// at 1 GiB).
+	limitMB := int64(512)
+	if raceEnabled {
+		limitMB = 1024
+	}
+	env, rec := newEnv(t, map[string]any{
+		"sandbox": map[string]any{"cgroups": false},
+		"limits":  map[string]any{"memoryMb": float64(limitMB)},
+	})
+
+	wantResult(t, execute(t, env, 1, trivialProgram, 10000), module.ExitSuccess, module.ReasonCompleted)
+	if got := rec.Stdout(1); got != "x is 42\n" {
+		t.Errorf("stdout = %q, want %q", got, "x is 42\n")
+	}
+
+	// Each array holds 2^20 values of 16 bytes or more: 16 MiB at least.
+	bomb := fmt.Sprintf(`const a: number[][] = [];
+while (a.length < %d) a.push(new Array(1 << 20).fill(1));
+console.log("allocated", a.length * 16, "MiB");`, 4*limitMB/16)
+	res := execute(t, env, 2, bomb, 120000)
+	stderr := rec.Stderr(2)
+	t.Logf("bomb: %+v, error %q, stdout %q", res, rec.Error(2), rec.Stdout(2))
+	if res.Exit != module.ExitFailed || (res.Reason != module.ReasonMemoryLimit && res.Reason != module.ReasonEnvironmentError) {
+		t.Errorf("bomb result = %+v (stdout %q), want failed with memory_limit or environment_error", res, rec.Stdout(2))
+	}
+	// The worker's runtime says why it ended: its own fatal error, or
+	// under the race detector possibly the detector's allocator's.
+	outOfMemory := strings.Contains(stderr, "out of memory") || strings.Contains(stderr, "cannot allocate memory") ||
+		(raceEnabled && strings.Contains(stderr, "ThreadSanitizer failed to allocate"))
+	if !outOfMemory {
+		t.Errorf("bomb stderr = %.500q, want the runtime's out-of-memory error", stderr)
+	}
+
+	wantResult(t, execute(t, env, 3, trivialProgram, 10000), module.ExitSuccess, module.ReasonCompleted)
+}
