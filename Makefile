@@ -55,7 +55,7 @@ fuzz: ## run every fuzz target for FUZZTIME (default 5s) each
 	@grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+\(' . | sort | while read -r f; do \
 		for fn in $$(grep -oE '^func Fuzz[A-Za-z0-9_]+' "$$f" | cut -d' ' -f2); do \
 			echo "fuzz $$(dirname $$f) $$fn ($(FUZZTIME))"; \
-			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) "./$$(dirname $$f)" >/dev/null 2>.cache/fuzz.log || { cat .cache/fuzz.log; exit 1; }; \
+			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) "./$$(dirname $$f)" >.cache/fuzz.log 2>&1 || { cat .cache/fuzz.log; exit 1; }; \
 		done; done
 
 # golangci-lint, pinned; installed into .cache/bin from the Go module proxy.

@@ -145,8 +145,11 @@ func (s *workerServer) execute(conn *jsonrpc2.Conn, id jsonrpc2.ID, p executePar
 	}
 	_ = conn.Reply(context.Background(), id, executeAnswer{Status: status, Error: res.Error, Spent: res.Abandoned})
 	// The next execution's runtime is built now, while the host records
-	// this one's end, rather than on that execution's path.
-	s.engine.Prepare()
+	// this one's end, rather than on that execution's path; a spent
+	// worker runs nothing more.
+	if !res.Abandoned {
+		s.engine.Prepare()
+	}
 }
 
 // rpcCallbacks turn the engine's callbacks into protocol messages; output
