@@ -18,7 +18,7 @@ import (
 // (docs/decisions.md). PostgreSQL's identity column never reuses one.
 
 // sqliteNextPID is the pid an insert on SQLite gives its process.
-const sqliteNextPID = `(SELECT max(coalesce(max(pid), 0), (SELECT pid FROM process_pid_floor)) + 1 FROM processes)`
+const sqliteNextPID = `(SELECT max(coalesce(max(pid), 0), coalesce((SELECT pid FROM process_pid_floor), 0)) + 1 FROM processes)`
 
 // processesWithoutAutoincrement is the migration that rebuilds the
 // processes table without AUTOINCREMENT on SQLite (and does nothing on
@@ -34,38 +34,60 @@ var processesWithoutAutoincrement = migrate.Migration{
 // rebuildProcesses follows SQLite's procedure for a table change ALTER
 // TABLE cannot make: create the new table, copy, drop, rename, all in one
 // transaction on one connection with foreign keys off, so dropping the old
-// table cascades to no process's files.
-func rebuildProcesses(ctx context.Context, db *bun.DB) (err error) {
+// table cascades to no process's files. The copy needs room for a second
+// processes table until it commits; without it the upgrade fails as
+// ErrFull and the database stays as it was.
+func rebuildProcesses(ctx context.Context, db *bun.DB) error {
 	if db.Dialect().Name() != dialect.SQLite {
 		return nil
 	}
+	if err := rebuild(ctx, db); err != nil {
+		return classify(fmt.Errorf("rebuild processes: %w", err))
+	}
+	// The copy went through the write-ahead log: give its room back now
+	// rather than at the next checkpoint of a busy host.
+	if _, err := db.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		return fmt.Errorf("rebuild processes: checkpoint: %w", err)
+	}
+	return nil
+}
+
+// orphanFiles counts the files whose process is not there: rows a delete
+// with foreign keys off (an operator's sqlite3) may have left behind.
+const orphanFiles = `SELECT count(*) FROM process_files WHERE pid NOT IN (SELECT pid FROM processes)`
+
+func rebuild(ctx context.Context, db *bun.DB) (err error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("rebuild processes: %w", err)
+		return err
 	}
 	defer conn.Close()
 	// foreign_keys cannot change inside a transaction, and it is the
 	// connection's: back on before the pool has the connection again (if
 	// that fails, so does the migration, and the store is not opened).
 	if _, err := conn.ExecContext(ctx, "PRAGMA foreign_keys = OFF"); err != nil {
-		return fmt.Errorf("rebuild processes: %w", err)
+		return err
 	}
 	defer func() {
 		if _, onErr := conn.ExecContext(context.WithoutCancel(ctx), "PRAGMA foreign_keys = ON"); onErr != nil && err == nil {
-			err = fmt.Errorf("rebuild processes: foreign keys back on: %w", onErr)
+			err = fmt.Errorf("foreign keys back on: %w", onErr)
 		}
 	}()
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("rebuild processes: %w", err)
+		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it does nothing
 	var schema string
 	if err := tx.QueryRowContext(ctx, "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'processes'").Scan(&schema); err != nil {
-		return fmt.Errorf("rebuild processes: %w", err)
+		return err
 	}
 	if !strings.Contains(schema, "AUTOINCREMENT") {
 		return nil // rebuilt by a run whose bookkeeping did not follow
+	}
+	var orphans int64
+	if err := tx.QueryRowContext(ctx, orphanFiles).Scan(&orphans); err != nil {
+		return err
 	}
 	for _, q := range []string{
 		`CREATE TABLE processes_rebuilt (
@@ -114,22 +136,17 @@ func rebuildProcesses(ctx context.Context, db *bun.DB) (err error) {
 END`,
 	} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("rebuild processes: %w", err)
+			return err
 		}
 	}
-	rows, err := tx.QueryContext(ctx, "PRAGMA foreign_key_check")
-	if err != nil {
-		return fmt.Errorf("rebuild processes: %w", err)
+	// The copy keeps every pid, so no file may lose its process (files
+	// orphaned before stay as they were).
+	var after int64
+	if err := tx.QueryRowContext(ctx, orphanFiles).Scan(&after); err != nil {
+		return err
 	}
-	broken := rows.Next()
-	if err := rows.Close(); err != nil {
-		return fmt.Errorf("rebuild processes: %w", err)
+	if after != orphans {
+		return fmt.Errorf("%d files lost their process in the copy (%d before)", after, orphans)
 	}
-	if broken {
-		return fmt.Errorf("rebuild processes: a file refers to a process that is not there")
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("rebuild processes: %w", err)
-	}
-	return nil
+	return tx.Commit()
 }

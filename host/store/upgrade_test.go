@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
@@ -139,6 +141,19 @@ func TestUpgradeRebuildsProcessesWithoutAutoincrement(t *testing.T) {
 	if _, err := old.DB.NewDelete().Model((*Process)(nil)).Where("pid = ?", pids[2]).Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// A file whose process an operator deleted with foreign keys off.
+	conn, err := old.DB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := &ProcessFile{PID: 999, Path: "left.txt", Size: 1, ModifiedAt: time.Now(), Content: []byte("x")}
+	if _, err := conn.ExecContext(ctx, "PRAGMA foreign_keys = OFF"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.NewInsert().Model(orphan).Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
 	db.Close()
 
 	st, err := Open(ctx, url, "")
@@ -155,8 +170,10 @@ func TestUpgradeRebuildsProcessesWithoutAutoincrement(t *testing.T) {
 			t.Errorf("process %d after the upgrade: %v", pid, err)
 		}
 	}
-	if files, err := st.ListProcessFiles(ctx, pids[1]); err != nil || len(files) != 1 {
-		t.Fatalf("files of process %d after the upgrade: %v %v", pids[1], files, err)
+	for pid, n := range map[int64]int{pids[1]: 1, orphan.PID: 1} {
+		if files, err := st.ListProcessFiles(ctx, pid); err != nil || len(files) != n {
+			t.Fatalf("files of process %d after the upgrade: %v %v", pid, files, err)
+		}
 	}
 	insert := func() int64 {
 		p := &Process{Code: "x", State: "queued", TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
@@ -174,5 +191,46 @@ func TestUpgradeRebuildsProcessesWithoutAutoincrement(t *testing.T) {
 	}
 	if files, err := st.ListProcessFiles(ctx, pids[1]); err != nil || len(files) != 0 {
 		t.Fatalf("files of deleted process %d: %v %v: the cascade is gone", pids[1], files, err)
+	}
+}
+
+// TestUpgradeWithoutRoomLosesNothing: a SQLite database with no room for
+// the copy of its processes refuses the upgrade as full, stays as it was,
+// and upgrades once it has room.
+func TestUpgradeWithoutRoomLosesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := t.TempDir() + "/cyrnel.db"
+	db, tmpl, err := connect("sqlite://"+path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &Store{DB: db, local: true, stmts: map[string]*sql.Stmt{}}
+	migrateBefore(t, old, tmpl, processesWithoutAutoincrement.Name)
+	for range 20 {
+		p := &Process{Code: "x", State: "idle", Stdout: strings.Repeat("o", 64<<10), TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
+		if _, err := old.DB.NewInsert().Model(p).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var pages int64
+	if err := db.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	capped := fmt.Sprintf("sqlite://%s?_pragma=max_page_count(%d)", path, pages+16)
+	if st, err := Open(ctx, capped, ""); !errors.Is(err, ErrFull) {
+		if st != nil {
+			st.Close()
+		}
+		t.Fatalf("upgrade without room: %v, want ErrFull", err)
+	}
+	st, err := Open(ctx, "sqlite://"+path, "")
+	if err != nil {
+		t.Fatalf("upgrade with room: %v", err)
+	}
+	defer st.Close()
+	if ps, err := st.ListProcesses(ctx, ProcessFilter{Limit: 100}); err != nil || len(ps) != 20 {
+		t.Fatalf("%d processes after the upgrade (%v), want 20", len(ps), err)
 	}
 }
