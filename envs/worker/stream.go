@@ -80,9 +80,15 @@ func (s *lineStream) WriteObject(v any) error {
 	var err error
 	if m, ok := v.(json.Marshaler); ok {
 		// jsonrpc2's messages marshal themselves with encoding/json, so
-		// their JSON is compact (no raw newline) already; json.Marshal
-		// would scan the whole message once more to check and compact it.
-		b, err = m.MarshalJSON()
+		// their JSON is compact already; json.Marshal would check and
+		// compact the whole message once more. A newline (one that is not
+		// compact) is looked for at memchr speed: the framing needs none.
+		if b, err = m.MarshalJSON(); err == nil && bytes.IndexByte(b, '\n') >= 0 {
+			var c bytes.Buffer
+			if err = json.Compact(&c, b); err == nil {
+				b = c.Bytes()
+			}
+		}
 	} else {
 		b, err = json.Marshal(v)
 	}

@@ -80,6 +80,20 @@ func FuzzLineStreamRoundTrip(f *testing.F) {
 		if !bytes.Equal(want, back) {
 			t.Fatalf("round trip changed %s into %s", want, back)
 		}
+		buf.Reset()
+		if err := w.WriteObject(verbatim(in)); err != nil {
+			t.Fatal(err)
+		}
+		if n := bytes.Count(buf.Bytes(), []byte("\n")); n != 1 {
+			t.Fatalf("a marshaler's JSON written as %d lines: %q", n, buf.String())
+		}
+		got = nil
+		if err := w.ReadObject(&got); err != nil {
+			t.Fatalf("read back %q: %v", buf.String(), err)
+		}
+		if back, _ = json.Marshal(got); !bytes.Equal(want, back) {
+			t.Fatalf("round trip of a marshaler changed %s into %s", want, back)
+		}
 		raw := json.RawMessage(in)
 		buf.Reset()
 		if err := w.WriteObject(&jsonrpc2.Request{Method: "m", Params: &raw}); err != nil {
@@ -104,3 +118,9 @@ func FuzzLineStreamRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// verbatim is a json.Marshaler that gives its JSON as it was written,
+// whitespace and newlines included.
+type verbatim string
+
+func (v verbatim) MarshalJSON() ([]byte, error) { return []byte(v), nil }
