@@ -52,6 +52,7 @@ test: deps lint ts-check py-check test-db browser datascience ## run every test 
 FUZZTIME ?= 5s
 .PHONY: fuzz
 fuzz: ## run every fuzz target for FUZZTIME (default 5s) each
+	@mkdir -p .cache
 	@grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+\(' . | sort | while read -r f; do \
 		for fn in $$(grep -oE '^func Fuzz[A-Za-z0-9_]+' "$$f" | cut -d' ' -f2); do \
 			echo "fuzz $$(dirname $$f) $$fn ($(FUZZTIME))"; \
