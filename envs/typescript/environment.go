@@ -159,7 +159,13 @@ func (e *Environment) Setup(ctx context.Context, sc module.SetupContext) error {
 	if err != nil {
 		return fmt.Errorf("typescript: %w", err)
 	}
-	cmd := worker.Command{Path: self, Args: []string{WorkerArg}}
+	// The Go runtime's fatal errors when an allocation fails, as under the
+	// rlimit fallback (a memory cgroup kills the worker instead); programs
+	// cannot write to the worker's stderr.
+	cmd := worker.Command{Path: self, Args: []string{WorkerArg}, OutOfMemory: []string{
+		"fatal error: out of memory", "fatal error: runtime: out of memory", "fatal error: pageAlloc: out of memory",
+		"fatal error: runtime: cannot allocate memory",
+	}}
 	spawn := func(ctx context.Context) (*worker.Worker, error) {
 		w, err := worker.Start(ctx, e.logger, launcher, cmd)
 		if err != nil {

@@ -256,8 +256,11 @@ func (w *Worker) stop(eid int64, grace time.Duration, replied <-chan error, raw 
 func (w *Worker) died() (module.Result, string) {
 	<-w.h.Done()
 	x := w.h.Exit()
+	if !x.MemoryLimit && len(w.oomTexts) > 0 {
+		w.drain() // its last words say whether its runtime ran out of memory
+	}
 	switch {
-	case x.MemoryLimit:
+	case x.MemoryLimit || w.outOfMemory.Load():
 		return module.Result{Exit: module.ExitFailed, Reason: module.ReasonMemoryLimit}, "memory limit exceeded"
 	case x.CPULimit:
 		return module.Result{Exit: module.ExitFailed, Reason: module.ReasonCPULimit}, "CPU time limit exceeded"

@@ -63,6 +63,12 @@ type Command struct {
 	Path string
 	Args []string // without argv[0]
 	Env  []string
+	// OutOfMemory are texts the runtime writes to its stderr when it runs
+	// out of memory: a worker that wrote one and died ended at its memory
+	// limit, as the cgroup's OOM killer would have said (under the rlimit
+	// fallback nothing else says so). Only for a runtime whose stderr its
+	// programs cannot write to, such as the TypeScript worker's.
+	OutOfMemory []string
 }
 
 // Plain launches workers as ordinary child processes in their own process

@@ -40,7 +40,7 @@ func (w *Worker) limitEnded() (module.Result, string, bool) {
 	if !w.Dead() {
 		return module.Result{}, "", false
 	}
-	if x := w.h.Exit(); x.MemoryLimit || x.CPULimit {
+	if x := w.h.Exit(); x.MemoryLimit || x.CPULimit || w.outOfMemory.Load() {
 		res, msg := w.died()
 		return res, msg, true
 	}

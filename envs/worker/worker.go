@@ -5,6 +5,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,10 @@ type Worker struct {
 	eof     chan struct{} // closed when both output pipes are done
 	calls   chan struct{} // one token per request being served
 	outs    [2]*os.File   // parent read ends of stdout, stderr
+
+	// outOfMemory: the runtime wrote one of Command.OutOfMemory to stderr.
+	oomTexts    []string
+	outOfMemory atomic.Bool
 
 	cur atomic.Pointer[execution]
 
@@ -98,10 +103,11 @@ func Start(ctx context.Context, log *slog.Logger, l Launcher, cmd Command) (*Wor
 		return nil, err
 	}
 	w := &Worker{
-		log:   log,
-		h:     h,
-		ready: make(chan struct{}),
-		outs:  [2]*os.File{pipes[0][0], pipes[1][0]},
+		log:      log,
+		h:        h,
+		ready:    make(chan struct{}),
+		outs:     [2]*os.File{pipes[0][0], pipes[1][0]},
+		oomTexts: cmd.OutOfMemory,
 	}
 	w.stream = newLineStream(pipeRW{r: pipes[3][0], w: pipes[2][1]})
 	logger := jsonrpc2.SetLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug))
@@ -204,15 +210,34 @@ func (w *Worker) drain() {
 func (w *Worker) pump(stream int) {
 	defer w.streams.Done()
 	buf := make([]byte, 32<<10)
+	var carry []byte // the end of the last read, for a text split between reads
 	for {
 		n, err := w.outs[stream].Read(buf)
 		if n > 0 {
+			if stream == 1 && len(w.oomTexts) > 0 {
+				carry = w.watchOutOfMemory(carry, buf[:n])
+			}
 			w.emit(stream, buf[:n])
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// watchOutOfMemory looks for the runtime's out-of-memory texts in p, read
+// after carry, and returns the carry for the next read.
+func (w *Worker) watchOutOfMemory(carry, p []byte) []byte {
+	window := append(carry, p...)
+	longest := 0
+	for _, text := range w.oomTexts {
+		if bytes.Contains(window, []byte(text)) {
+			w.outOfMemory.Store(true)
+		}
+		longest = max(longest, len(text))
+	}
+	keep := min(len(window), longest-1)
+	return append(carry[:0], window[len(window)-keep:]...)
 }
 
 func (w *Worker) emit(stream int, p []byte) {

@@ -199,3 +199,30 @@ func FuzzDecodeReply(f *testing.F) {
 		}
 	})
 }
+
+// TestOutOfMemoryTextSplitBetweenReads: the runtime's out-of-memory text is
+// seen whole, in one read or split between two, and only the text counts.
+func TestOutOfMemoryTextSplitBetweenReads(t *testing.T) {
+	t.Parallel()
+	const text = "fatal error: runtime: out of memory"
+	for _, c := range []struct {
+		reads []string
+		want  bool
+	}{
+		{[]string{"goroutine 1 [running]:\n", "fatal error: runtime: out of memory\n"}, true},
+		{[]string{"xx fatal error: runt", "ime: out of memory\n"}, true},
+		{[]string{"fatal error: runtime: out of memor", "y"}, true},
+		{[]string{"f", "atal error: runtime: out of memory"}, true},
+		{[]string{"fatal error: runtime: out of memor", "ies"[1:]}, false},
+		{[]string{"fatal error: all goroutines are asleep\n"}, false},
+	} {
+		w := &Worker{oomTexts: []string{"fatal error: out of memory", text}}
+		var carry []byte
+		for _, r := range c.reads {
+			carry = w.watchOutOfMemory(carry, []byte(r))
+		}
+		if got := w.outOfMemory.Load(); got != c.want {
+			t.Errorf("reads %q: out of memory %v, want %v", c.reads, got, c.want)
+		}
+	}
+}
