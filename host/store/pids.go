@@ -89,37 +89,17 @@ func rebuild(ctx context.Context, db *bun.DB) (err error) {
 	if err := tx.QueryRowContext(ctx, orphanFiles).Scan(&orphans); err != nil {
 		return err
 	}
+	// The table as it stands, every column added since included, only
+	// without AUTOINCREMENT; same columns in the same order, so the copy
+	// is a plain SELECT *.
+	const autoKey, key = "pid INTEGER PRIMARY KEY AUTOINCREMENT", "pid INTEGER PRIMARY KEY"
+	body, ok := strings.CutPrefix(schema, "CREATE TABLE processes (")
+	if !ok || strings.Count(body, autoKey) != 1 {
+		return fmt.Errorf("the processes table is not as the migrations made it: %q", schema)
+	}
 	for _, q := range []string{
-		`CREATE TABLE processes_rebuilt (
-    pid INTEGER PRIMARY KEY,
-    ref TEXT NOT NULL DEFAULT '',
-    code TEXT NOT NULL,
-    state TEXT NOT NULL,
-    exit_state TEXT,
-    reason TEXT NOT NULL DEFAULT '',
-    error TEXT NOT NULL DEFAULT '',
-    timeout_ms BIGINT NOT NULL,
-    env_config TEXT,
-    environment TEXT NOT NULL DEFAULT '',
-    output TEXT,
-    stdout TEXT NOT NULL DEFAULT '',
-    stderr TEXT NOT NULL DEFAULT '',
-    stdout_truncated BOOLEAN NOT NULL DEFAULT FALSE,
-    stderr_truncated BOOLEAN NOT NULL DEFAULT FALSE,
-    runs BIGINT NOT NULL DEFAULT 0,
-    created_at TIMESTAMP NOT NULL,
-    started_at TIMESTAMP,
-    finished_at TIMESTAMP,
-    duration_ms BIGINT,
-    host_id TEXT NOT NULL DEFAULT '',
-    output_truncated BOOLEAN NOT NULL DEFAULT FALSE,
-    cpu_ms BIGINT,
-    peak_memory_bytes BIGINT,
-    session TEXT NOT NULL DEFAULT '',
-    displays TEXT
-)`,
-		`INSERT INTO processes_rebuilt (pid, ` + processColumns + `, displays)
- SELECT pid, ` + processColumns + `, displays FROM processes`,
+		"CREATE TABLE processes_rebuilt (" + strings.Replace(body, autoKey, key, 1),
+		`INSERT INTO processes_rebuilt SELECT * FROM processes`,
 		`CREATE TABLE process_pid_floor (
     one INTEGER PRIMARY KEY CHECK (one = 1),
     pid BIGINT NOT NULL

@@ -371,6 +371,14 @@ func inTx[T any](st *Store, fn func(*Tx) (T, error)) (T, error) {
 	return v, err
 }
 
+// newIdleProcess stores an idle process and returns its pid.
+func newIdleProcess(t *testing.T, st *Store) int64 {
+	t.Helper()
+	p := &Process{Code: "x", State: "idle", TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
+	write(t, st, func(tx *Tx) error { return tx.InsertProcess(context.Background(), p) })
+	return p.PID
+}
+
 // write runs fn in one of the store's write transactions.
 func write(t *testing.T, st *Store, fn func(*Tx) error) {
 	t.Helper()
@@ -476,18 +484,13 @@ func TestPidsAreNeverGivenTwice(t *testing.T) {
 	ctx := context.Background()
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			insert := func() int64 {
-				p := &Process{Code: "x", State: "idle", TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
-				write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
-				return p.PID
-			}
-			first, newest := insert(), insert()
+			first, newest := newIdleProcess(t, st), newIdleProcess(t, st)
 			for _, pid := range []int64{newest, first} {
 				if ok, err := inTx(st, func(tx *Tx) (bool, error) { return tx.DeleteProcess(ctx, pid, []string{"idle"}) }); !ok || err != nil {
 					t.Fatalf("delete %d: %v %v", pid, ok, err)
 				}
 			}
-			if next := insert(); next <= newest {
+			if next := newIdleProcess(t, st); next <= newest {
 				t.Fatalf("pid %d after deleting %d and %d", next, first, newest)
 			}
 		})

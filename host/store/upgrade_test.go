@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,14 +10,21 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/migrate"
 )
 
-// migrateBefore runs only the migrations whose names sort before stop: a
-// database as an earlier version left it.
-func migrateBefore(t *testing.T, s *Store, tmpl dialectSQL, stop string) {
+// oldDatabase opens the SQLite database at url and runs only the
+// migrations whose names sort before stop: a database as an earlier
+// version left it.
+func oldDatabase(t *testing.T, url, stop string) *bun.DB {
 	t.Helper()
 	ctx := context.Background()
+	db, tmpl, err := connect(url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
 	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil {
 		t.Fatal(err)
@@ -38,13 +44,14 @@ func migrateBefore(t *testing.T, s *Store, tmpl dialectSQL, stop string) {
 	if err := ms.Discover(files); err != nil {
 		t.Fatal(err)
 	}
-	m := migrate.NewMigrator(s.DB, ms, migrate.WithTemplateData(tmpl), migrate.WithMarkAppliedOnSuccess(true))
+	m := migrate.NewMigrator(db, ms, migrate.WithTemplateData(tmpl), migrate.WithMarkAppliedOnSuccess(true))
 	if err := m.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return db
 }
 
 // TestUpgradeToPartialIndexes: a database with processes from before the
@@ -55,16 +62,11 @@ func TestUpgradeToPartialIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := "sqlite://" + t.TempDir() + "/cyrnel.db"
-	db, tmpl, err := connect(url, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := &Store{DB: db, local: true, stmts: map[string]*sql.Stmt{}}
-	migrateBefore(t, old, tmpl, "20261122000005")
+	db := oldDatabase(t, url, "20261122000005")
 	states := []string{"idle", "queued", "running", "idle"}
 	for i := range 40 {
 		p := &Process{Code: "x", Ref: []string{"", "nightly"}[i%2], State: states[i%4], TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
-		if _, err := old.DB.NewInsert().Model(p).ExcludeColumn("cpu_ms", "peak_memory_bytes", "session", "displays").Exec(ctx); err != nil { // newer columns
+		if _, err := db.NewInsert().Model(p).ExcludeColumn("cpu_ms", "peak_memory_bytes", "session", "displays").Exec(ctx); err != nil { // newer columns
 			t.Fatal(err)
 		}
 	}
@@ -77,7 +79,7 @@ func TestUpgradeToPartialIndexes(t *testing.T) {
 		st.Close()
 		t.Fatal("the migration went through an index in its way")
 	}
-	db, _, err = connect(url, "")
+	db, _, err := connect(url, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,29 +122,24 @@ func TestUpgradeRebuildsProcessesWithoutAutoincrement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := "sqlite://" + t.TempDir() + "/cyrnel.db"
-	db, tmpl, err := connect(url, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := &Store{DB: db, local: true, stmts: map[string]*sql.Stmt{}}
-	migrateBefore(t, old, tmpl, processesWithoutAutoincrement.Name)
+	db := oldDatabase(t, url, processesWithoutAutoincrement.Name)
 	var pids []int64
 	for range 3 {
 		p := &Process{Code: "x", State: "idle", TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
-		if _, err := old.DB.NewInsert().Model(p).Exec(ctx); err != nil {
+		if _, err := db.NewInsert().Model(p).Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
 		pids = append(pids, p.PID)
 	}
 	file := &ProcessFile{PID: pids[1], Path: "out.csv", Size: 3, ModifiedAt: time.Now(), Content: []byte("a,b")}
-	if _, err := old.DB.NewInsert().Model(file).Exec(ctx); err != nil {
+	if _, err := db.NewInsert().Model(file).Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := old.DB.NewDelete().Model((*Process)(nil)).Where("pid = ?", pids[2]).Exec(ctx); err != nil {
+	if _, err := db.NewDelete().Model((*Process)(nil)).Where("pid = ?", pids[2]).Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// A file whose process an operator deleted with foreign keys off.
-	conn, err := old.DB.Conn(ctx)
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +151,7 @@ func TestUpgradeRebuildsProcessesWithoutAutoincrement(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close()
+	columns := tableInfo(t, db, "processes")
 	db.Close()
 
 	st, err := Open(ctx, url, "")
@@ -165,6 +163,9 @@ func TestUpgradeRebuildsProcessesWithoutAutoincrement(t *testing.T) {
 	if err := st.DB.QueryRowContext(ctx, "SELECT sql FROM sqlite_schema WHERE name = 'processes'").Scan(&schema); err != nil || strings.Contains(schema, "AUTOINCREMENT") {
 		t.Fatalf("processes after the upgrade: %q (%v)", schema, err)
 	}
+	if got := tableInfo(t, st.DB, "processes"); got != columns {
+		t.Fatalf("columns after the rebuild:\n%s\nbefore:\n%s", got, columns)
+	}
 	for _, pid := range pids[:2] {
 		if _, err := st.GetProcess(ctx, pid); err != nil {
 			t.Errorf("process %d after the upgrade: %v", pid, err)
@@ -175,12 +176,7 @@ func TestUpgradeRebuildsProcessesWithoutAutoincrement(t *testing.T) {
 			t.Fatalf("files of process %d after the upgrade: %v %v", pid, files, err)
 		}
 	}
-	insert := func() int64 {
-		p := &Process{Code: "x", State: "queued", TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
-		write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
-		return p.PID
-	}
-	if pid := insert(); pid != pids[2]+1 {
+	if pid := newIdleProcess(t, st); pid != pids[2]+1 {
 		t.Fatalf("first pid after the upgrade %d, want %d: the deleted %d must not come back", pid, pids[2]+1, pids[2])
 	}
 	if err := rebuildProcesses(ctx, st.DB); err != nil {
@@ -201,15 +197,10 @@ func TestUpgradeWithoutRoomLosesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := t.TempDir() + "/cyrnel.db"
-	db, tmpl, err := connect("sqlite://"+path, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := &Store{DB: db, local: true, stmts: map[string]*sql.Stmt{}}
-	migrateBefore(t, old, tmpl, processesWithoutAutoincrement.Name)
+	db := oldDatabase(t, "sqlite://"+path, processesWithoutAutoincrement.Name)
 	for range 20 {
 		p := &Process{Code: "x", State: "idle", Stdout: strings.Repeat("o", 64<<10), TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
-		if _, err := old.DB.NewInsert().Model(p).Exec(ctx); err != nil {
+		if _, err := db.NewInsert().Model(p).Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -233,4 +224,28 @@ func TestUpgradeWithoutRoomLosesNothing(t *testing.T) {
 	if ps, err := st.ListProcesses(ctx, ProcessFilter{Limit: 100}); err != nil || len(ps) != 20 {
 		t.Fatalf("%d processes after the upgrade (%v), want 20", len(ps), err)
 	}
+}
+
+// tableInfo describes the columns of a SQLite table, in order: name, type,
+// NOT NULL, default, and primary key.
+func tableInfo(t *testing.T, db bun.IDB, table string) string {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(), `SELECT name, type, "notnull", coalesce(dflt_value, ''), pk FROM pragma_table_info(?)`, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var name, typ, dflt string
+		var notNull, pk int
+		if err := rows.Scan(&name, &typ, &notNull, &dflt, &pk); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s %s notnull=%d default=%q pk=%d\n", name, typ, notNull, dflt, pk)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
