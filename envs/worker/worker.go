@@ -42,9 +42,8 @@ type Worker struct {
 	calls   chan struct{} // one token per request being served
 	outs    [2]*os.File   // parent read ends of stdout, stderr
 
-	// outOfMemory: the runtime wrote one of Command.OutOfMemory to stderr.
-	oomTexts    []string
-	outOfMemory atomic.Bool
+	oomTexts    []string    // Command.OutOfMemory
+	outOfMemory atomic.Bool // the runtime wrote one of oomTexts to stderr
 
 	cur atomic.Pointer[execution]
 
