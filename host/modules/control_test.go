@@ -75,7 +75,7 @@ func controlled(t *testing.T) (*Registry, *faultyStore, *gates) {
 func onStore(t *testing.T, st *faultyStore, dir string, n control.Notifier) (*Registry, *gates) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	key, err := secrets.LoadKey(log, "", dir)
+	key, err := secrets.LoadKey(log, "", dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}

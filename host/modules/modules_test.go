@@ -86,7 +86,7 @@ func newRegistry(t *testing.T, envs map[string]func() *gate) *Registry {
 	}
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	key, _ := secrets.LoadKey(log, "", dir)
+	key, _ := secrets.LoadKey(log, "", dir, false)
 	box, _ := secrets.New(key)
 	factories := map[string]Factory{}
 	for id, f := range envs {

@@ -41,11 +41,16 @@ func New(key []byte) (*Box, error) {
 	return &Box{aead: aead}, nil
 }
 
+// ErrKeyMissing is returned by LoadKey when the key file is gone but the
+// caller holds secrets sealed with it: a new key would open none of them.
+var ErrKeyMissing = errors.New("the secrets key file is missing")
+
 // LoadKey returns the key from encoded (base64, as in CYRNEL_SECRETS_KEY) or,
-// when that is empty, from the key file in dataDir, generating it (mode 0600)
-// on first use with a warning: a key next to the data it protects only
-// guards against leaks of the database alone.
-func LoadKey(log *slog.Logger, encoded, dataDir string) ([]byte, error) {
+// when that is empty, from the key file in dataDir. Without a file it
+// generates one (mode 0600) with a warning, unless sealed says secrets were
+// sealed already (ErrKeyMissing, naming the file): a key next to the data it
+// protects only guards against leaks of the database alone.
+func LoadKey(log *slog.Logger, encoded, dataDir string, sealed bool) ([]byte, error) {
 	if encoded != "" {
 		key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(encoded))
 		if err != nil {
@@ -67,6 +72,9 @@ func LoadKey(log *slog.Logger, encoded, dataDir string) ([]byte, error) {
 	}
 	if !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("read secrets key: %w", err)
+	}
+	if sealed {
+		return nil, fmt.Errorf("%w: %s, but the database holds secrets sealed with it: restore the file (or set CYRNEL_SECRETS_KEY to the key); a new key would open none of them", ErrKeyMissing, path)
 	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {

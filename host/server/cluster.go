@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 
@@ -12,34 +11,8 @@ import (
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
-	"github.com/cyrnel/cyrnel/host/secrets"
 	"github.com/cyrnel/cyrnel/host/services"
-	"github.com/cyrnel/cyrnel/host/store"
 )
-
-// keyCheckSetting holds a value sealed with the secrets key of the first
-// host on the database; a host whose key cannot open it would fail on every
-// stored secret, so it refuses to start instead.
-const keyCheckSetting = "secrets_key_check"
-
-func checkKey(ctx context.Context, st *store.Store, box *secrets.Box) error {
-	sealed, err := box.Seal(map[string]any{"cyrnel": "secrets key check"})
-	if err != nil {
-		return err
-	}
-	stored, err := st.FirstSetting(ctx, keyCheckSetting, base64.StdEncoding.EncodeToString(sealed))
-	if err != nil {
-		return err
-	}
-	raw, err := base64.StdEncoding.DecodeString(stored)
-	if err != nil {
-		return fmt.Errorf("setting %s: %w", keyCheckSetting, err)
-	}
-	if _, err := box.Open(raw); err != nil {
-		return errors.New("this host's secrets key cannot open the secrets other hosts stored in this database: share one CYRNEL_SECRETS_KEY (or CYRNEL_SECRETS_KEY_FILE) between every host")
-	}
-	return nil
-}
 
 // clusterHandlers is what this host does for the others: apply their
 // configuration changes, kill what it runs for them, finish what lost

@@ -30,7 +30,6 @@ import (
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
-	"github.com/cyrnel/cyrnel/host/secrets"
 	"github.com/cyrnel/cyrnel/host/services"
 	"github.com/cyrnel/cyrnel/host/session"
 	"github.com/cyrnel/cyrnel/host/store"
@@ -170,19 +169,12 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 		// each unable to open what the others sealed.
 		return nil, errors.New("with PostgreSQL every host must share one secrets key: set CYRNEL_SECRETS_KEY (or CYRNEL_SECRETS_KEY_FILE) to the same base64 32-byte key on each host")
 	}
-	key, err := secrets.LoadKey(log, cfg.SecretsKey, cfg.DataDir)
-	if err != nil {
-		return nil, err
-	}
-	box, err := secrets.New(key)
+	box, err := openSecrets(ctx, log, st, cfg.SecretsKey, cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
 	var notifier control.Notifier
 	if !st.Local() {
-		if err = checkKey(ctx, st, box); err != nil {
-			return nil, err
-		}
 		if cl, err = cluster.New(ctx, log.With("component", "cluster"), cfg.DBURL, dir.HostID, st, cluster.Options{TTL: cfg.LeaseTTL}); err != nil {
 			return nil, err
 		}

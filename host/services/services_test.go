@@ -35,7 +35,7 @@ func newManager(t testing.TB) *Manager {
 func startManager(t testing.TB, st Store, dir string) *Manager {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	key, err := secrets.LoadKey(log, "", dir)
+	key, err := secrets.LoadKey(log, "", dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}

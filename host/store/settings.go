@@ -80,3 +80,19 @@ func (s *Store) FirstSetting(ctx context.Context, key, value string) (string, er
 	}
 	return stored, err
 }
+
+// SealedSecrets returns every module's and service's sealed secrets that are
+// set: what a secrets key must open.
+func (s *Store) SealedSecrets(ctx context.Context) ([][]byte, error) {
+	var out [][]byte
+	for _, table := range []string{"modules", "services"} {
+		var blobs [][]byte
+		err := s.DB.NewSelect().Table(table).Column("secrets").
+			Where("secrets IS NOT NULL").Where("length(secrets) > 0").Scan(ctx, &blobs)
+		if err != nil {
+			return nil, fmt.Errorf("read sealed secrets of %s: %w", table, err)
+		}
+		out = append(out, blobs...)
+	}
+	return out, nil
+}

@@ -1,0 +1,83 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// refusesToStart runs the binary on dataDir and returns what it said; the
+// test fails unless it exits non-zero within 30s.
+func refusesToStart(t *testing.T, dataDir string, env ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir)
+	cmd.Env = append(cmd.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("want the server to refuse to start, got %v:\n%s", err, out)
+	}
+	return string(out)
+}
+
+// TestSecretsKeyLoss: with secrets stored, a removed secrets.key stops the
+// start naming the file (no new key is made, which would open nothing), and
+// so does a wrong key; the control: the right key restored, the server
+// starts and the service still has its secret.
+func TestSecretsKeyLoss(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "secrets.key")
+	h := start(t, dir)
+	if st, _ := h.do("POST", "/services", map[string]any{
+		"id": "petstore", "adapter": "openapi", "source": map[string]any{"content": fixture(t, "swagger-petstore-3.0.yaml")},
+	}, nil); st != http.StatusCreated {
+		t.Fatalf("import: %d", st)
+	}
+	if st, _ := h.do("PUT", "/services/petstore/secrets", map[string]any{"api_key": "sekret"}, nil); st != http.StatusOK {
+		t.Fatalf("set secrets: %d", st)
+	}
+	h.stop()
+	key, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.Remove(keyFile); err != nil {
+		t.Fatal(err)
+	}
+	out := refusesToStart(t, dir)
+	if !strings.Contains(out, keyFile) || !strings.Contains(out, "missing") {
+		t.Fatalf("the refusal does not name the missing key file %s:\n%s", keyFile, out)
+	}
+	if _, err := os.Stat(keyFile); !os.IsNotExist(err) {
+		t.Fatalf("a new key file was made: %v", err)
+	}
+
+	wrong := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)) + "\n"
+	if err := os.WriteFile(keyFile, []byte(wrong), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := refusesToStart(t, dir); !strings.Contains(out, keyFile) || !strings.Contains(out, "cannot open") {
+		t.Fatalf("the refusal does not say the key file %s opens nothing:\n%s", keyFile, out)
+	}
+
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h = start(t, dir)
+	var svc struct {
+		SecretsSet []string `json:"secretsSet"`
+	}
+	if st, _ := h.do("GET", "/services/petstore", nil, &svc); st != http.StatusOK || len(svc.SecretsSet) != 1 {
+		t.Fatalf("with its key restored the service lost its secret: %d %+v", st, svc)
+	}
+}
