@@ -81,3 +81,47 @@ func TestSecretsKeyLoss(t *testing.T) {
 		t.Fatalf("with its key restored the service lost its secret: %d %+v", st, svc)
 	}
 }
+
+// TestCorruptPage: a host is ready on a sound database (the control); a
+// damaged page in it, one no migration reads, is found when the server
+// starts, which refuses to run on it, naming the file.
+func TestCorruptPage(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	h := start(t, dir)
+	for i := 0; i < 20; i++ {
+		if p := h.run("print('x' * 20000)", nil); p.exit() != "success" {
+			t.Fatalf("run %d: %+v", i, p)
+		}
+	}
+	var ready struct {
+		Status string `json:"status"`
+	}
+	if st, _ := h.do("GET", "/health/ready", nil, &ready); st != http.StatusOK || ready.Status != "ready" {
+		t.Fatalf("control: a sound host is not ready: %d %+v", st, ready)
+	}
+	h.stop()
+	db := filepath.Join(dir, "cyrnel.db")
+	f, err := os.OpenFile(db, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first bytes of the last pages: the runs' rows and their stdout's
+	// overflow pages, whose first bytes point to the next one.
+	for off := fi.Size() - 20*4096; off < fi.Size(); off += 4096 {
+		if _, err := f.WriteAt([]byte{0xA5, 0xA5, 0xA5, 0xA5}, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := refusesToStart(t, dir)
+	if !strings.Contains(out, "corrupt") || !strings.Contains(out, db) {
+		t.Fatalf("the refusal does not say %s is corrupt:\n%s", db, out)
+	}
+}

@@ -53,6 +53,9 @@ type Deps struct {
 	Approvals Approvals
 	ToolCalls ToolCalls
 	Gate      Gate
+	// Ready says whether the host can serve work (GET /health/ready); nil:
+	// always.
+	Ready Readiness
 }
 
 type server struct {
@@ -115,7 +118,7 @@ func Config() huma.Config {
 // open lists what needs no key: liveness and the API's own description.
 func open(path string) bool {
 	switch path {
-	case "/health", "/openapi.json", "/openapi.yaml", "/openapi-3.0.json", "/openapi-3.0.yaml":
+	case "/health", "/health/ready", "/openapi.json", "/openapi.yaml", "/openapi-3.0.json", "/openapi-3.0.yaml":
 		return true
 	}
 	return false

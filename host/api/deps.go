@@ -115,3 +115,9 @@ type settings interface {
 	SecretsSet(ctx context.Context, id string) ([]string, error)
 	SetSecrets(ctx context.Context, id string, secrets map[string]any) ([]string, error)
 }
+
+// Readiness says whether the host can serve work now: nil, or what is
+// wrong (host/server).
+type Readiness interface {
+	Ready(ctx context.Context) error
+}

@@ -86,7 +86,30 @@ func toModuleView(v modules.ModuleView) moduleView {
 	}
 }
 
+type readyBody struct {
+	Body struct {
+		Status string `json:"status" enum:"ready" doc:"Always ready when the answer is 200."`
+	}
+}
+
 func (s *server) registerHealth(api huma.API) {
+	huma.Register(api, huma.Operation{
+		OperationID: "getReadiness", Method: http.MethodGet, Path: "/health/ready", Tags: []string{"health"},
+		Summary: "Readiness",
+		Description: "200 while this host can serve work: its database answers and was not found corrupt, and the active environment is set up. " +
+			"Otherwise 503, the detail saying what is wrong; a balancer sends work elsewhere. Never needs authentication.",
+		Security: []map[string][]string{}, Errors: []int{http.StatusServiceUnavailable},
+	}, func(ctx context.Context, _ *struct{}) (*readyBody, error) {
+		if s.Ready != nil {
+			if err := s.Ready.Ready(ctx); err != nil {
+				return nil, huma.Error503ServiceUnavailable("not ready: " + err.Error())
+			}
+		}
+		out := &readyBody{}
+		out.Body.Status = "ready"
+		return out, nil
+	})
+
 	huma.Register(api, huma.Operation{
 		OperationID: "getHealth", Method: http.MethodGet, Path: "/health", Tags: []string{"health"},
 		Summary: "Liveness", Description: "Never needs authentication.", Security: []map[string][]string{},

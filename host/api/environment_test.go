@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -27,6 +28,23 @@ func TestHealthNamesTheActiveEnvironment(t *testing.T) {
 	wantStatus(t, f.api.Get("/health"), http.StatusOK, &h)
 	if h["environment"] != "python" {
 		t.Errorf("health %v", h)
+	}
+}
+
+// TestReadiness: 200 while the host is ready, 503 saying why when not, and
+// no key needed for either.
+func TestReadiness(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var r map[string]any
+	wantStatus(t, f.api.Get("/health/ready"), http.StatusOK, &r)
+	if r["status"] != "ready" {
+		t.Errorf("ready %v", r)
+	}
+	f.ready.err = fmt.Errorf("database: %w", errors.New("the database is corrupt"))
+	p := wantProblem(t, f.api.Get("/health/ready"), http.StatusServiceUnavailable)
+	if !strings.Contains(p.Detail, "database: the database is corrupt") {
+		t.Errorf("detail %q", p.Detail)
 	}
 }
 

@@ -508,6 +508,10 @@ func (f *fakeSessions) GetFile(context.Context, string, string) ([]byte, error) 
 
 func (f *fakeSessions) DeleteFile(context.Context, string, string) error { return f.err }
 
+type fakeReadiness struct{ err error }
+
+func (f *fakeReadiness) Ready(context.Context) error { return f.err }
+
 // fixture is the API over a fresh set of fakes.
 type fixture struct {
 	procs     *fakeProcesses
@@ -520,6 +524,7 @@ type fixture struct {
 	approvals *fakeApprovals
 	calls     *fakeToolCalls
 	sessions  *fakeSessions
+	ready     *fakeReadiness
 	logs      *strings.Builder
 	api       humatest.TestAPI
 }
@@ -529,12 +534,12 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{
 		procs: &fakeProcesses{}, env: &fakeEnvironment{}, mods: &fakeModules{},
 		svcs: &fakeServices{}, tools: &fakeTools{}, gate: &fakeGate{}, policies: &fakePolicies{},
-		approvals: &fakeApprovals{}, calls: &fakeToolCalls{}, sessions: &fakeSessions{}, logs: &strings.Builder{},
+		approvals: &fakeApprovals{}, calls: &fakeToolCalls{}, sessions: &fakeSessions{}, ready: &fakeReadiness{}, logs: &strings.Builder{},
 	}
 	_, a := New(Deps{
 		Log: slog.New(slog.NewTextHandler(f.logs, nil)), Version: "test",
 		Processes: f.procs, Environment: f.env, Modules: f.mods, Services: f.svcs, Tools: f.tools,
-		Gate: f.gate, Policies: f.policies, Approvals: f.approvals, ToolCalls: f.calls, Sessions: f.sessions,
+		Gate: f.gate, Policies: f.policies, Approvals: f.approvals, ToolCalls: f.calls, Sessions: f.sessions, Ready: f.ready,
 	})
 	f.api = humatest.Wrap(t, a)
 	return f

@@ -78,13 +78,13 @@ func (s *Store) WriteProcesses(ctx context.Context, fn func(context.Context, *Tx
 	ctx = s.hot(ctx)
 	tx, err := s.DB.BeginTx(ctx, nil)
 	if err != nil {
-		return classify(fmt.Errorf("begin: %w", err))
+		return s.classify(fmt.Errorf("begin: %w", err))
 	}
 	if err := fn(ctx, &Tx{s: s, db: tx, tx: tx.Tx}); err != nil {
-		return errors.Join(classify(err), tx.Rollback())
+		return errors.Join(s.classify(err), tx.Rollback())
 	}
 	if err := tx.Commit(); err != nil {
-		return classify(fmt.Errorf("commit: %w", err))
+		return s.classify(fmt.Errorf("commit: %w", err))
 	}
 	return nil
 }
@@ -94,7 +94,7 @@ func (s *Store) WriteProcesses(ctx context.Context, fn func(context.Context, *Tx
 // and COMMIT round trips on the path of a lone execution. A full disk is
 // reported as ErrFull.
 func (s *Store) WriteProcess(ctx context.Context, fn func(context.Context, *Tx) error) error {
-	return classify(fn(s.hot(ctx), &Tx{s: s, db: s.DB}))
+	return s.classify(fn(s.hot(ctx), &Tx{s: s, db: s.DB}))
 }
 
 // stmt is the store's prepared statement for query, bound to the

@@ -35,7 +35,7 @@ const SessionEnded = "ended"
 // InsertSession stores a new session.
 func (s *Store) InsertSession(ctx context.Context, ses *Session) error {
 	if _, err := s.DB.NewInsert().Model(ses).Exec(ctx); err != nil {
-		return classify(fmt.Errorf("insert session: %w", err))
+		return s.classify(fmt.Errorf("insert session: %w", err))
 	}
 	return nil
 }
@@ -45,7 +45,7 @@ func (s *Store) InsertSession(ctx context.Context, ses *Session) error {
 func (s *Store) UpdateSession(ctx context.Context, ses *Session, columns ...string) (bool, error) {
 	res, err := s.DB.NewUpdate().Model(ses).Column(columns...).WherePK().Where("state <> ?", SessionEnded).Exec(ctx)
 	if err != nil {
-		return false, classify(fmt.Errorf("update session %s: %w", ses.ID, err))
+		return false, s.classify(fmt.Errorf("update session %s: %w", ses.ID, err))
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err

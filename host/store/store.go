@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
@@ -34,6 +35,14 @@ var ErrNotFound = errors.New("not found")
 // ErrFull is returned when the database cannot grow: its disk is full (or,
 // on SQLite, it reached its max_page_count).
 var ErrFull = errors.New("the database's disk is full")
+
+// classify is the package's classify, noting a corrupt database for Healthy.
+func (s *Store) classify(err error) error {
+	if err != nil && s.local && corrupt(err) {
+		s.damaged.Store(true)
+	}
+	return classify(err)
+}
 
 // classify marks the errors callers act on by kind: a full disk (SQLite's
 // SQLITE_FULL; PostgreSQL's disk_full, class 53100) becomes ErrFull.
@@ -58,6 +67,9 @@ const sqliteFull = 13
 type Store struct {
 	DB    *bun.DB
 	local bool // embedded SQLite
+	// damaged is set once a statement finds the SQLite database corrupt:
+	// Healthy reports it until the host restarts (and Open refuses).
+	damaged atomic.Bool
 
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared, by their text with ? placeholders
@@ -162,10 +174,21 @@ func Open(ctx context.Context, dbURL, dataDir string, opts ...Options) (*Store, 
 		return nil, err
 	}
 	s := &Store{DB: db, local: db.Dialect().Name() == dialect.SQLite, stmts: map[string]*sql.Stmt{}}
+	where := redact(dbURL)
+	if dbURL == "" {
+		where = filepath.Join(dataDir, sqliteFile)
+	}
+	if s.local {
+		if err := quickCheck(ctx, db); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("%s: %w; restore it from a backup, or move it away to start afresh", where, err)
+		}
+		s.DB = db.WithQueryHook(corruptionHook{s})
+	}
 	if err := s.migrate(ctx, tmpl); err != nil {
 		db.Close()
 		if s.local && corrupt(err) {
-			return nil, fmt.Errorf("%w (%v); restore it from a backup, or move it away to start afresh", ErrCorrupt, err)
+			return nil, fmt.Errorf("%s: %w (%v); restore it from a backup, or move it away to start afresh", where, ErrCorrupt, err)
 		}
 		return nil, err
 	}
@@ -174,6 +197,65 @@ func Open(ctx context.Context, dbURL, dataDir string, opts ...Options) (*Store, 
 		return nil, err
 	}
 	return s, nil
+}
+
+// quickCheck runs SQLite's quick_check, which reads every page (linear in
+// the database's size, once per start): a damaged page is found before the
+// host serves, not by the first execution that touches it.
+func quickCheck(ctx context.Context, db *bun.DB) error {
+	rows, err := db.QueryContext(ctx, "PRAGMA quick_check(5)")
+	if err != nil {
+		if corrupt(err) {
+			return fmt.Errorf("%w (%v)", ErrCorrupt, err)
+		}
+		return fmt.Errorf("check the database: %w", err)
+	}
+	defer rows.Close()
+	var found []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return fmt.Errorf("check the database: %w", err)
+		}
+		if line != "ok" {
+			found = append(found, line)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		if corrupt(err) {
+			return fmt.Errorf("%w (%v)", ErrCorrupt, err)
+		}
+		return fmt.Errorf("check the database: %w", err)
+	}
+	if len(found) > 0 {
+		return fmt.Errorf("%w (%s)", ErrCorrupt, strings.Join(found, "; "))
+	}
+	return nil
+}
+
+// corruptionHook marks the store damaged when any query finds the database
+// corrupt.
+type corruptionHook struct{ s *Store }
+
+func (corruptionHook) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) context.Context { return ctx }
+
+func (h corruptionHook) AfterQuery(_ context.Context, ev *bun.QueryEvent) {
+	if ev.Err != nil && corrupt(ev.Err) {
+		h.s.damaged.Store(true)
+	}
+}
+
+// Healthy reports whether the database answers a read now and no statement
+// found it corrupt: what a readiness check asks of it.
+func (s *Store) Healthy(ctx context.Context) error {
+	if s.damaged.Load() {
+		return ErrCorrupt
+	}
+	var one int
+	if err := s.DB.NewSelect().ColumnExpr("1").Table("processes").Limit(1).Scan(ctx, &one); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("read the database: %w", s.classify(err))
+	}
+	return nil
 }
 
 // sqliteFile is the database's name in the data directory.
