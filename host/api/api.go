@@ -24,6 +24,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/services"
 	"github.com/cyrnel/cyrnel/host/session"
+	"github.com/cyrnel/cyrnel/host/store"
 )
 
 // Title, version and description of the API in the spec. SpecVersion is the
@@ -237,8 +238,23 @@ func (s *server) problemAt(err error, at where) error {
 		// The detail says the disk is full, not the database's wording.
 		return huma.NewError(http.StatusInsufficientStorage, process.ErrFull.Error()+": delete processes or free space in the data directory")
 	}
+	if store.Unavailable(err) {
+		s.Log.Warn("the database cannot answer", "err", err)
+		return unavailable()
+	}
 	s.Log.Error("request failed", "err", err)
 	return huma.Error500InternalServerError("internal error")
+}
+
+// retryAfter is the Retry-After of a 503 for a database that cannot
+// answer: the time a restart or a failover usually takes.
+const retryAfter = "2"
+
+// unavailable is 503 with Retry-After (DESIGN §13): the database cannot
+// answer now, nothing was done, the same request may succeed shortly.
+func unavailable() error {
+	return huma.ErrorWithHeaders(huma.Error503ServiceUnavailable("the database cannot be reached now; nothing was done, retry shortly"),
+		http.Header{"Retry-After": {retryAfter}})
 }
 
 // forbiddenSandbox is 403: the config is valid, but weakening the sandbox is

@@ -11,6 +11,8 @@ import (
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/schema"
+	"github.com/cyrnel/cyrnel/host/store"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestCreateProcessPassesTheRequestOn: the body becomes the domain's input
@@ -62,6 +64,8 @@ func TestProcessErrorStatuses(t *testing.T) {
 		{fmt.Errorf("process 9 is running: %w", process.ErrConflict), http.StatusConflict},
 		{fmt.Errorf("apply: %w", control.ErrStopped), http.StatusServiceUnavailable},
 		{fmt.Errorf("write process: %w", process.ErrFull), http.StatusInsufficientStorage},
+		{fmt.Errorf("insert: %w", &pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"}), http.StatusServiceUnavailable},
+		{fmt.Errorf("read process: %w", store.ErrUnavailable), http.StatusServiceUnavailable},
 		{secret, http.StatusInternalServerError},
 	} {
 		for _, req := range []struct{ method, path string }{
@@ -71,7 +75,12 @@ func TestProcessErrorStatuses(t *testing.T) {
 		} {
 			f := newFixture(t)
 			f.procs.err = c.err
-			p := wantProblem(t, f.api.Do(req.method, req.path), c.status)
+			rec := f.api.Do(req.method, req.path)
+			p := wantProblem(t, rec, c.status)
+			// A database that cannot answer says when to try again.
+			if retry := rec.Header().Get("Retry-After"); store.Unavailable(c.err) != (retry != "") {
+				t.Errorf("%s %s (%v): Retry-After %q", req.method, req.path, c.err, retry)
+			}
 			if c.status == http.StatusInternalServerError {
 				if strings.Contains(p.Detail, "secret") {
 					t.Errorf("%s %s: a 500 shows its cause: %q", req.method, req.path, p.Detail)
