@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/store"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestCreateProcessPassesTheRequestOn: the body becomes the domain's input
