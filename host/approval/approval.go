@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -248,6 +250,20 @@ func (m *Manager) Wake(ctx context.Context, id string) error {
 		m.wake(id, a.State)
 	}
 	return nil
+}
+
+// Recheck reads every approval a call waits on here and wakes the decided
+// ones: a decision whose relayed notice was lost reaches its call at the
+// next recheck.
+func (m *Manager) Recheck(ctx context.Context) error {
+	m.mu.Lock()
+	ids := slices.Collect(maps.Keys(m.waiting))
+	m.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		errs = append(errs, m.Wake(ctx, id))
+	}
+	return errors.Join(errs...)
 }
 
 // ExpireOrphans expires the pending approvals no live call waits on (their

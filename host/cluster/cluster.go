@@ -1,7 +1,11 @@
 // Package cluster joins a host to the others sharing its PostgreSQL
-// database: it renews the host's lease and, on each renewal, has lost
-// hosts' executions finished; it carries configuration events and kills
-// between hosts with LISTEN/NOTIFY. One host on SQLite has none of it.
+// database. The database is the truth and notifications are hints: a host
+// renews its lease and, once it has been reachable for a whole lease,
+// finishes lost hosts' executions; it hears configuration changes, kills and
+// approval decisions through LISTEN/NOTIFY, and also syncs from the database
+// at a short interval and after every reconnection, so a lost notification
+// delays a change by at most that interval. One host on SQLite has none of
+// it.
 package cluster
 
 import (
@@ -9,7 +13,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -24,19 +27,31 @@ import (
 // every third of it, so a host must miss two renewals to be taken for lost.
 const DefaultTTL = 15 * time.Second
 
-// Leases is the store's side of the leases.
-type Leases interface {
+// DefaultSync is how often a host syncs from the database what
+// notifications may have missed.
+const DefaultSync = 2 * time.Second
+
+// Store is the database's side of the cluster.
+type Store interface {
 	RenewLease(ctx context.Context, hostID string, ttl time.Duration) error
 	DropLease(ctx context.Context, hostID string) error
+	// Notify sends a payload to every host listening on channel.
+	Notify(ctx context.Context, channel, payload string) error
+	// RequestKill records a kill for the host that runs pid; TakeKills
+	// removes and returns a host's requests.
+	RequestKill(ctx context.Context, hostID string, pid int64) error
+	TakeKills(ctx context.Context, hostID string) ([]int64, error)
 }
 
 // Handlers are what this host does with what the others say.
 type Handlers struct {
-	// Config applies another host's configuration change from the store.
+	// Config applies a configuration change from the store; applying what
+	// is already in force must be cheap.
 	Config func(ctx context.Context, ev control.Event) error
-	// Resync reapplies every piece of configuration, after notifications
-	// may have been missed (the listening connection was lost).
-	Resync func(ctx context.Context) error
+	// Versions names a version of each piece of stored configuration: a
+	// piece whose version changed since the last sync is applied with
+	// Config.
+	Versions func(ctx context.Context) (map[control.Event]string, error)
 	// Kill kills an execution this host runs.
 	Kill func(ctx context.Context, pid int64) error
 	// Lost finishes the executions (and expires the approvals) of hosts
@@ -44,11 +59,14 @@ type Handlers struct {
 	Lost func(ctx context.Context) (int64, error)
 	// Decided wakes the call waiting here on an approval decided elsewhere.
 	Decided func(ctx context.Context, id string) error
+	// Recheck reads again what calls here wait on (approval decisions).
+	Recheck func(ctx context.Context) error
 }
 
 // Options tune a Cluster.
 type Options struct {
-	TTL time.Duration // 0: DefaultTTL
+	TTL  time.Duration // 0: DefaultTTL
+	Sync time.Duration // 0: DefaultSync
 }
 
 // message is what travels on the channel.
@@ -66,18 +84,20 @@ type Cluster struct {
 	log     *slog.Logger
 	url     string
 	host    string
-	ttl     time.Duration
-	leases  Leases
+	opts    Options
+	store   Store
 	channel string
 
 	mu       sync.Mutex
 	handlers Handlers
-	started  bool      // handlers are set
-	notify   *pgx.Conn // NOTIFY goes on its own connection, serialised by mu
+	started  bool // handlers are set
 	// first is the listening connection opened by New, so what other hosts
 	// announce while this one loads its configuration waits on it until
 	// Start reads it.
 	first *pgx.Conn
+	kick  chan struct{} // a sync is due now (after a reconnection, a kill notice)
+
+	seen map[control.Event]string // versions applied at the last sync; nil before the first
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -85,11 +105,15 @@ type Cluster struct {
 
 // New joins hostID to the hosts on the database at url: it takes the lease
 // at once (so a host is never without one while it runs anything) and
-// returns; Start begins renewing and listening.
-func New(ctx context.Context, log *slog.Logger, url, hostID string, leases Leases, o Options) (*Cluster, error) {
+// returns; Start begins listening and syncing.
+func New(ctx context.Context, log *slog.Logger, url, hostID string, st Store, o Options) (*Cluster, error) {
 	if o.TTL <= 0 {
 		o.TTL = DefaultTTL
 	}
+	if o.Sync <= 0 {
+		o.Sync = DefaultSync
+	}
+	c := &Cluster{log: log, url: url, host: hostID, opts: o, store: st, kick: make(chan struct{}, 1)}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect: %w", err)
@@ -103,14 +127,12 @@ func New(ctx context.Context, log *slog.Logger, url, hostID string, leases Lease
 		return nil, fmt.Errorf("cluster: current schema: %w", err)
 	}
 	sum := sha256.Sum256([]byte(schema))
-	c := &Cluster{log: log, url: url, host: hostID, ttl: o.TTL, leases: leases, notify: conn,
-		channel: "cyrnel_" + hex.EncodeToString(sum[:8])}
-	if c.first, err = c.subscribe(ctx); err != nil {
-		conn.Close(ctx)
+	c.channel = "cyrnel_" + hex.EncodeToString(sum[:8])
+	if err := c.listenOn(ctx, conn); err != nil {
 		return nil, err
 	}
-	if err := leases.RenewLease(ctx, hostID, o.TTL); err != nil {
-		conn.Close(ctx)
+	c.first = conn
+	if err := st.RenewLease(ctx, hostID, o.TTL); err != nil {
 		c.first.Close(ctx)
 		return nil, err
 	}
@@ -123,8 +145,8 @@ func New(ctx context.Context, log *slog.Logger, url, hostID string, leases Lease
 	return c, nil
 }
 
-// Start handles what the other hosts say, and finishes lost hosts'
-// executions at each renewal, until Stop.
+// Start handles what the other hosts say and syncs from the database, and
+// finishes lost hosts' executions at each renewal, until Stop.
 func (c *Cluster) Start(h Handlers) {
 	c.mu.Lock()
 	c.handlers = h
@@ -133,13 +155,14 @@ func (c *Cluster) Start(h Handlers) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stopRenew := c.cancel
 	c.cancel = func() { cancel(); stopRenew() }
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go func() { defer c.wg.Done(); c.listen(ctx) }()
+	go func() { defer c.wg.Done(); c.syncLoop(ctx) }()
 }
 
-// Stop ends renewing and listening and gives the lease up: the host
-// finished its executions before (Shutdown), so there is nothing for the
-// others to finish.
+// Stop ends renewing, listening and syncing and gives the lease up: the
+// host finished its executions before (Shutdown), so there is nothing for
+// the others to finish.
 func (c *Cluster) Stop(ctx context.Context) error {
 	if c.cancel != nil {
 		c.cancel()
@@ -149,29 +172,38 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		c.first.Close(ctx)
 		c.first = nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	err := c.leases.DropLease(ctx, c.host)
-	return errors.Join(err, c.notify.Close(ctx))
+	return c.store.DropLease(ctx, c.host)
 }
 
+// renew renews the lease every third of its TTL. Lost hosts are judged only
+// once this host has renewed for a whole TTL without failing: after an
+// outage of the database every host needs that long to renew again, and
+// none is taken for lost meanwhile. The leases themselves run on the
+// database's clock.
 func (c *Cluster) renew(ctx context.Context) {
-	t := time.NewTicker(c.ttl / 3)
+	t := time.NewTicker(c.opts.TTL / 3)
 	defer t.Stop()
+	reachable := time.Now() // New just renewed
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if err := c.leases.RenewLease(ctx, c.host, c.ttl); err != nil {
-			c.log.Warn("renew the lease", "err", err)
+		if err := c.store.RenewLease(ctx, c.host, c.opts.TTL); err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("renew the lease", "err", err)
+			}
+			reachable = time.Time{}
 			continue
+		}
+		if reachable.IsZero() {
+			reachable = time.Now()
 		}
 		c.mu.Lock()
 		lost, started := c.handlers.Lost, c.started
 		c.mu.Unlock()
-		if !started {
+		if !started || time.Since(reachable) < c.opts.TTL {
 			continue
 		}
 		if _, err := lost(ctx); err != nil && ctx.Err() == nil {
@@ -181,8 +213,8 @@ func (c *Cluster) renew(ctx context.Context) {
 }
 
 // listen holds a connection LISTENing on the channel, reconnecting when it
-// is lost; after a reconnection it resyncs, as notifications may have
-// been missed meanwhile.
+// is lost; after a reconnection it has a sync run at once, as
+// notifications may have been missed meanwhile.
 func (c *Cluster) listen(ctx context.Context) {
 	first := true
 	for ctx.Err() == nil {
@@ -206,14 +238,19 @@ func (c *Cluster) subscribe(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+c.channel); err != nil {
-		conn.Close(ctx)
-		return nil, fmt.Errorf("cluster: listen: %w", err)
-	}
-	return conn, nil
+	return conn, c.listenOn(ctx, conn)
 }
 
-func (c *Cluster) listenOnce(ctx context.Context, resync bool) error {
+// listenOn LISTENs on conn, closing it if that fails.
+func (c *Cluster) listenOn(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, "LISTEN "+c.channel); err != nil {
+		conn.Close(ctx)
+		return fmt.Errorf("cluster: listen: %w", err)
+	}
+	return nil
+}
+
+func (c *Cluster) listenOnce(ctx context.Context, reconnected bool) error {
 	conn := c.first
 	c.first = nil
 	if conn == nil {
@@ -223,10 +260,8 @@ func (c *Cluster) listenOnce(ctx context.Context, resync bool) error {
 		}
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if resync {
-		if err := c.handlers.Resync(ctx); err != nil {
-			c.log.Warn("reload the configuration", "err", err)
-		}
+	if reconnected {
+		c.syncNow()
 	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
@@ -253,15 +288,88 @@ func (c *Cluster) handle(ctx context.Context, msg message) {
 			c.log.Warn("relayed approval decision", "approval", msg.ID, "err", err)
 		}
 	case msg.Type == "kill" && msg.Host == c.host:
-		// Its own goroutine: a kill waits for the execution, and
-		// notifications must keep flowing meanwhile.
+		c.syncNow() // the request is in the database: the sync takes it
+	}
+}
+
+// syncNow has the sync loop run at once.
+func (c *Cluster) syncNow() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// syncLoop syncs every Sync interval and whenever kicked.
+func (c *Cluster) syncLoop(ctx context.Context) {
+	t := time.NewTicker(c.opts.Sync)
+	defer t.Stop()
+	for {
+		c.sync(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-c.kick:
+		}
+	}
+}
+
+// sync applies what the database holds that notifications may have missed:
+// configuration whose version changed, kills asked of this host, decisions
+// on approvals calls here wait on. What fails is tried at the next sync.
+func (c *Cluster) sync(ctx context.Context) {
+	if cur, err := c.handlers.Versions(ctx); err != nil {
+		c.log.Debug("read configuration versions", "err", err)
+	} else {
+		c.apply(ctx, cur)
+	}
+	pids, err := c.store.TakeKills(ctx, c.host)
+	if err != nil {
+		c.log.Debug("take kill requests", "err", err)
+	}
+	for _, pid := range pids {
+		// Its own goroutine: a kill waits for the execution.
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			if err := c.handlers.Kill(ctx, msg.PID); err != nil {
-				c.log.Info("relayed kill", "pid", msg.PID, "from", msg.From, "err", err)
+			if err := c.handlers.Kill(ctx, pid); err != nil {
+				c.log.Info("relayed kill", "pid", pid, "err", err)
 			}
 		}()
+	}
+	if err := c.handlers.Recheck(ctx); err != nil {
+		c.log.Debug("recheck approvals", "err", err)
+	}
+}
+
+// apply reloads each piece of configuration whose version differs from the
+// last sync's (every piece at the first sync: anything may have changed
+// between loading and listening).
+func (c *Cluster) apply(ctx context.Context, cur map[control.Event]string) {
+	first := c.seen == nil
+	if first {
+		c.seen = map[control.Event]string{}
+	}
+	for ev, v := range cur {
+		if old, ok := c.seen[ev]; ok && old == v && !first {
+			continue
+		}
+		if err := c.handlers.Config(ctx, ev); err != nil {
+			c.log.Warn("apply a configuration change found in the database", "event", ev.String(), "err", err)
+			continue
+		}
+		c.seen[ev] = v
+	}
+	for ev := range c.seen {
+		if _, ok := cur[ev]; ok {
+			continue
+		}
+		if err := c.handlers.Config(ctx, ev); err != nil {
+			c.log.Warn("apply a configuration removal found in the database", "event", ev.String(), "err", err)
+			continue
+		}
+		delete(c.seen, ev)
 	}
 }
 
@@ -272,34 +380,38 @@ func (c *Cluster) publish(ctx context.Context, msg message) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.notify.IsClosed() {
-		if c.notify, err = pgx.Connect(ctx, c.url); err != nil {
-			return fmt.Errorf("cluster: connect: %w", err)
-		}
-	}
-	if _, err := c.notify.Exec(ctx, "SELECT pg_notify($1, $2)", c.channel, string(b)); err != nil {
-		return fmt.Errorf("cluster: notify: %w", err)
+	if err := c.store.Notify(ctx, c.channel, string(b)); err != nil {
+		return fmt.Errorf("cluster: %w", err)
 	}
 	return nil
 }
 
 // Notify tells the other hosts of a stored configuration change
-// (control.Notifier). A host that misses it catches up at its next resync.
+// (control.Notifier). A host that misses it catches up at its next sync.
 func (c *Cluster) Notify(ctx context.Context, ev control.Event) {
 	if err := c.publish(ctx, message{Type: "config", Event: ev}); err != nil {
-		c.log.Error("tell the other hosts of a configuration change", "event", ev.String(), "err", err)
+		c.log.Warn("tell the other hosts of a configuration change; they find it at their next sync", "event", ev.String(), "err", err)
 	}
 }
 
-// Kill asks hostID to kill pid (process.Relay).
+// Kill asks hostID to kill pid (process.Relay): the request is stored, and
+// the notice only hurries it.
 func (c *Cluster) Kill(ctx context.Context, hostID string, pid int64) error {
-	return c.publish(ctx, message{Type: "kill", Host: hostID, PID: pid})
+	if err := c.store.RequestKill(ctx, hostID, pid); err != nil {
+		return err
+	}
+	if err := c.publish(ctx, message{Type: "kill", Host: hostID, PID: pid}); err != nil {
+		c.log.Warn("hurry a kill; the runner finds it at its next sync", "pid", pid, "host", hostID, "err", err)
+	}
+	return nil
 }
 
 // Decided tells the other hosts that approval id was decided
-// (approval.Relay).
+// (approval.Relay). A host that misses it finds it at its next sync.
 func (c *Cluster) Decided(ctx context.Context, id string) error {
-	return c.publish(ctx, message{Type: "decided", ID: id})
+	err := c.publish(ctx, message{Type: "decided", ID: id})
+	if err != nil {
+		c.log.Warn("tell the other hosts of an approval decision; they find it at their next sync", "approval", id, "err", err)
+	}
+	return nil
 }

@@ -2,47 +2,23 @@ package cluster
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"strings"
+	"maps"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cyrnel/cyrnel/host/control"
+	"github.com/cyrnel/cyrnel/host/pgtest"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
 // schemaURL is a fresh schema of the test database, migrated.
 func schemaURL(t *testing.T) (string, *store.Store) {
 	t.Helper()
-	url := os.Getenv("CYRNEL_TEST_POSTGRES_URL")
-	if url == "" {
-		if why := os.Getenv("CYRNEL_TEST_NO_POSTGRES"); why != "" {
-			t.Skipf("no PostgreSQL (CYRNEL_TEST_NO_POSTGRES: %s)", why)
-		}
-		t.Fatal("CYRNEL_TEST_POSTGRES_URL is not set; run `make test-db`, or set CYRNEL_TEST_NO_POSTGRES=<why>")
-	}
-	ctx := context.Background()
-	admin, err := store.Open(ctx, url, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := fmt.Sprintf("cyrnel_cluster_test_%d", time.Now().UnixNano())
-	if _, err := admin.DB.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		admin.DB.ExecContext(context.Background(), "DROP SCHEMA "+name+" CASCADE")
-		admin.Close()
-	})
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	url += sep + "search_path=" + name
-	st, err := store.Open(ctx, url, "")
+	url := pgtest.Schema(t)
+	st, err := store.Open(context.Background(), url, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,25 +31,52 @@ type recorder struct {
 	config  chan control.Event
 	kill    chan int64
 	decided chan string
+	lost    chan time.Time
+
+	mu       sync.Mutex
+	versions map[control.Event]string // what Versions answers
 }
 
 func newRecorder() *recorder {
-	return &recorder{config: make(chan control.Event, 8), kill: make(chan int64, 8), decided: make(chan string, 8)}
+	return &recorder{config: make(chan control.Event, 8), kill: make(chan int64, 8), decided: make(chan string, 8),
+		lost: make(chan time.Time, 64), versions: map[control.Event]string{}}
+}
+
+func (r *recorder) setVersion(ev control.Event, v string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.versions[ev] = v
 }
 
 func (r *recorder) handlers() Handlers {
 	return Handlers{
-		Config:  func(_ context.Context, ev control.Event) error { r.config <- ev; return nil },
-		Resync:  func(context.Context) error { return nil },
-		Kill:    func(_ context.Context, pid int64) error { r.kill <- pid; return nil },
-		Lost:    func(context.Context) (int64, error) { return 0, nil },
+		Config: func(_ context.Context, ev control.Event) error { r.config <- ev; return nil },
+		Versions: func(context.Context) (map[control.Event]string, error) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return maps.Clone(r.versions), nil
+		},
+		Kill: func(_ context.Context, pid int64) error { r.kill <- pid; return nil },
+		Lost: func(context.Context) (int64, error) {
+			select {
+			case r.lost <- time.Now():
+			default:
+			}
+			return 0, nil
+		},
 		Decided: func(_ context.Context, id string) error { r.decided <- id; return nil },
+		Recheck: func(context.Context) error { return nil },
 	}
 }
 
 func join(t *testing.T, url string, st *store.Store, host string, r *recorder) *Cluster {
 	t.Helper()
-	c, err := New(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)), url, host, st, Options{TTL: 3 * time.Second})
+	return joinWith(t, url, st, host, r, Options{TTL: 3 * time.Second})
+}
+
+func joinWith(t *testing.T, url string, st *store.Store, host string, r *recorder, o Options) *Cluster {
+	t.Helper()
+	c, err := New(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)), url, host, st, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/control"
@@ -17,8 +18,8 @@ import (
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
-// activeKey is the setting that remembers the active environment.
-const activeKey = "environment.active"
+// ActiveSetting is the setting that remembers the active environment.
+const ActiveSetting = "environment.active"
 
 // DefaultEnvironment is active on a fresh data directory.
 const DefaultEnvironment = "python"
@@ -53,6 +54,7 @@ type Sealer interface {
 type instance struct {
 	id       string
 	env      module.Environment
+	version  time.Time // the stored module's update time it was set up from
 	inflight int
 	draining bool
 	idle     chan struct{} // closed when draining and nothing is in flight
@@ -117,7 +119,7 @@ func (r *Registry) Start(ctx context.Context, b module.Bindings, override string
 }
 
 func (r *Registry) storedActive(ctx context.Context) (string, error) {
-	id, ok, err := r.store.Setting(ctx, activeKey)
+	id, ok, err := r.store.Setting(ctx, ActiveSetting)
 	if err != nil {
 		return "", fmt.Errorf("read the active environment: %w", err)
 	}
@@ -139,6 +141,9 @@ func (r *Registry) Reload(ctx context.Context, ev control.Event) error {
 		if err != nil {
 			return err
 		}
+		if r.isActive(id) {
+			return nil // already in force: reloads repeat (notices and syncs)
+		}
 		return r.plane.Apply(ctx, r.activation(id, nil))
 	case control.KindModule:
 		var m *store.Module
@@ -150,8 +155,13 @@ func (r *Registry) Reload(ctx context.Context, ev control.Event) error {
 				return nil
 			}
 			var err error
-			m, err = r.stored(ctx, ev.ID)
-			return err
+			if m, err = r.stored(ctx, ev.ID); err != nil {
+				return err
+			}
+			if r.activeVersion().Equal(m.UpdatedAt) {
+				build = nil // already in force: reloads repeat (notices and syncs)
+			}
+			return nil
 		}
 		c.Build = func(ctx context.Context) error {
 			if build == nil {
@@ -169,7 +179,7 @@ func (r *Registry) Reload(ctx context.Context, ev control.Event) error {
 // previous environment stays active.
 func (r *Registry) Activate(ctx context.Context, id string) error {
 	return r.plane.Apply(ctx, r.activation(id, func(ctx context.Context) error {
-		return r.store.SetSetting(ctx, activeKey, id)
+		return r.store.SetSetting(ctx, ActiveSetting, id)
 	}))
 }
 
@@ -239,7 +249,7 @@ func (r *Registry) replacement(ev control.Event, next **store.Module, activation
 				}
 				return err
 			}
-			cand = &instance{id: ev.ID, env: env}
+			cand = &instance{id: ev.ID, env: env, version: (*next).UpdatedAt}
 			return nil
 		},
 		Swap: func() {
@@ -297,6 +307,17 @@ func (r *Registry) setUp(ctx context.Context, m *store.Module) (module.Environme
 		return nil, fmt.Errorf("%w: %s: %w", ErrSetup, m.ID, err)
 	}
 	return env, nil
+}
+
+// activeVersion is the update time of the stored module the active
+// environment was set up from.
+func (r *Registry) activeVersion() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.active == nil {
+		return time.Time{}
+	}
+	return r.active.version
 }
 
 // swap makes in (nil: none) the active instance and returns the previous.

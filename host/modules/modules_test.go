@@ -143,7 +143,7 @@ func TestSwitchDrainsTheOldEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The choice is stored: a new registry on the same store starts it.
-	id, _, _ := r.store.Setting(ctx, activeKey)
+	id, _, _ := r.store.Setting(ctx, ActiveSetting)
 	if id != "typescript" {
 		t.Fatalf("stored active %q", id)
 	}

@@ -84,7 +84,8 @@ type Settings interface {
 	SetSetting(ctx context.Context, key, value string) error
 }
 
-const settingKey = "tool-policies"
+// Setting is the setting that holds the stored set.
+const Setting = "tool-policies"
 
 // Engine holds the current set; reads never block.
 type Engine struct {
@@ -105,7 +106,7 @@ func (e *Engine) OnChange(f func(ctx context.Context)) { e.changed = f }
 func (e *Engine) Reload(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	raw, ok, err := e.st.Setting(ctx, settingKey)
+	raw, ok, err := e.st.Setting(ctx, Setting)
 	if err != nil || !ok {
 		return err
 	}
@@ -131,7 +132,7 @@ func Load(ctx context.Context, st Settings, def Decision) (*Engine, error) {
 	}
 	e := &Engine{st: st}
 	set := &Set{Default: def, Rules: []Rule{}}
-	raw, ok, err := st.Setting(ctx, settingKey)
+	raw, ok, err := st.Setting(ctx, Setting)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +170,7 @@ func (e *Engine) Put(ctx context.Context, s Set) (*Set, error) {
 		return nil, fmt.Errorf("encode tool policies: %w", err)
 	}
 	e.mu.Lock()
-	if err := e.st.SetSetting(ctx, settingKey, string(b)); err != nil {
+	if err := e.st.SetSetting(ctx, Setting, string(b)); err != nil {
 		e.mu.Unlock()
 		return nil, err
 	}

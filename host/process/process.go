@@ -414,15 +414,17 @@ func (m *Manager) launch(p *store.Process, files []module.File) *run {
 }
 
 // finish writes the final row of an ended execution, then releases its
-// waiters and followers. A row that cannot take the result (a full disk)
-// is finished as failed without it, so it never stays looking alive.
+// waiters and followers. While the database cannot answer the write is
+// tried again (the result is kept through an outage); a row that cannot
+// take the result (a full disk) is finished as failed without it, so it
+// never stays looking alive.
 func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	m.mu.Lock()
 	stopping := m.stopping
 	m.mu.Unlock()
 	p := r.result(envID, res, err, stopping)
 	write := func(p *store.Process) error {
-		return m.w.do(func(ctx context.Context, tx *store.Tx) error {
+		return m.w.doDurable(func(ctx context.Context, tx *store.Tx) error {
 			ok, err := tx.FinishProcess(ctx, p, live)
 			if err == nil && !ok {
 				m.log.Warn("process result arrived for a process no longer live", "pid", p.PID)

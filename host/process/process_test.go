@@ -3,6 +3,7 @@ package process
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/pgtest"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -388,12 +390,19 @@ func equal(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *
 func fullStore(t *testing.T) *store.Store {
 	t.Helper()
 	dir := t.TempDir()
-	if st, err := store.Open(context.Background(), "", dir); err != nil { // migrated at full size
+	ctx := context.Background()
+	st, err := store.Open(ctx, "", dir) // migrated at full size
+	if err != nil {
 		t.Fatal(err)
-	} else {
-		st.Close()
 	}
-	st, err := store.Open(context.Background(), "sqlite://"+filepath.Join(dir, "cyrnel.db")+"?_pragma=max_page_count(60)", "")
+	// Room for a few dozen pages past the schema, whatever the migrations
+	// made of it.
+	var pages int
+	if err := st.DB.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	st, err = store.Open(ctx, fmt.Sprintf("sqlite://%s?_pragma=max_page_count(%d)", filepath.Join(dir, "cyrnel.db"), pages+20), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,5 +650,52 @@ func TestShutdownWaitsForACreateBetweenInsertAndLaunch(t *testing.T) {
 	case pid := <-ex.start:
 		t.Fatalf("process %d ran after shutdown", pid)
 	default:
+	}
+}
+
+// TestAResultOutlivesADatabaseOutage: a result that ends while the database
+// cannot be reached is kept and stored once it is back, and the waiter is
+// answered with what is stored. Before, the waiter was told
+// failed/environment_error and the row stayed running.
+func TestAResultOutlivesADatabaseOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	outage, url := pgtest.NewOutage(t, pgtest.Schema(t))
+	st, err := store.Open(ctx, url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m, ex := newManagerOn(t, st, 0)
+	p, err := m.Create(ctx, CreateInput{Code: "x", Autorun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ex.start
+	m.EmitStdout(p.PID, []byte("kept\n"))
+	outage.Cut()
+	ex.end <- module.Result{Exit: module.ExitSuccess}
+	waited := make(chan *Process, 1)
+	go func() {
+		p, _ := m.Wait(ctx, p.PID, time.Minute)
+		waited <- p
+	}()
+	// While the database is away the result is held, not answered.
+	select {
+	case got := <-waited:
+		t.Fatalf("answered while the result could not be stored: %+v", got)
+	case <-time.After(4 * durableFirstPause):
+	}
+	outage.Restore()
+	got := <-waited
+	if got.State != Idle || *got.ExitState != string(module.ExitSuccess) || got.Stdout != "kept\n" {
+		t.Fatalf("answered %+v (error %q)", got, got.Error)
+	}
+	stored, err := st.GetProcess(ctx, p.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.State != string(Idle) || *stored.ExitState != string(module.ExitSuccess) || stored.Stdout != "kept\n" {
+		t.Fatalf("stored %+v, answered %+v", stored, got)
 	}
 }

@@ -36,17 +36,24 @@ func (m *Manager) remote(p *store.Process) bool {
 }
 
 // poll reads pid's row every remotePoll until done says so, timeout passes
-// or ctx ends, and returns the last row read.
+// or ctx ends, and returns the last row read. A database that cannot answer
+// for a while is read again at the next tick: a wait or a follow outlives
+// the blip.
 func (m *Manager) poll(ctx context.Context, pid int64, timeout time.Duration, done func(*store.Process) bool) (*store.Process, error) {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(remotePoll)
 	defer tick.Stop()
+	var last *store.Process
 	for {
 		p, err := m.get(ctx, pid)
-		if err != nil || done(p) {
+		switch {
+		case err != nil && store.Unavailable(err) && last != nil:
+			p = last
+		case err != nil || done(p):
 			return p, err
 		}
+		last = p
 		select {
 		case <-tick.C:
 		case <-deadline.C:

@@ -20,6 +20,7 @@ type writer struct {
 	mu      sync.RWMutex // held to queue; exclusively to close the queue
 	stopped bool
 	done    chan struct{}
+	halt    chan struct{} // closed by stop: durable writes stop retrying
 }
 
 // write is one unit of a batch: apply runs inside the batch's transaction
@@ -40,7 +41,7 @@ const writeTimeout = 30 * time.Second
 var errWriterStopped error = &conflictError{"the host is shutting down"}
 
 func newWriter(st *store.Store) *writer {
-	w := &writer{st: st, queue: make(chan *write, maxBatch), done: make(chan struct{})}
+	w := &writer{st: st, queue: make(chan *write, maxBatch), done: make(chan struct{}), halt: make(chan struct{})}
 	go w.loop()
 	return w
 }
@@ -58,12 +59,40 @@ func (w *writer) do(apply func(context.Context, *store.Tx) error) error {
 	return <-wr.err
 }
 
+// durableRetry bounds the pause between tries of a durable write.
+const (
+	durableFirstPause = 50 * time.Millisecond
+	durableMaxPause   = 2 * time.Second
+)
+
+// doDurable is do for a write that must land (an execution's result): while
+// the database cannot answer (store.Unavailable) it is tried again, pausing
+// longer each time up to durableMaxPause, until it lands, fails for another
+// reason, or stop ends the wait (the host is going; its rows are then the
+// next start's or the lease's to finish).
+func (w *writer) doDurable(apply func(context.Context, *store.Tx) error) error {
+	pause := durableFirstPause
+	for {
+		err := w.do(apply)
+		if err == nil || !store.Unavailable(err) {
+			return err
+		}
+		select {
+		case <-w.halt:
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, durableMaxPause)
+	}
+}
+
 // stop ends the writer once what was queued is written. A second stop is
 // harmless.
 func (w *writer) stop() {
 	w.mu.Lock()
 	if !w.stopped {
 		w.stopped = true
+		close(w.halt)
 		close(w.queue)
 	}
 	w.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/cluster"
@@ -12,12 +13,13 @@ import (
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/services"
+	"github.com/cyrnel/cyrnel/host/store"
 )
 
 // clusterHandlers is what this host does for the others: apply their
 // configuration changes, kill what it runs for them, finish what lost
 // hosts left running.
-func clusterHandlers(procs *process.Manager, approvals *approval.Manager, policies *policy.Engine, reg *modules.Registry, svcs *services.Manager) cluster.Handlers {
+func clusterHandlers(st *store.Store, procs *process.Manager, approvals *approval.Manager, policies *policy.Engine, reg *modules.Registry, svcs *services.Manager) cluster.Handlers {
 	reload := func(ctx context.Context, ev control.Event) error {
 		switch ev.Kind {
 		case control.KindService:
@@ -28,24 +30,11 @@ func clusterHandlers(procs *process.Manager, approvals *approval.Manager, polici
 		return reg.Reload(ctx, ev)
 	}
 	return cluster.Handlers{
-		Config: reload,
-		Resync: func(ctx context.Context) error {
-			errs := []error{policies.Reload(ctx)}
-			errs = append(errs, reg.Reload(ctx, control.Event{Kind: control.KindEnvironment}))
-			mods, err := reg.Modules(ctx)
-			errs = append(errs, err)
-			for _, m := range mods {
-				errs = append(errs, reg.Reload(ctx, control.Event{Kind: control.KindModule, ID: m.Info.ID}))
-			}
-			svs, err := svcs.List(ctx)
-			errs = append(errs, err)
-			for _, s := range svs {
-				errs = append(errs, svcs.Reload(ctx, control.Event{Kind: control.KindService, ID: s.ID}))
-			}
-			return errors.Join(errs...)
-		},
-		Kill:    procs.KillLocal,
-		Decided: approvals.Wake,
+		Config:   reload,
+		Versions: func(ctx context.Context) (map[control.Event]string, error) { return configVersions(ctx, st) },
+		Kill:     procs.KillLocal,
+		Decided:  approvals.Wake,
+		Recheck:  approvals.Recheck,
 		Lost: func(ctx context.Context) (int64, error) {
 			n, err := procs.FinishLost(ctx)
 			if errors.Is(err, process.ErrConflict) {
@@ -57,4 +46,28 @@ func clusterHandlers(procs *process.Manager, approvals *approval.Manager, polici
 			return n, approvals.ExpireOrphans(ctx)
 		},
 	}
+}
+
+// configVersions names the stored configuration's pieces as the events that
+// reload them: a module, a service, the active environment, the policies.
+func configVersions(ctx context.Context, st *store.Store) (map[control.Event]string, error) {
+	raw, err := st.ConfigVersions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[control.Event]string, len(raw))
+	for key, v := range raw {
+		kind, id, _ := strings.Cut(key, "/")
+		switch {
+		case kind == "module":
+			out[control.Event{Kind: control.KindModule, ID: id}] = v
+		case kind == "service":
+			out[control.Event{Kind: control.KindService, ID: id}] = v
+		case key == "setting/"+modules.ActiveSetting:
+			out[control.Event{Kind: control.KindEnvironment}] = v
+		case key == "setting/"+policy.Setting:
+			out[control.Event{Kind: control.KindPolicies}] = v
+		}
+	}
+	return out, nil
 }

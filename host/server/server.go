@@ -230,7 +230,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	}
 	if cl != nil {
 		procs.SetRelay(cl)
-		cl.Start(clusterHandlers(procs, approvals, policies, reg, svcs))
+		cl.Start(clusterHandlers(st, procs, approvals, policies, reg, svcs))
 	}
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}, Sessions: sessions})
 	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Environment: reg, Modules: reg, Services: svcs, Tools: svcs, Sessions: sessions, MCP: mcpHandler,
