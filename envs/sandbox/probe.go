@@ -41,9 +41,11 @@ type Support struct {
 	// host-global /proc files (those only root may read stay unreadable
 	// to the sandbox's uid) are visible.
 	ProcSubset bool `json:"procSubset"`
-	// SandboxUID is the host uid programs run as: nobody (65534) when the
-	// host is root, else the host's own uid (the only one it may map).
-	SandboxUID int `json:"sandboxUid"`
+	// SandboxUID is the host uid programs run as: the host's own uid
+	// (the only one an unprivileged host may map), or -1 on a root host,
+	// which gives each sandbox a uid of its own from SandboxUIDs.
+	SandboxUID  int      `json:"sandboxUid"`
+	SandboxUIDs *IDRange `json:"sandboxUids,omitempty"`
 	// RootUID: the host runs as uid 0. Without namespaces its programs do
 	// too, which RLIMIT_NPROC does not bind (the kernel exempts the root
 	// user), so only a pids cgroup limits their processes; in namespaces
@@ -71,8 +73,11 @@ type Layers struct {
 	CPUQuota bool `json:"cpuQuota"`
 	// ProcSubset: /proc shows only the sandbox's own processes.
 	ProcSubset bool `json:"procSubset"`
-	// UID is the host uid the program's file accesses are judged as.
-	UID int `json:"uid"`
+	// UID is the host uid the program's file accesses are judged as, and
+	// the owner of its user namespace; -1 before a sandbox took its own
+	// from UIDs (a root host).
+	UID  int      `json:"uid"`
+	UIDs *IDRange `json:"uids,omitempty"`
 }
 
 // namespaces reports whether every namespace a sandbox needs is available.
@@ -119,6 +124,10 @@ func (s Support) Layers(r Relax) Layers {
 	l.CPUQuota = !r.Cgroups && s.CPU.OK()
 	if l.Namespaces {
 		l.ProcSubset, l.UID = s.ProcSubset, s.SandboxUID
+		if s.RootUID {
+			r := CurrentIDRange() // SetIDRange may follow Probe
+			l.UIDs = &r
+		}
 	}
 	if !r.Landlock {
 		l.LandlockABI = s.LandlockABI
@@ -154,7 +163,8 @@ func probe() Support {
 		SandboxUID:  os.Geteuid(),
 	}
 	if s.RootUID {
-		s.SandboxUID = unprivilegedID
+		r := CurrentIDRange()
+		s.SandboxUID, s.SandboxUIDs = -1, &r
 	}
 	if !s.CPUAcct.OK() {
 		// v2 has no cpuacct: every cgroup counts its CPU time in

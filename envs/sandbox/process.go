@@ -22,12 +22,6 @@ import (
 // sandboxID is the uid and gid the program has inside the user namespace.
 const sandboxID = 1000
 
-// unprivilegedID is the host uid and gid sandboxID stands for when the host
-// runs as root: nobody, so the kernel judges the program's file accesses as
-// those of a user that owns nothing. An unprivileged host can only map its
-// own ids (see identity).
-const unprivilegedID = 65534
-
 // allNamespaces are the namespaces of a sandbox with the network cut off.
 const allNamespaces = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
 	syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP | syscall.CLONE_NEWNET
@@ -88,6 +82,15 @@ type Process struct {
 
 	// procSubset: the init mounted the pid-only /proc (its start report).
 	procSubset bool
+
+	// hostID is the host uid and gid of the program and the owner of its
+	// user namespace, taken from ids for the sandbox's life; 0 when the
+	// host cannot give one (unprivileged, or no namespaces).
+	hostID int
+	ids    *idPool
+	// idsAfter, when set, delays giving hostID back until it is closed:
+	// a forked child nobody hears of any more may still hold it.
+	idsAfter <-chan struct{}
 
 	mu     sync.Mutex
 	proc   *os.Process // the init; nil until started
@@ -403,7 +406,12 @@ type launch struct {
 // start starts the owner goroutine and waits until the init reports that
 // the program runs, or fails. The owner cleans up either way.
 func (p *Process) start(ctx context.Context, l launch) error {
-	id := newIdentity(os.Geteuid(), os.Getegid())
+	if l.cloneflags&syscall.CLONE_NEWUSER != 0 && os.Geteuid() == 0 {
+		if err := p.takeID(); err != nil {
+			return p.abort(err)
+		}
+	}
+	id := newIdentity(os.Geteuid(), os.Getegid(), p.hostID)
 	if l.cloneflags != 0 {
 		l.init.DropToSandboxID = id.drop
 	}
@@ -472,12 +480,12 @@ type identity struct {
 	drop bool
 }
 
-// newIdentity maps the sandbox's ids. A root host maps sandboxID to nobody
-// and keeps its own root as the init's, so the init can still bind paths
-// only root may traverse (a 0700 parent) before it drops to sandboxID. An
-// unprivileged host may write only the one mapping of its own ids, which
-// the init and the program share.
-func newIdentity(uid, gid int) identity {
+// newIdentity maps the sandbox's ids. A root host maps sandboxID to the
+// sandbox's own hostID and keeps its own root as the init's, so the init can
+// still bind paths only root may traverse (a 0700 parent) before it drops
+// to sandboxID. An unprivileged host may write only the one mapping of its
+// own ids, which the init and the program share.
+func newIdentity(uid, gid, hostID int) identity {
 	if uid != 0 {
 		return identity{
 			uids:   []syscall.SysProcIDMap{{ContainerID: sandboxID, HostID: uid, Size: 1}},
@@ -486,8 +494,8 @@ func newIdentity(uid, gid int) identity {
 		}
 	}
 	return identity{
-		uids:   []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: sandboxID, HostID: unprivilegedID, Size: 1}},
-		gids:   []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}, {ContainerID: sandboxID, HostID: unprivilegedID, Size: 1}},
+		uids:   []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: sandboxID, HostID: hostID, Size: 1}},
+		gids:   []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}, {ContainerID: sandboxID, HostID: hostID, Size: 1}},
 		initID: 0,
 		drop:   true,
 	}
@@ -520,9 +528,18 @@ func sysProcAttr(cloneflags uintptr, id identity) *syscall.SysProcAttr {
 // the exit report and cleans up.
 func (p *Process) own(cmd *exec.Cmd, spec []byte, specR, specW, statusR, statusW *os.File, started chan<- error) {
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	defer close(p.done)
-	err := cmd.Start()
+	var err error
+	if p.hostID != 0 {
+		// The init's user namespace must belong to the sandbox's uid.
+		var restored bool
+		if err, restored = asOwner(p.hostID, cmd.Start); restored {
+			defer runtime.UnlockOSThread()
+		}
+	} else {
+		err = cmd.Start()
+		defer runtime.UnlockOSThread()
+	}
 	closeAll(specR, statusW) // the init has its copies
 	if err != nil {
 		closeAll(specW, statusR)
@@ -643,6 +660,7 @@ func (p *Process) exitInfo(state *os.ProcessState, waitErr error, r *exitReport,
 // cleanup removes what the sandbox leaves on the host: without namespaces,
 // strays in its cgroups and its work directory; always, the cgroups.
 func (p *Process) cleanup() {
+	defer p.giveID()
 	if p.cg != nil {
 		if !p.layers.Namespaces {
 			p.cg.killAll()
@@ -656,6 +674,41 @@ func (p *Process) cleanup() {
 			p.logger.Warn("sandbox clean-up", "err", fmt.Errorf("remove work dir: %w", err))
 		}
 	}
+}
+
+// takeID gives the sandbox a host uid of its own.
+func (p *Process) takeID() error {
+	p.ids = currentIDs()
+	id, err := p.ids.acquire()
+	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	p.hostID, p.layers.UID = id, id
+	return nil
+}
+
+// giveID returns the sandbox's uid once nothing of the sandbox is left.
+func (p *Process) giveID() {
+	if p.hostID == 0 {
+		return
+	}
+	id, ids := p.hostID, p.ids
+	p.mu.Lock()
+	after := p.idsAfter
+	p.mu.Unlock()
+	release := func() {
+		if err := ids.release(id); err != nil {
+			p.logger.Warn("sandbox clean-up", "err", err)
+		}
+	}
+	if after == nil {
+		release()
+		return
+	}
+	go func() {
+		<-after
+		release()
+	}()
 }
 
 func closeAll(files ...*os.File) {

@@ -77,15 +77,8 @@ type TemplateSpec struct {
 	Logger *slog.Logger
 }
 
-// templateChildID is the host uid and gid of every child: nobody, so no
-// child holds any privilege on the host (the same identity the spawned
-// sandbox gives a root host's programs).
-const templateChildID = 65534
-
 // templateConfig is what the template needs to lock each child down.
 type templateConfig struct {
-	UID       int      `json:"uid"`
-	GID       int      `json:"gid"`
 	SandboxID int      `json:"sandboxId"` // uid and gid inside the user namespace
 	Network   bool     `json:"network"`
 	Limits    Limits   `json:"limits"`
@@ -179,7 +172,7 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 		return nil, err
 	}
 	cfg := templateConfig{
-		UID: templateChildID, GID: templateChildID, SandboxID: sandboxID,
+		SandboxID: sandboxID,
 		Network: spec.Network, Limits: t.limits, ReadPaths: readPaths,
 		Landlock: landlockFor(sup.LandlockABI, spec.Network), Seccomp: progs, TemplateSeccomp: tplProgs,
 	}
@@ -403,9 +396,15 @@ func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 	if p.layers.CPUQuota {
 		p.cpuRate = min(p.cpuRate, t.limits.CPUMillicores)
 	}
+	// The child's own host uid: the template clones it with this
+	// effective uid, so its user namespace belongs to it, and maps
+	// sandboxID to it.
+	if err := p.takeID(); err != nil {
+		return nil, err
+	}
 	cg, err := newCgroups(t.support, t.limits)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+		return nil, p.abort(fmt.Errorf("sandbox: %w", err))
 	}
 	p.cg = cg
 	var procs []*os.File
@@ -426,7 +425,7 @@ func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 	for i, f := range files {
 		fds[i] = int(f.Fd())
 	}
-	msg, _ := json.Marshal(map[string]int{"cgroups": len(procs), "extra": len(extra)}) // plain data
+	msg, _ := json.Marshal(map[string]int{"cgroups": len(procs), "extra": len(extra), "uid": p.hostID}) // plain data
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -465,7 +464,11 @@ func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 		_ = p.Kill()
 		// A hung template never closes its end: closing ours ends the
 		// owner's wait; a child forked later finds nobody to report to,
-		// and Kill reached it once its pidfd arrived, if ever.
+		// and Kill reached it once its pidfd arrived, if ever. Its uid
+		// stays taken until the template (and so the child) is gone.
+		p.mu.Lock()
+		p.idsAfter = t.done
+		p.mu.Unlock()
 		_ = conn.Close()
 		<-p.done
 		return nil, fmt.Errorf("sandbox: fork: %w", ctx.Err())

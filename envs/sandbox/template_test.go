@@ -214,34 +214,9 @@ print(json.dumps({
 	if len(got.Visible) > 0 {
 		t.Errorf("host paths visible: %v", got.Visible)
 	}
-	// The host uid of the program is nobody, not the host's root.
-	f.p.mu.Lock()
-	pidfd := f.p.pidfd
-	f.p.mu.Unlock()
-	if pidfd < 0 {
-		t.Fatal("no pidfd")
-	}
-	fdinfo, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", pidfd))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var hostPid int
-	for line := range strings.Lines(string(fdinfo)) {
-		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
-			fmt.Sscan(strings.TrimSpace(v), &hostPid)
-		}
-	}
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", hostPid))
-	if err != nil {
-		t.Fatalf("host pid %d of the program: %v", hostPid, err)
-	}
-	for line := range strings.Lines(string(status)) {
-		if v, ok := strings.CutPrefix(line, "Uid:"); ok {
-			if f := strings.Fields(v); f[0] != "65534" || f[1] != "65534" {
-				t.Errorf("program's host uids %v, want nobody (65534)", f)
-			}
-		}
-	}
+	// The program runs as the child's own host uid, which owns its user
+	// namespace, not as the host's root.
+	checkHostIdentity(t, forkedHostPid(t, f.p), f.p.Layers().UID)
 }
 
 // A read path below /tmp stays readable in a child, whose own /tmp covers

@@ -8,8 +8,12 @@ untrusted code. It stays single-threaded: a forked child inherits no other
 thread, so a lock another thread held would stay locked in the child.
 
 Each child is cloned straight into new user, PID (it is PID 1), mount,
-network, IPC, UTS and cgroup namespaces. Before it runs, the template writes
-its uid/gid maps (1000 inside, the unprivileged host uid outside), moves it
+network, IPC, UTS and cgroup namespaces, by the template running with the
+child's own host uid as its effective uid, so the child's user namespace
+belongs to that uid and the kernel's per-user counts (inotify, pipe pages,
+pending signals...) of everything in it are charged to it, not to root.
+Before it runs, the template writes its uid/gid maps (1000 inside, the
+child's host uid outside), moves it
 into its fresh cgroups and hands the host its pidfd; the child then becomes
 uid 1000, mounts its own /proc, /tmp and /dev/shm, drops every capability
 and applies rlimits, no_new_privs, Landlock and seccomp before it reads its
@@ -46,8 +50,8 @@ _pythonapi = ctypes.pythonapi
 # x86_64 and aarch64 system call numbers (the generic table for the new ones).
 _MACHINE = os.uname().machine
 _NR = {
-    "x86_64": {"capset": 126, "seccomp": 317, "clone": 56},
-    "aarch64": {"capset": 91, "seccomp": 277, "clone": 220},
+    "x86_64": {"capget": 125, "capset": 126, "seccomp": 317, "clone": 56},
+    "aarch64": {"capget": 90, "capset": 91, "seccomp": 277, "clone": 220},
 }[_MACHINE]
 _NR_OPEN_TREE = 428
 _NR_MOVE_MOUNT = 429
@@ -290,11 +294,37 @@ def _reap(*_: object) -> None:
         _report(pid, st, ru)
 
 
-def _start_child(cfg: dict[str, Any], status: int, fds: list[int], cgroup_fds: list[int]) -> None:
+def _own(uid: int) -> None:
+    """Set the template's effective uid and gid to uid, its capabilities
+    (CAP_SETUID, CAP_SETGID) kept effective, or back to root's with uid 0.
+    A user namespace cloned as uid belongs to uid: the kernel charges what
+    it counts per user (inotify, pending signals, message queue bytes...)
+    of everything inside to uid instead of root, and only its owner (the
+    template lacks CAP_SYS_ADMIN) may write its maps. The real and saved
+    ids stay root's, so the template may always become root again."""
+    if uid == 0:
+        os.setresuid(-1, 0, -1)  # the permitted capabilities become effective again
+        os.setresgid(-1, 0, -1)
+        return
+    os.setresgid(-1, uid, -1)
+    os.setresuid(-1, uid, -1)
+    hdr = _CapHeader(0x20080522, 0)
+    data = (_CapData * 2)()
+    _check(_libc.syscall(_NR["capget"], ctypes.byref(hdr), ctypes.byref(data)), "capget")
+    for d in data:
+        d.effective = d.permitted
+    _check(_libc.syscall(_NR["capset"], ctypes.byref(hdr), ctypes.byref(data)), "capset")
+    # The uid change made the template (and so the child to come) not
+    # dumpable, which would hide the child's /proc files from the template
+    # (hidepid) while it writes the maps: it was dumpable before.
+    _prctl(PR_SET_DUMPABLE, 1)
+
+
+def _start_child(cfg: dict[str, Any], uid: int, status: int, fds: list[int], cgroup_fds: list[int]) -> None:
     """Clone the program straight into new user, PID, mount, IPC, UTS,
-    cgroup (and network) namespaces; give it its uid/gid maps and cgroups
-    before it runs; hand the host its pidfd. The program waits on a pipe
-    until all of that is done."""
+    cgroup (and network) namespaces, owned by its host uid; give it its
+    uid/gid maps and cgroups before it runs; hand the host its pidfd. The
+    program waits on a pipe until all of that is done."""
     # The cgroup namespace comes later, from the child itself: its root is
     # the cgroup the child is in when it is made, which must be its own.
     flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | signal.SIGCHLD
@@ -305,6 +335,14 @@ def _start_child(cfg: dict[str, Any], status: int, fds: list[int], cgroup_fds: l
     # once must still find its status socket to report on.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     try:
+        try:
+            _own(uid)
+        except OSError as e:
+            _own(0)
+            os.close(go_r)
+            os.close(go_w)
+            os.write(status, json.dumps({"error": f"sandbox: template: become uid {uid}: {e}"}).encode())
+            return
         _pythonapi.PyOS_BeforeFork()
         pid = _libc.syscall(_NR["clone"], ctypes.c_ulong(flags), 0, 0, 0, 0)
         err = ctypes.get_errno()
@@ -320,12 +358,18 @@ def _start_child(cfg: dict[str, Any], status: int, fds: list[int], cgroup_fds: l
         _pythonapi.PyOS_AfterFork_Parent()
         os.close(go_r)
         try:
-            if pid < 0:
-                raise OSError(err, f"clone: {os.strerror(err)}")
-            _children[pid] = os.dup(status)
-            inner, uid, gid = cfg["sandboxId"], cfg["uid"], cfg["gid"]
-            _write(f"/proc/{pid}/uid_map", f"{inner} {uid} 1")
-            _write(f"/proc/{pid}/gid_map", f"{inner} {gid} 1")
+            try:
+                if pid < 0:
+                    raise OSError(err, f"clone: {os.strerror(err)}")
+                _children[pid] = os.dup(status)
+                inner = cfg["sandboxId"]
+                _write(f"/proc/{pid}/uid_map", f"{inner} {uid} 1")
+                _write(f"/proc/{pid}/gid_map", f"{inner} {uid} 1")
+            finally:
+                try:
+                    _own(0)
+                except OSError:
+                    os._exit(1)  # a template that cannot be root again must not go on
             for fd in cgroup_fds:
                 os.write(fd, str(pid).encode())
             pidfd = os.pidfd_open(pid)
@@ -430,7 +474,7 @@ def main(preload: list[str]) -> int:
         for fd in fds:
             os.close(fd)
         n = 3 + req["extra"]
-        _start_child(cfg, high[0], high[1:n], high[n:])
+        _start_child(cfg, req["uid"], high[0], high[1:n], high[n:])
         for fd in high:
             os.close(fd)
     # Drained: wait for the last child, whose namespaces end with this one.
