@@ -173,7 +173,7 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 	}
 	cfg := templateConfig{
 		SandboxID: sandboxID,
-		Network: spec.Network, Limits: t.limits, ReadPaths: readPaths,
+		Network:   spec.Network, Limits: t.limits, ReadPaths: readPaths,
 		Landlock: landlockFor(sup.LandlockABI, spec.Network), Seccomp: progs, TemplateSeccomp: tplProgs,
 	}
 	env := environ(sandboxTmp, append([]string{
