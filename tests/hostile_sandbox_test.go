@@ -70,14 +70,18 @@ func TestSandboxIdentityAndProc(t *testing.T) {
 						UID        int    `json:"uid"`
 						ProcSubset *bool  `json:"procSubset"`
 						CPU        string `json:"cpu"`
+						UIDs       *struct {
+							First, Count int
+						} `json:"uids"`
 					} `json:"layers"`
 				} `json:"sandbox"`
 			} `json:"status"`
 		} `json:"active"`
 	}
 	h.do("GET", "/environment", nil, &env)
-	if l := env.Active.Status.Sandbox.Layers; l.UID != 65534 || l.ProcSubset == nil || l.CPU == "" {
-		t.Errorf("GET /environment layers %+v: want uid 65534 and procSubset and cpu reported", l)
+	// Each sandbox takes a uid of its own from the range (-1: none yet).
+	if l := env.Active.Status.Sandbox.Layers; l.UID != -1 || l.UIDs == nil || l.UIDs.First <= 65535 || l.UIDs.Count < 1 || l.ProcSubset == nil || l.CPU == "" {
+		t.Errorf("GET /environment layers %+v: want uid -1, the uid range, procSubset and cpu reported", l)
 	}
 	code := `
 import os

@@ -94,6 +94,9 @@ Environment variables (a flag, when given, wins over its variable):
   CYRNEL_ALLOW_UNSANDBOXED=1
                        let module configs weaken the sandbox (as --allow-unsandboxed)
   CYRNEL_MAX_SESSIONS  sessions this host runs at once (as --max-sessions, default 16)
+  CYRNEL_SANDBOX_UIDS  FIRST:COUNT host uids a root host gives its sandboxes, one per live sandbox
+                       (as --sandbox-uids, default 1879048192:65536); hosts on one machine coordinate
+                       through /run/cyrnel-sandbox-ids.lock
   CYRNEL_SECRETS_KEY   base64 32-byte key sealing secrets at rest (default: a key file in the data directory;
                        required, the same on every host, with PostgreSQL)
   CYRNEL_SECRETS_KEY_FILE
@@ -112,6 +115,8 @@ func serve(args []string) error {
 	fs.String("python", "", "the Python environment's interpreter, a name on PATH or a path, when its module config names none (env CYRNEL_PYTHON, default python3)")
 	fs.String("max-sessions", "", "sessions (long-lived interpreters) this host runs at once; more are refused with 429 (env CYRNEL_MAX_SESSIONS, default 16)")
 	insecure := fs.Bool("insecure", false, "allow listening on a non-loopback address without CYRNEL_API_KEY")
+	fs.String("sandbox-uids", "", "FIRST:COUNT host uids (and gids) a root host gives its sandboxes, one each (env CYRNEL_SANDBOX_UIDS, default "+
+		fmt.Sprintf("%d:%d", sandbox.DefaultIDRange.First, sandbox.DefaultIDRange.Count)+")")
 	unsandboxed := fs.Bool("allow-unsandboxed", false, "let module configs turn the sandbox or any of its layers off (env CYRNEL_ALLOW_UNSANDBOXED=1); also what a machine lacking a layer needs")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cyrnel serve [flags]\n\nFlags:\n")
@@ -144,6 +149,9 @@ func serve(args []string) error {
 	}
 	gov, err := governanceFromEnv()
 	if err != nil {
+		return err
+	}
+	if err := cli.SetSandboxUIDs(cli.Setting(fs, "sandbox-uids", "CYRNEL_SANDBOX_UIDS", "")); err != nil {
 		return err
 	}
 	maxSessions, err := strconv.Atoi(cli.Setting(fs, "max-sessions", "CYRNEL_MAX_SESSIONS", "16"))

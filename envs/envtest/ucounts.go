@@ -1,11 +1,22 @@
 package envtest
 
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
 // KernelCounts is Python that defines two functions over what the kernel
 // counts per user (issue 22, item 4): hog() takes as much of each as it
 // can and keeps it in the module's _held list (inotify and fanotify
 // instances until they fail, pipes grown to 1 MiB until that fails, then
 // plain pipes until one gets less than the 64 KiB default, POSIX message
-// queues, queued real-time signals), returning how many it got and the
+// queues, queued real-time signals, and Linux AIO contexts, whose count,
+// fs.aio-max-nr, is the whole host's), returning how many it got and the
 // errno that stopped it; probe() takes one of each, lets it go and
 // returns the errno of each (0: it worked) and the size a new pipe gets.
 // Both use only the interpreter's standard library and libc, so the same
@@ -16,7 +27,15 @@ import ctypes, fcntl, os, signal, threading
 _libc = ctypes.CDLL(None, use_errno=True)
 _F_SETPIPE_SZ, _F_GETPIPE_SZ = 1031, 1032
 _FAN_REPORT_FID = 0x200  # the only class an unprivileged process may ask for
+_NR_IO_SETUP, _NR_IO_DESTROY = {"x86_64": (206, 207), "aarch64": (0, 1)}[os.uname().machine]
 _held = []
+
+
+def _io_setup(events):
+    ctx = ctypes.c_ulong(0)
+    if _libc.syscall(_NR_IO_SETUP, events, ctypes.byref(ctx)) < 0:
+        return -1, ctypes.get_errno()
+    return ctx.value, 0
 
 
 class _MqAttr(ctypes.Structure):
@@ -72,6 +91,12 @@ def hog():
         if res["pipeBytes"] < 65536:
             break
     res["mqueues"], res["mqueueErrno"] = _fill(_mq_open, 4096)
+    res["aioEvents"], res["aioErrno"] = 0, 0
+    while res["aioEvents"] < 1 << 20:
+        ctx, res["aioErrno"] = _io_setup(8192)  # its ring is about 256 KiB
+        if ctx < 0:
+            break
+        res["aioEvents"] += 8192
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGRTMIN})
     res["signals"], res["signalErrno"] = 0, 0
     try:
@@ -100,6 +125,9 @@ def probe():
         res["pipe1MiB"] = e.errno
     os.close(r)
     os.close(w)
+    ctx, res["aio"] = _io_setup(1)
+    if ctx >= 0:
+        _libc.syscall(_NR_IO_DESTROY, ctypes.c_ulong(ctx))
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGRTMIN})
     try:
         signal.pthread_kill(threading.get_ident(), signal.SIGRTMIN)
@@ -110,3 +138,64 @@ def probe():
     signal.pthread_sigmask(signal.SIG_SETMASK, old)
     return res
 `
+
+// HogProblems says where what hog() returned falls short of each limit
+// (the control: a sibling sharing the hog's user would have failed). The
+// hog cannot make message queues where Landlock holds it (EACCES);
+// mqueues reports whether it could, and so whether a probe must.
+func HogProblems(hog map[string]any) (problems []string, mqueues bool) {
+	num := func(k string) int { v, _ := hog[k].(float64); return int(v) }
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if num("inotify") != sysctl("fs/inotify/max_user_instances") || num("inotifyErrno") != int(unix.EMFILE) {
+		bad("the hog got %d inotify instances (errno %d), want fs.inotify.max_user_instances then EMFILE", num("inotify"), num("inotifyErrno"))
+	}
+	if num("fanotify") != sysctl("fs/fanotify/max_user_groups") || num("fanotifyErrno") != int(unix.EMFILE) {
+		bad("the hog got %d fanotify groups (errno %d), want fs.fanotify.max_user_groups then EMFILE", num("fanotify"), num("fanotifyErrno"))
+	}
+	if num("pipeErrno") != int(unix.EPERM) || num("pipeBytes") >= 65536 {
+		bad("the hog grew %d pipes to 1 MiB (errno %d), then got %d-byte pipes; want EPERM at fs.pipe-user-pages-soft and smaller pipes after it",
+			num("pipes1MiB"), num("pipeErrno"), num("pipeBytes"))
+	}
+	switch {
+	case num("mqueues") == 0 && num("mqueueErrno") == int(unix.EACCES):
+	case num("mqueueErrno") != int(unix.EMFILE) || num("mqueues") == 0:
+		bad("the hog opened %d message queues (errno %d), want some then EMFILE at RLIMIT_MSGQUEUE", num("mqueues"), num("mqueueErrno"))
+	default:
+		mqueues = true
+	}
+	// Linux AIO contexts are counted for the whole host (fs.aio-max-nr),
+	// not per user: a program may not make any (seccomp).
+	if num("aioErrno") != int(unix.EPERM) || num("aioEvents") != 0 {
+		bad("the hog set up %d AIO events (errno %d), want EPERM at once", num("aioEvents"), num("aioErrno"))
+	}
+	if num("signalErrno") != int(unix.EAGAIN) || num("signals") == 0 {
+		bad("the hog queued %d signals (errno %d), want some then EAGAIN at RLIMIT_SIGPENDING", num("signals"), num("signalErrno"))
+	}
+	return problems, mqueues
+}
+
+// ProbeProblems says what probe() could not take that it should have: all
+// of it on the host (root); in a sandbox all but AIO (EPERM) and, unless
+// mqueues, message queues (EACCES).
+func ProbeProblems(got map[string]any, host, mqueues bool) (problems []string) {
+	want := map[string]float64{"inotify": 0, "fanotify": 0, "signal": 0, "pipe1MiB": 0, "mqueue": 0, "aio": 0, "pipeBytes": 65536}
+	if !host {
+		want["aio"] = float64(unix.EPERM)
+		if !mqueues {
+			want["mqueue"] = float64(unix.EACCES)
+		}
+	}
+	for k, v := range want {
+		if got[k] != v {
+			problems = append(problems, fmt.Sprintf("%s: got %v, want %v (0: it worked; else an errno or pipe bytes)", k, got[k], v))
+		}
+	}
+	slices.Sort(problems)
+	return problems
+}
+
+func sysctl(name string) int {
+	b, _ := os.ReadFile("/proc/sys/" + name)
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n // 0 if unreadable: no hog count matches it
+}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -46,6 +48,19 @@ func (r IDRange) Validate() error {
 		return fmt.Errorf("sandbox uid range: %d+%d passes 2147483646", r.First, r.Count)
 	}
 	return nil
+}
+
+// ParseIDRange reads a range written FIRST:COUNT, as /etc/subuid does.
+func ParseIDRange(s string) (IDRange, error) {
+	first, count, ok := strings.Cut(s, ":")
+	var r IDRange
+	var err1, err2 error
+	r.First, err1 = strconv.Atoi(first)
+	r.Count, err2 = strconv.Atoi(count)
+	if !ok || err1 != nil || err2 != nil {
+		return IDRange{}, fmt.Errorf("sandbox uid range %q: want FIRST:COUNT, e.g. %d:%d", s, DefaultIDRange.First, DefaultIDRange.Count)
+	}
+	return r, r.Validate()
 }
 
 // idPool hands out the ids of a range, each to one live sandbox at a time

@@ -32,76 +32,27 @@ func needRootHost(t *testing.T) {
 	}
 }
 
-func sysctl(t *testing.T, name string) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/sys/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return n
-}
-
 // checkHogReachedLimits is the control: the hog did use up each count of
-// its user, so a sibling sharing that user would have failed.
-//
-// POSIX message queues are out of a program's reach while Landlock holds
-// it (creating one is making a file: EACCES): mqueues says whether the hog
-// could open any, and so whether a probe must.
+// its user, so a sibling sharing that user would have failed. It reports
+// whether message queues were within the hog's reach.
 func checkHogReachedLimits(t *testing.T, hog map[string]any) (mqueues bool) {
 	t.Helper()
-	num := func(k string) int { v, _ := hog[k].(float64); return int(v) }
-	if num("inotify") != sysctl(t, "fs/inotify/max_user_instances") || num("inotifyErrno") != int(unix.EMFILE) {
-		t.Errorf("the hog got %d inotify instances (errno %d), want fs.inotify.max_user_instances then EMFILE", num("inotify"), num("inotifyErrno"))
-	}
-	switch num("fanotifyErrno") {
-	case int(unix.EMFILE):
-		if num("fanotify") != sysctl(t, "fs/fanotify/max_user_groups") {
-			t.Errorf("the hog got %d fanotify groups, want fs.fanotify.max_user_groups", num("fanotify"))
-		}
-	default:
-		t.Errorf("fanotify: the hog got %d groups, then errno %d; want EMFILE at the limit", num("fanotify"), num("fanotifyErrno"))
-	}
-	if num("pipeErrno") != int(unix.EPERM) || num("pipeBytes") >= 65536 {
-		t.Errorf("the hog grew %d pipes to 1 MiB (errno %d), then got %d-byte pipes; want EPERM at fs.pipe-user-pages-soft and a smaller pipe after it",
-			num("pipes1MiB"), num("pipeErrno"), num("pipeBytes"))
-	}
-	switch {
-	case num("mqueues") == 0 && num("mqueueErrno") == int(unix.EACCES):
-		t.Log("message queues: out of the program's reach (Landlock)")
-	case num("mqueueErrno") != int(unix.EMFILE) || num("mqueues") == 0:
-		t.Errorf("the hog opened %d message queues (errno %d), want some then EMFILE at RLIMIT_MSGQUEUE", num("mqueues"), num("mqueueErrno"))
-	default:
-		mqueues = true
-	}
-	if num("signalErrno") != int(unix.EAGAIN) || num("signals") == 0 {
-		t.Errorf("the hog queued %d signals (errno %d), want some then EAGAIN at RLIMIT_SIGPENDING", num("signals"), num("signalErrno"))
+	problems, mqueues := envtest.HogProblems(hog)
+	for _, p := range problems {
+		t.Error(p)
 	}
 	return mqueues
 }
 
-// checkProbe: whoever ran the probe got one of everything the hog holds
-// (message queues only where they are within reach: mqueues).
+// checkProbe: whoever ran the probe got one of everything the hog holds.
 func checkProbe(t *testing.T, who string, got map[string]any, mqueues bool) {
 	t.Helper()
-	for _, k := range []string{"inotify", "fanotify", "mqueue", "signal", "pipe1MiB"} {
-		if k == "mqueue" && !mqueues {
-			if got[k] != float64(unix.EACCES) {
-				t.Errorf("%s: mq_open errno %v, want EACCES (out of reach)", who, got[k])
-			}
-			continue
-		}
-		if v, ok := got[k].(float64); !ok || v != 0 {
-			t.Errorf("%s: %s failed with errno %v while a sibling holds its maximum (probe %v)", who, k, got[k], got)
-		}
-	}
-	if got["pipeBytes"] != float64(65536) {
-		t.Errorf("%s: a new pipe holds %v bytes, want the 64 KiB default", who, got["pipeBytes"])
+	for _, p := range envtest.ProbeProblems(got, who == hostWho, mqueues) {
+		t.Errorf("%s, while a sibling holds its maximum: %s", who, p)
 	}
 }
+
+const hostWho = "the host (root)"
 
 // hostProbe runs the probe as a plain process of the host (root), and
 // inotify_init1 in the test process itself.
@@ -122,7 +73,7 @@ func hostProbe(t *testing.T) {
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("host probe output %q: %v", out, err)
 	}
-	checkProbe(t, "the host (root)", got, true)
+	checkProbe(t, hostWho, got, true)
 }
 
 // spawnedProbe runs the probe in a new spawned sandbox.

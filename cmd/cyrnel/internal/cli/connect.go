@@ -124,6 +124,9 @@ func (h hostFlags) embedded(env, dataDir string) (*host, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("api key: %w", err)
 	}
+	if err := SetSandboxUIDs(os.Getenv("CYRNEL_SANDBOX_UIDS")); err != nil {
+		return nil, err
+	}
 	cfg := server.Config{
 		Addr:        "127.0.0.1:0",
 		DataDir:     dataDir,
