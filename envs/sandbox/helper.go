@@ -252,10 +252,11 @@ func startExecStage(s initSpec, files []uintptr, sys *syscall.SysProcAttr) (int,
 }
 
 // dropToSandboxID switches every thread of the init to sandboxID, which a
-// root host maps to nobody: from here on neither the init nor the program
-// can open what only the host's root may. Leaving uid 0 also clears every
-// capability (no SECBIT_KEEP_CAPS) and the parent-death signal, which is
-// set again; a host that died in between is seen on the status pipe.
+// root host maps to the sandbox's own uid: from here on neither the init
+// nor the program can open what only the host's root may. Leaving uid 0
+// also clears every capability (no SECBIT_KEEP_CAPS) and the parent-death
+// signal, which is set again; a host that died in between is seen on the
+// status pipe.
 func dropToSandboxID(status *os.File) error {
 	if err := syscall.Setgroups(nil); err != nil {
 		return fmt.Errorf("setgroups: %w", err)

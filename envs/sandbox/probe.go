@@ -49,7 +49,7 @@ type Support struct {
 	// RootUID: the host runs as uid 0. Without namespaces its programs do
 	// too, which RLIMIT_NPROC does not bind (the kernel exempts the root
 	// user), so only a pids cgroup limits their processes; in namespaces
-	// they are nobody, whom it binds.
+	// they are their own uids, whom it binds.
 	RootUID bool `json:"rootUid"`
 }
 

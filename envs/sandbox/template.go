@@ -26,9 +26,10 @@ import (
 // template"). The template itself runs in its own mount (the sandbox root,
 // built once), PID, network, IPC and UTS namespaces, as root with only
 // CAP_SETUID and CAP_SETGID and a seccomp filter, and never runs untrusted
-// code: it clones every child straight into new user, PID (the child is
+// code: it clones every child, as the child's own host uid (which so owns
+// the child's user namespace), straight into new user, PID (the child is
 // PID 1), mount, network, IPC, UTS and cgroup namespaces, writes its uid/gid
-// maps (the unprivileged host uid) and moves it into its own fresh cgroups
+// maps (to that uid) and moves it into its own fresh cgroups
 // before the child runs; the child mounts its own /proc, /tmp and /dev/shm,
 // drops every capability and applies rlimits, no_new_privs, Landlock and
 // the seccomp filter before it reads its first request.
@@ -606,7 +607,7 @@ func runTemplate() int {
 	if _, err := buildRoot(s.ReadPaths, 1<<20); err != nil {
 		return fail(err)
 	}
-	// Children (nobody) reach the read paths mirrored below the
+	// Children (their own uids) reach the read paths mirrored below the
 	// template's /tmp through it; they list nothing there.
 	if err := os.Chmod(sandboxTmp, 0o711); err != nil {
 		return fail(fmt.Errorf("chmod %s: %w", sandboxTmp, err))

@@ -222,8 +222,7 @@ def _program(cfg: dict[str, Any], status: int, fds: list[int]) -> NoReturn:
 
 def _clone_below_tmp(read_paths: list[str]) -> list[tuple[str, int]]:
     """Detached copies of the read paths the template mirrored below its
-    /tmp, which the child's own /tmp will cover. Taken before the child
-    drops to its uid: a test's 0700 temporary directory is root's."""
+    /tmp, which the child's own /tmp will cover."""
     kept: list[tuple[str, int]] = []
     for path in sorted(read_paths):  # ancestors first
         if any(path.startswith(k + "/") for k, _ in kept):
@@ -241,10 +240,8 @@ def _own_tmp(kept: list[tuple[str, int]], size: int, owner: int) -> None:
     """Mount the child's own /tmp over the template's, putting back the
     read paths below it (cloned by _clone_below_tmp)."""
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,size={size},uid={owner},gid={owner}")
-    # Mount points are created as the owner: the child's own uid (host
-    # root, which it still is, has no mapping here).
-    _libc.setfsgid(owner)
-    _libc.setfsuid(owner)
+    # Mount points are the owner's: the child was cloned with its host uid
+    # as its effective (and so file system) uid, which is owner inside.
     for path, fd in kept:
         if os.path.isdir(f"/proc/self/fd/{fd}"):
             os.makedirs(path, exist_ok=True)
@@ -400,8 +397,8 @@ def _child(cfg: dict[str, Any], status: int, fds: list[int], go: int) -> NoRetur
         os.close(go)
         _check(_libc.unshare(CLONE_NEWCGROUP), "unshare cgroup namespace")
         inner = cfg["sandboxId"]
-        # Own /tmp first, while the child can still reach a read path below
-        # the template's (a test's 0700 temporary directory is root's).
+        # Own /tmp first, while the child still holds the capabilities of
+        # its namespace that mounting takes.
         _own_tmp(_clone_below_tmp(cfg["readPaths"]), cfg["limits"]["tmpBytes"], inner)
         os.setgroups([])
         os.setresgid(inner, inner, inner)
