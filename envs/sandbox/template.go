@@ -173,8 +173,7 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 		return nil, err
 	}
 	cfg := templateConfig{
-		SandboxID: sandboxID,
-		Network:   spec.Network, Limits: t.limits, ReadPaths: readPaths,
+		SandboxID: sandboxID, Network: spec.Network, Limits: t.limits, ReadPaths: readPaths,
 		Landlock: landlockFor(sup.LandlockABI, spec.Network), Seccomp: progs, TemplateSeccomp: tplProgs,
 	}
 	env := environ(sandboxTmp, append([]string{
