@@ -19,10 +19,12 @@ import (
 // fs.aio-max-nr, is the whole host's), returning how many it got and the
 // errno that stopped it; probe() takes one of each, lets it go and
 // returns the errno of each (0: it worked) and the size a new pipe gets.
-// Both use only the interpreter's standard library and libc, so the same
-// code runs as a sandboxed program and as a plain process of the host.
+// hogWatches() takes inotify watches and fanotify marks (one per file it
+// makes) until they fail. Both use only the interpreter's standard library
+// and libc, so the same code runs as a sandboxed program and as a plain
+// process of the host.
 const KernelCounts = `
-import ctypes, fcntl, os, signal, threading
+import ctypes, fcntl, os, signal, tempfile, threading
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _F_SETPIPE_SZ, _F_GETPIPE_SZ = 1031, 1032
@@ -108,8 +110,44 @@ def hog():
     return res
 
 
+_IN_MODIFY = _FAN_MODIFY = 2
+_FAN_MARK_ADD, _AT_FDCWD = 1, -100
+_libc.fanotify_mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
+
+
+def hog_watches(most=1 << 20):
+    ino, fan = _libc.inotify_init1(0), _libc.fanotify_init(_FAN_REPORT_FID, 0)
+    _held.extend((ino, fan))
+    res = {"inotifyWatches": 0, "inotifyWatchErrno": 0, "fanotifyMarks": 0, "fanotifyMarkErrno": 0}
+    os.makedirs("watched", exist_ok=True)
+    for i in range(most):
+        if res["inotifyWatchErrno"] and res["fanotifyMarkErrno"]:
+            break
+        path = b"watched/%d" % i
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        if not res["inotifyWatchErrno"]:
+            if _libc.inotify_add_watch(ino, path, _IN_MODIFY) < 0:
+                res["inotifyWatchErrno"] = ctypes.get_errno()
+            else:
+                res["inotifyWatches"] += 1
+        if not res["fanotifyMarkErrno"]:
+            if _libc.fanotify_mark(fan, _FAN_MARK_ADD, _FAN_MODIFY, _AT_FDCWD, path) < 0:
+                res["fanotifyMarkErrno"] = ctypes.get_errno()
+            else:
+                res["fanotifyMarks"] += 1
+    return res
+
+
 def probe():
     res = {}
+    fd, path = tempfile.mkstemp()
+    os.close(fd)
+    ino, fan = _libc.inotify_init1(0), _libc.fanotify_init(_FAN_REPORT_FID, 0)
+    res["inotifyWatch"] = 0 if _libc.inotify_add_watch(ino, path.encode(), _IN_MODIFY) >= 0 else ctypes.get_errno()
+    res["fanotifyMark"] = 0 if _libc.fanotify_mark(fan, _FAN_MARK_ADD, _FAN_MODIFY, _AT_FDCWD, path.encode()) >= 0 else ctypes.get_errno()
+    os.close(ino)
+    os.close(fan)
+    os.unlink(path)
     for name, fd, err in (("inotify", *_call(_libc.inotify_init1, 0)),
                           ("fanotify", *_call(_libc.fanotify_init, _FAN_REPORT_FID, 0)),
                           ("mqueue", *_mq_open(1 << 20))):
@@ -178,7 +216,8 @@ func HogProblems(hog map[string]any) (problems []string, mqueues bool) {
 // of it on the host (root); in a sandbox all but AIO (EPERM) and, unless
 // mqueues, message queues (EACCES).
 func ProbeProblems(got map[string]any, host, mqueues bool) (problems []string) {
-	want := map[string]float64{"inotify": 0, "fanotify": 0, "signal": 0, "pipe1MiB": 0, "mqueue": 0, "aio": 0, "pipeBytes": 65536}
+	want := map[string]float64{"inotify": 0, "fanotify": 0, "inotifyWatch": 0, "fanotifyMark": 0,
+		"signal": 0, "pipe1MiB": 0, "mqueue": 0, "aio": 0, "pipeBytes": 65536}
 	if !host {
 		want["aio"] = float64(unix.EPERM)
 		if !mqueues {
@@ -191,6 +230,21 @@ func ProbeProblems(got map[string]any, host, mqueues bool) (problems []string) {
 		}
 	}
 	slices.Sort(problems)
+	return problems
+}
+
+// WatchHogProblems says where what hog_watches() returned falls short of
+// fs.inotify.max_user_watches and fs.fanotify.max_user_marks (ENOSPC).
+func WatchHogProblems(hog map[string]any) (problems []string) {
+	num := func(k string) int { v, _ := hog[k].(float64); return int(v) }
+	if num("inotifyWatches") != sysctl("fs/inotify/max_user_watches") || num("inotifyWatchErrno") != int(unix.ENOSPC) {
+		problems = append(problems, fmt.Sprintf("the hog added %d inotify watches (errno %d), want fs.inotify.max_user_watches then ENOSPC",
+			num("inotifyWatches"), num("inotifyWatchErrno")))
+	}
+	if num("fanotifyMarks") != sysctl("fs/fanotify/max_user_marks") || num("fanotifyMarkErrno") != int(unix.ENOSPC) {
+		problems = append(problems, fmt.Sprintf("the hog added %d fanotify marks (errno %d), want fs.fanotify.max_user_marks then ENOSPC",
+			num("fanotifyMarks"), num("fanotifyMarkErrno")))
+	}
 	return problems
 }
 

@@ -316,3 +316,36 @@ func checkHostIdentity(t *testing.T, pid, uid int) {
 		t.Errorf("pid %d: its user namespace belongs to uid %d, want %d", pid, owner, uid)
 	}
 }
+
+// TestWatchesPerSandbox: a spawned program that adds inotify watches and
+// fanotify marks (one per file it makes in its /tmp) up to the per-user
+// limits (fs.inotify.max_user_watches, fs.fanotify.max_user_marks; the
+// control) and holds them leaves a sibling sandbox and the host able to
+// add theirs. Before, all were root's count: ENOSPC for them.
+func TestWatchesPerSandbox(t *testing.T) {
+	t.Parallel()
+	needLayers(t, Relax{})
+	needRootHost(t)
+	spec := pySpec(t, envtest.KernelCounts+"\nimport json, time\nprint(json.dumps(hog_watches()), flush=True)\ntime.sleep(600)\n")
+	// About 200,000 files with their marks: room in memory and time.
+	spec.Limits = Limits{MemoryBytes: 1 << 30, CPUSeconds: 300}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	spec.Stdout = w
+	p := start(t, spec)
+	w.Close()
+	defer func() { _ = p.Kill(); waitDone(t, p) }()
+	var hog map[string]any
+	line := newLineReader(r).waitFor(t, "{")
+	if err := json.Unmarshal([]byte(line), &hog); err != nil {
+		t.Fatalf("hog %q: %v (exit %+v)", line, err, p.Exit())
+	}
+	for _, pr := range envtest.WatchHogProblems(hog) {
+		t.Error(pr)
+	}
+	spawnedProbe(t, Relax{})
+	hostProbe(t)
+}
