@@ -2,8 +2,10 @@ package tests
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -72,5 +74,43 @@ func TestOneSandboxCannotExhaustPerUserCounts(t *testing.T) {
 	}
 	for _, pr := range envtest.ProbeProblems(got, true, true) {
 		t.Errorf("the host (root), while a session holds its maximum: %s", pr)
+	}
+}
+
+// TestSandboxUIDsSetting: CYRNEL_SANDBOX_UIDS sets the range the programs'
+// uids come from (GET /environment says which, a program's processes run
+// as one of it on the host); a range the server cannot use stops it,
+// naming the setting.
+func TestSandboxUIDsSetting(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("a root host's setting: an unprivileged host's sandboxes all run as its own uid")
+	}
+	out, err := exec.Command(binary, "serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--sandbox-uids", "1000:10").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--sandbox-uids (CYRNEL_SANDBOX_UIDS)") || !strings.Contains(string(out), "above 65535") {
+		t.Errorf("serve with the range 1000:10: %v, %s; want a refusal naming the setting", err, out)
+	}
+	const first, count = 2000000000, 64
+	h := start(t, "", fmt.Sprintf("CYRNEL_SANDBOX_UIDS=%d:%d", first, count))
+	var env struct {
+		Active struct {
+			Status struct {
+				Sandbox struct {
+					Layers struct {
+						UIDs *struct{ First, Count int } `json:"uids"`
+					} `json:"layers"`
+				} `json:"sandbox"`
+			} `json:"status"`
+		} `json:"active"`
+	}
+	h.do("GET", "/environment", nil, &env)
+	if u := env.Active.Status.Sandbox.Layers.UIDs; u == nil || u.First != first || u.Count != count {
+		t.Errorf("GET /environment uids %+v, want %d:%d", u, first, count)
+	}
+	p := h.run(`
+import os
+cyrnel.output({"uid": int(open("/proc/self/uid_map").read().split()[1])})`, nil)
+	if uid, _ := p.Output["uid"].(float64); p.exit() != "success" || uid < first || uid >= first+count {
+		t.Errorf("the program's host uid: %v (%s/%s %s), want one of %d:%d", p.Output, p.exit(), p.reason(), p.Stderr, first, count)
 	}
 }
