@@ -90,7 +90,8 @@ Environment variables (a flag, when given, wins over its variable):
   CYRNEL_DB_URL        database: empty for SQLite in the data directory, or postgres://…
   CYRNEL_API_KEY       require "Authorization: Bearer <key>" on every route but /health and the spec
                        (default: a key the server makes in DATA_DIR/api-key, mode 0600)
-  CYRNEL_PYTHON        the Python environment's interpreter when its config names none (as --python)
+  CYRNEL_PYTHON        the Python interpreters module configs may name, ':'-separated; the first is the
+                       default (as --python; default python3 on PATH)
   CYRNEL_ALLOW_UNSANDBOXED=1
                        let module configs weaken the sandbox (as --allow-unsandboxed)
   CYRNEL_MAX_SESSIONS  sessions this host runs at once (as --max-sessions, default 16)
@@ -112,7 +113,8 @@ func serve(args []string) error {
 	fs.String("data-dir", "", "data directory (env CYRNEL_DATA_DIR, default ./cyrnel-data)")
 	fs.String("db-url", "", "database URL (env CYRNEL_DB_URL, default SQLite in the data directory)")
 	fs.String("log-level", "", "log level (env CYRNEL_LOG_LEVEL, default info)")
-	fs.String("python", "", "the Python environment's interpreter, a name on PATH or a path, when its module config names none (env CYRNEL_PYTHON, default python3)")
+	var pythons cli.Strings
+	fs.Var(&pythons, "python", "a Python interpreter module configs may name, a name on PATH or a path; repeatable, the first is the default; no other runs (env CYRNEL_PYTHON, ':'-separated; default python3)")
 	fs.String("max-sessions", "", "sessions (long-lived interpreters) this host runs at once; more are refused with 429 (env CYRNEL_MAX_SESSIONS, default 16)")
 	insecure := fs.Bool("insecure", false, "allow listening on a non-loopback address without CYRNEL_API_KEY")
 	fs.String("sandbox-uids", "", "FIRST:COUNT host uids (and gids) a root host gives its sandboxes, one each (env CYRNEL_SANDBOX_UIDS, default "+
@@ -167,7 +169,7 @@ func serve(args []string) error {
 		APIKey:           os.Getenv("CYRNEL_API_KEY"),
 		SecretsKey:       secretsKey,
 		LeaseTTL:         leaseTTL,
-		Python:           cli.Setting(fs, "python", "CYRNEL_PYTHON", ""),
+		Python:           cli.Interpreters(pythons),
 		Insecure:         *insecure,
 		AllowUnsandboxed: *unsandboxed || os.Getenv("CYRNEL_ALLOW_UNSANDBOXED") == "1",
 		Version:          version,

@@ -1,5 +1,7 @@
 package module
 
+import "errors"
+
 // reservedWords cannot name a service, a tool or a keyword argument: Python
 // keywords, JavaScript/TypeScript reserved words (strict mode included), and
 // the globals a binding must never shadow. One list for every namer, so a
@@ -25,8 +27,9 @@ var reservedWords = func() map[string]bool {
 func Reserved(name string) bool { return reservedWords[name] }
 
 // ConfigError is a config that validated but cannot work (a preload module
-// the interpreter cannot import). Field is the path inside the config, in
-// the API's location syntax (preload[1]).
+// the interpreter cannot import), or names what the operator did not
+// declare at start-up (Err wraps ErrUndeclared). Field is the path inside
+// the config, in the API's location syntax (preload[1]).
 type ConfigError struct {
 	Field string
 	Err   error
@@ -34,3 +37,7 @@ type ConfigError struct {
 
 func (e *ConfigError) Error() string { return e.Field + ": " + e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
+
+// ErrUndeclared: a config names something (an interpreter) the operator did
+// not declare when starting the host; only the operator may add it.
+var ErrUndeclared = errors.New("not declared by the operator at start-up")

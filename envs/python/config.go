@@ -9,7 +9,9 @@ import (
 
 // Config is the python module's configuration.
 type Config struct {
-	// Interpreter is the Python to run; resolved once to its real path.
+	// Interpreter names one of the interpreters the operator declared at
+	// start-up (as declared, its absolute or its real path); empty: the
+	// first declared.
 	Interpreter string `json:"interpreter"`
 	// PoolSize is how many warm interpreters wait for work.
 	PoolSize int `json:"poolSize"`
@@ -38,7 +40,6 @@ type Config struct {
 
 func defaultConfig() Config {
 	return Config{
-		Interpreter:    "python3",
 		PoolSize:       2,
 		Concurrency:    8,
 		QueueLimit:     256,
@@ -56,7 +57,7 @@ const configSchema = `{
   "type": "object",
   "additionalProperties": false,
   "properties": {
-    "interpreter": {"type": "string", "minLength": 1, "maxLength": 4096, "default": "python3", "description": "Python interpreter to run (a name on PATH or an absolute path); resolved once to its real executable. Default: the server's --python (CYRNEL_PYTHON), else python3."},
+    "interpreter": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "One of the Python interpreters the operator declared when starting the server (serve --python, CYRNEL_PYTHON), named as declared or by its absolute or real path; any other is refused (403). Default: the first declared."},
     "poolSize": {"type": "integer", "minimum": 1, "maximum": 64, "default": 2, "description": "Warm interpreters kept ready."},
     "concurrency": {"type": "integer", "minimum": 1, "maximum": 256, "default": 8, "description": "Executions running at once; more wait as queued."},
     "queueLimit": {"type": "integer", "minimum": 0, "maximum": 100000, "default": 256, "description": "Executions allowed to wait for a slot; beyond it they fail at once."},
@@ -68,13 +69,9 @@ const configSchema = `{
   }
 }`
 
-// parseConfig reads a config over the defaults; interpreter, when set,
-// replaces python3 as the default interpreter.
-func parseConfig(raw map[string]any, interpreter string) (Config, error) {
+// parseConfig reads a config over the defaults.
+func parseConfig(raw map[string]any) (Config, error) {
 	c := defaultConfig()
-	if interpreter != "" {
-		c.Interpreter = interpreter
-	}
 	if len(raw) == 0 {
 		return c, nil
 	}

@@ -28,7 +28,7 @@ var programs = envtest.Programs{
 
 func TestConformance(t *testing.T) {
 	envtest.Conformance(t, func(t *testing.T, b module.Bindings) module.Environment {
-		e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+		e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), testOptions)
 		if err := e.Setup(context.Background(), module.SetupContext{Bindings: b}); err != nil {
 			t.Fatal(err)
 		}

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -35,8 +34,8 @@ const boot = "import sys; sys.path[:0] = sys.argv[1].split('\\n'); from cyrnel._
 
 // Env is the Python environment module.
 type Env struct {
-	log         *slog.Logger
-	interpreter string // the default of config's interpreter, when set
+	log          *slog.Logger
+	interpreters []Interpreter // declared by the operator; the first is the default
 
 	mu            sync.Mutex
 	cfg           Config
@@ -55,14 +54,14 @@ type Env struct {
 
 // Options are the host's settings for the environment.
 type Options struct {
-	// Interpreter is the Python a config that names none runs (serve
-	// --python); empty: python3 on PATH.
-	Interpreter string
+	// Interpreters are the Pythons a config may name (serve --python),
+	// from Declare; the first runs when a config names none.
+	Interpreters []Interpreter
 }
 
 // New returns the Python environment.
 func New(log *slog.Logger, opts Options) *Env {
-	return &Env{log: log.With("env", "python"), interpreter: opts.Interpreter}
+	return &Env{log: log.With("env", "python"), interpreters: opts.Interpreters}
 }
 
 // Info describes the module.
@@ -75,29 +74,39 @@ func (e *Env) Info() module.Info {
 	}
 }
 
-// Setup resolves the interpreter, extracts the runtime and fills the pool.
+// Setup checks that the config names a declared interpreter, probes it in
+// the sandbox, extracts and compiles the runtime and fills the pool.
 func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
-	cfg, err := parseConfig(sc.Config, e.interpreter)
+	cfg, err := parseConfig(sc.Config)
 	if err != nil {
 		return err
 	}
-	py, err := probeInterpreter(ctx, cfg.Interpreter)
+	// Before anything touches it: a config may name only what the
+	// operator declared.
+	declared, err := choose(e.interpreters, cfg.Interpreter)
 	if err != nil {
+		return err
+	}
+	dir, sources, err := extractRuntime()
+	if err != nil {
+		return err
+	}
+	// The probe runs in the sandbox the config asks for, as programs do,
+	// reading only where the interpreter is installed (and the runtime).
+	probeLauncher, _, err := worker.ChooseLauncher(e.log, cfg.Sandbox, cfg.Limits, append(declared.probeReadPaths(), dir))
+	if err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	py, err := probeInterpreter(ctx, probeLauncher, declared, dir, sources)
+	if err != nil {
+		os.RemoveAll(dir)
 		return err
 	}
 	launcher, layers, err := worker.ChooseLauncher(e.log, cfg.Sandbox, cfg.Limits, py.readPaths())
 	if err != nil {
-		return err
-	}
-	dir, err := extractRuntime()
-	if err != nil {
-		return err
-	}
-	// Compile the runtime once: interpreters may not write bytecode, and
-	// each would otherwise compile the package from source at start.
-	if out, err := exec.CommandContext(ctx, py.exe, "-I", "-S", "-m", "compileall", "-q", dir).CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
-		return fmt.Errorf("compile the python runtime: %w: %s", err, out)
+		return err
 	}
 	paths := []string{dir}
 	if cfg.SitePackages {
@@ -174,51 +183,14 @@ func (p interpreter) readPaths() []string {
 	return paths
 }
 
-// probeInterpreter resolves the real executable behind name (python3 on PATH
-// may be a shim script costing 60-100 ms per start), its site-packages and
-// its prefixes.
-func probeInterpreter(ctx context.Context, name string) (interpreter, error) {
-	path, err := exec.LookPath(name)
-	if err != nil {
-		return interpreter{}, fmt.Errorf("python interpreter %q: %w", name, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "-I", "-c",
-		"import json, site, sys, platform; print(json.dumps({'exe': sys.executable, 'site': site.getsitepackages(), "+
-			"'prefixes': sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}), 'version': platform.python_version()}))").Output()
-	if err != nil {
-		return interpreter{}, fmt.Errorf("probe python interpreter %s: %w", path, err)
-	}
-	var p struct {
-		Exe      string   `json:"exe"`
-		Site     []string `json:"site"`
-		Prefixes []string `json:"prefixes"`
-		Version  string   `json:"version"`
-	}
-	if err := json.Unmarshal(out, &p); err != nil || !filepath.IsAbs(p.Exe) {
-		return interpreter{}, fmt.Errorf("probe python interpreter %s: unexpected answer %q", path, out)
-	}
-	py := interpreter{exe: p.Exe, version: p.Version}
-	for _, d := range p.Site {
-		if st, err := os.Stat(d); err == nil && st.IsDir() {
-			py.site = append(py.site, d)
-		}
-	}
-	for _, d := range p.Prefixes {
-		if st, err := os.Stat(d); err == nil && st.IsDir() {
-			py.prefixes = append(py.prefixes, d)
-		}
-	}
-	return py, nil
-}
-
-// extractRuntime writes the embedded cyrnel package to a fresh directory.
-func extractRuntime() (string, error) {
+// extractRuntime writes the embedded cyrnel package to a fresh directory;
+// it returns the directory and its Python source files (relative paths).
+func extractRuntime() (string, map[string]bool, error) {
 	dir, err := os.MkdirTemp("", "cyrnel-runtime-")
 	if err != nil {
-		return "", fmt.Errorf("extract python runtime: %w", err)
+		return "", nil, fmt.Errorf("extract python runtime: %w", err)
 	}
+	sources := map[string]bool{}
 	err = fs.WalkDir(pyruntime.Runtime, ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -231,17 +203,20 @@ func extractRuntime() (string, error) {
 		if err != nil {
 			return err
 		}
+		if strings.HasSuffix(path, ".py") {
+			sources[filepath.FromSlash(path)] = true
+		}
 		return os.WriteFile(target, b, 0o644)
 	})
 	if err != nil {
 		os.RemoveAll(dir)
-		return "", fmt.Errorf("extract python runtime: %w", err)
+		return "", nil, fmt.Errorf("extract python runtime: %w", err)
 	}
 	if err := os.Chmod(dir, 0o755); err != nil {
 		os.RemoveAll(dir)
-		return "", fmt.Errorf("extract python runtime: %w", err)
+		return "", nil, fmt.Errorf("extract python runtime: %w", err)
 	}
-	return dir, nil
+	return dir, sources, nil
 }
 
 func (e *Env) spawn(ctx context.Context) (*worker.Worker, error) {

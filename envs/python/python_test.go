@@ -19,7 +19,7 @@ import (
 // executions so each one takes a warm interpreter.
 func BenchmarkExecuteWarm(b *testing.B) {
 	rec := envtest.NewRecorder()
-	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), testOptions)
 	if err := e.Setup(context.Background(), module.SetupContext{Bindings: rec}); err != nil {
 		b.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func BenchmarkSpawnToReady(b *testing.B) {
 				name = strings.Replace(name, "asyncio", "none", 1)
 			}
 			b.Run(name, func(b *testing.B) {
-				e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+				e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), testOptions)
 				if err := e.Setup(context.Background(), module.SetupContext{Bindings: envtest.NewRecorder(), Config: map[string]any{"preload": preload, "poolSize": 1, "fork": fork}}); err != nil {
 					b.Fatal(err)
 				}

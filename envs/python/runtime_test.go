@@ -47,7 +47,7 @@ var eids atomic.Int64
 // ended and what it left.
 func runProgram(t *testing.T, b module.Bindings, rec *envtest.Recorder, code string) (module.Result, envtest.Run) {
 	t.Helper()
-	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), testOptions)
 	if err := e.Setup(context.Background(), module.SetupContext{Bindings: b, Config: map[string]any{"poolSize": 1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ cyrnel.output({"signature": str(inspect.signature(tool)), "doc": tool.__doc__})`
 	if sig := r.Output["signature"]; sig != "(*, petId: int, verbose: bool | None = None) -> dict" {
 		t.Fatalf("signature %q", sig)
 	}
-	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), testOptions)
 	doc, err := e.ToolDocs(context.Background(), showPetDocs)
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ func TestPendingCallsFailAtEndOfFile(t *testing.T) {
 	if err != nil {
 		t.Fatal("this test needs python3:", err)
 	}
-	dir, err := extractRuntime()
+	dir, _, err := extractRuntime()
 	if err != nil {
 		t.Fatal(err)
 	}

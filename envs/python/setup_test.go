@@ -25,7 +25,7 @@ func TestPreloadThatCannotBeImportedIsRefused(t *testing.T) {
 		{[]string{"asyncio", "no_such_module_for_cyrnel"}, "preload[1]"},
 		{[]string{"json"}, ""},
 	} {
-		e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+		e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), testOptions)
 		err := e.Setup(ctx, module.SetupContext{Bindings: envtest.NewRecorder(), Config: map[string]any{"preload": c.preload, "poolSize": 1}})
 		if terr := e.Teardown(ctx); terr != nil {
 			t.Error(terr)

@@ -47,7 +47,7 @@ func templatesOf(parent int) []int {
 // found among this process's children before it is killed, so the test
 // does kill the one that serves (and notices if there is none).
 func TestTemplateRestartsAfterDeath(t *testing.T) {
-	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), testOptions)
 	if err := e.Setup(context.Background(), module.SetupContext{Bindings: envtest.NewRecorder()}); err != nil {
 		t.Fatal(err)
 	}

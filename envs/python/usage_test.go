@@ -12,7 +12,7 @@ import (
 
 func setupEnv(t *testing.T, config map[string]any) *Env {
 	t.Helper()
-	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), testOptions)
 	if err := e.Setup(context.Background(), module.SetupContext{Bindings: envtest.NewRecorder(), Config: config}); err != nil {
 		t.Fatal(err)
 	}

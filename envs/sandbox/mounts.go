@@ -38,8 +38,10 @@ func buildRoot(readPaths []string, tmpBytes int64) (procSubset bool, err error) 
 	// The sandbox's own mounts come first, so read paths below /tmp (a
 	// test's temporary directory, say) are mirrored into its tmpfs
 	// instead of being covered by it. It belongs to the program's ids,
-	// whatever ids the init has.
-	if err := mkdirMount("tmpfs", root+sandboxTmp, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+	// whatever ids the init has. noexec: nothing a program writes can be
+	// executed (the read paths mirrored below it are mounts of their own,
+	// executable as bound).
+	if err := mkdirMount("tmpfs", root+sandboxTmp, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC,
 		fmt.Sprintf("mode=0700,size=%d,%s", tmpBytes, sandboxOwner)); err != nil {
 		return false, err
 	}

@@ -57,9 +57,9 @@ const SandboxSchema = `"sandbox": {
       "additionalProperties": false,
       "description": "Resource limits of each worker process.",
       "properties": {
-        "memoryMb": {"type": "integer", "minimum": 16, "maximum": 1048576, "default": 512},
-        "cpuSeconds": {"type": "integer", "minimum": 1, "maximum": 86400, "default": 60},
-        "processes": {"type": "integer", "minimum": 4, "maximum": 65536, "default": 128, "description": "Processes and threads."},
+        "memoryMb": {"type": "integer", "minimum": 16, "maximum": 1048576, "default": 512, "description": "Memory of the whole process tree; at most the machine's physical memory."},
+        "cpuSeconds": {"type": "integer", "minimum": 1, "maximum": 3600, "default": 60, "description": "CPU time of the whole process tree; at most an hour."},
+        "processes": {"type": "integer", "minimum": 4, "maximum": 65536, "default": 128, "description": "Processes and threads; at most what the kernel allows (the lower of kernel.pid_max and kernel.threads-max)."},
         "fileSizeMb": {"type": "integer", "minimum": 1, "maximum": 1048576, "default": 64},
         "openFiles": {"type": "integer", "minimum": 16, "maximum": 1048576, "default": 256},
         "tmpMb": {"type": "integer", "minimum": 1, "maximum": 1048576, "default": 64, "description": "Size of the private working directory (/tmp)."}

@@ -57,6 +57,9 @@ type Deps struct {
 	// Ready says whether the host can serve work (GET /health/ready); nil:
 	// always.
 	Ready Readiness
+	// Sandbox is what the machine gives every sandbox, decided at
+	// start-up (GET /environment).
+	Sandbox modules.HostSandbox
 }
 
 type server struct {
@@ -198,11 +201,15 @@ func (s *server) problem(err error) error { return s.problemAt(err, inBody) }
 func (s *server) problemAt(err error, at where) error {
 	var inv *schema.FieldError
 	var unsandboxed *modules.UnsandboxedError
+	var undeclared *modules.UndeclaredError
 	switch {
 	case errors.As(err, &inv):
 		return invalid(inv, at)
 	case errors.As(err, &unsandboxed):
 		return forbiddenSandbox(unsandboxed, at)
+	case errors.As(err, &undeclared):
+		// Only the operator declares interpreters, at start-up.
+		return huma.Error403Forbidden(undeclared.Error(), &huma.ErrorDetail{Location: at(undeclared.Field), Message: undeclared.Err.Error()})
 	case errors.Is(err, gate.ErrBlocked), errors.Is(err, gate.ErrDenied), errors.Is(err, gate.ErrNeedsApproval):
 		return huma.Error403Forbidden(err.Error())
 	case errors.Is(err, approval.ErrNotFound):

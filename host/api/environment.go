@@ -27,10 +27,17 @@ type envView struct {
 
 type environmentBody struct {
 	Body struct {
-		Active   *envView  `json:"active,omitempty" doc:"The active environment; absent when none could be activated (see error)."`
-		Draining []envView `json:"draining" nullable:"false" doc:"Environments finishing their executions before teardown."`
-		Error    string    `json:"error,omitempty" doc:"Why no environment is active."`
+		Active   *envView        `json:"active,omitempty" doc:"The active environment; absent when none could be activated (see error)."`
+		Draining []envView       `json:"draining" nullable:"false" doc:"Environments finishing their executions before teardown."`
+		Error    string          `json:"error,omitempty" doc:"Why no environment is active."`
+		Sandbox  hostSandboxView `json:"sandbox" doc:"What this machine gives every sandbox, decided when the server started."`
 	}
+}
+
+type hostSandboxView struct {
+	AllowUnsandboxed bool     `json:"allowUnsandboxed" doc:"The server was started with --allow-unsandboxed: module configs may turn sandbox layers off, and a machine lacking a cgroup runs without it."`
+	Cgroups          bool     `json:"cgroups" doc:"Memory and pids cgroups bound each sandbox as a whole; false: only per-process rlimits do (possible only with allowUnsandboxed)."`
+	Missing          []string `json:"missing" nullable:"false" doc:"Sandbox layers this machine lacks, each with the reason."`
 }
 
 type setEnvironmentInput struct {
@@ -134,6 +141,7 @@ func (s *server) environment() *environmentBody {
 		out.Body.Draining = append(out.Body.Draining, envView{Module: d.Module, InFlight: d.InFlight, Status: d.Status})
 	}
 	out.Body.Error = setupErr
+	out.Body.Sandbox = hostSandboxView{AllowUnsandboxed: s.Sandbox.AllowUnsandboxed, Cgroups: s.Sandbox.Cgroups, Missing: orEmpty(s.Sandbox.Missing)}
 	return out
 }
 

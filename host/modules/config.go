@@ -44,6 +44,9 @@ func (r *Registry) SetConfig(ctx context.Context, id string, cfg map[string]any)
 		if err := validate(info.ConfigSchema, cfg, false); err != nil {
 			return err
 		}
+		if err := CheckLimits(cfg, r.machine); err != nil {
+			return err
+		}
 		if err := CheckSandbox(cfg, r.allowUnsandboxed); err != nil {
 			return err
 		}

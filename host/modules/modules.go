@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/store"
@@ -74,6 +75,8 @@ type Registry struct {
 	// allowUnsandboxed: configs may weaken the sandbox (serve
 	// --allow-unsandboxed).
 	allowUnsandboxed bool
+	// machine is what this machine has: no config's limits may exceed it.
+	machine worker.Machine
 
 	mu       sync.Mutex
 	active   *instance
@@ -289,8 +292,14 @@ func (r *Registry) isActive(id string) bool {
 
 // setUp makes and sets up a fresh instance of environment m.ID with m's
 // config and secrets. A config the environment finds cannot work (a
-// preload it cannot import) is a FieldError on that field of the config.
+// preload it cannot import) is a FieldError on that field of the config;
+// one naming what the operator did not declare, an UndeclaredError.
 func (r *Registry) setUp(ctx context.Context, m *store.Module) (module.Environment, error) {
+	// Whatever the config's way here (a change, an activation, another
+	// host's change on a smaller machine), its limits fit this machine.
+	if err := CheckLimits(m.Config, r.machine); err != nil {
+		return nil, err
+	}
 	sec, err := r.box.Open(m.Secrets)
 	if err != nil {
 		return nil, fmt.Errorf("%s: open secrets: %w", m.ID, err)
@@ -301,6 +310,9 @@ func (r *Registry) setUp(ctx context.Context, m *store.Module) (module.Environme
 			r.log.Warn("teardown after a failed setup", "module", m.ID, "err", terr)
 		}
 		var ce *module.ConfigError
+		if errors.As(err, &ce) && errors.Is(ce.Err, module.ErrUndeclared) {
+			return nil, &UndeclaredError{Field: "config." + ce.Field, Module: m.ID, Err: ce.Err}
+		}
 		if errors.As(err, &ce) {
 			return nil, &schema.FieldError{Field: "config." + ce.Field, Message: ce.Err.Error()}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cyrnel/cyrnel/envs/sandbox"
 	"github.com/cyrnel/cyrnel/envs/worker"
 )
 
@@ -61,4 +62,47 @@ func CheckSandbox(cfg map[string]any, allow bool) error {
 		fields[i] = "sandbox." + w
 	}
 	return &UnsandboxedError{Fields: fields}
+}
+
+// UndeclaredError is a config naming what only the operator may declare,
+// at start-up (an interpreter): Field is its path (config.interpreter).
+type UndeclaredError struct {
+	Field  string
+	Module string
+	Err    error
+}
+
+func (e *UndeclaredError) Error() string { return e.Module + ": " + e.Field + ": " + e.Err.Error() }
+func (e *UndeclaredError) Unwrap() error { return e.Err }
+
+// HostSandbox is what this machine gives every sandbox, decided once at
+// start-up: GET /environment reports it.
+type HostSandbox struct {
+	// AllowUnsandboxed: the operator started the server with
+	// --allow-unsandboxed.
+	AllowUnsandboxed bool
+	// Cgroups: memory and pids cgroups are usable, so every sandbox's
+	// memory and processes are bounded as a whole.
+	Cgroups bool
+	// Missing names the layers this machine lacks, and why.
+	Missing []string
+}
+
+// CheckHostSandbox refuses to start a host on a machine where no memory or
+// no pids cgroup is usable, naming which and why, unless the operator
+// allowed running without (allow): a program's memory and processes would
+// then be bounded only per process. It reports what is in force.
+func CheckHostSandbox(s sandbox.Support, allow bool) (HostSandbox, error) {
+	h := HostSandbox{AllowUnsandboxed: allow, Cgroups: s.Memory.OK() && s.Pids.OK(), Missing: []string{}}
+	if !s.Memory.OK() {
+		h.Missing = append(h.Missing, "memory cgroup: "+s.Memory.Err)
+	}
+	if !s.Pids.OK() {
+		h.Missing = append(h.Missing, "pids cgroup: "+s.Pids.Err)
+	}
+	if len(h.Missing) > 0 && !allow {
+		return h, fmt.Errorf("refusing to start: this machine lacks sandbox layers (%s), without which a program's memory and processes are bounded only per process; give the server a usable cgroup hierarchy (e.g. mount /sys/fs/cgroup, or delegate a subtree with systemd Delegate=yes), or start it with --allow-unsandboxed (CYRNEL_ALLOW_UNSANDBOXED=1) to run without them",
+			strings.Join(h.Missing, "; "))
+	}
+	return h, nil
 }

@@ -14,7 +14,9 @@ import (
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/python"
+	"github.com/cyrnel/cyrnel/envs/sandbox"
 	"github.com/cyrnel/cyrnel/envs/typescript"
+	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/api"
@@ -57,9 +59,10 @@ type Config struct {
 	// the operator did not allow at start-up); every change, through any
 	// route, is checked by each.
 	Policies []control.Policy
-	// Python is the Python environment's interpreter when its config names
-	// none (serve --python).
-	Python string
+	// Python lists the interpreters the Python environment's config may
+	// name (serve --python, repeatable); the first is the default. Empty:
+	// python3 on PATH, if there is one.
+	Python []string
 	// AllowUnsandboxed lets module configs weaken the sandbox (serve
 	// --allow-unsandboxed): the operator's decision, never an API call's.
 	AllowUnsandboxed bool
@@ -131,6 +134,21 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err := CheckAddr(cfg.Addr, cfg.APIKey, cfg.Insecure); err != nil {
 		return nil, err
 	}
+	hostSandbox, err := modules.CheckHostSandbox(sandbox.Probe(), cfg.AllowUnsandboxed)
+	if err != nil {
+		return nil, err
+	}
+	if len(hostSandbox.Missing) > 0 {
+		log.Warn("running without sandbox layers this machine lacks (--allow-unsandboxed)", "missing", hostSandbox.Missing)
+	}
+	interpreters, err := declarePython(log, cfg.Python)
+	if err != nil {
+		return nil, err
+	}
+	machine, err := worker.ReadMachine()
+	if err != nil {
+		return nil, err
+	}
 	dir, err := datadir.Open(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -185,7 +203,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	// each stored change is announced to the others, which reload it.
 	plane := control.New(log.With("component", "control"), notifier, cfg.Policies...)
 	reg := modules.New(log.With("component", "modules"), st, box, plane, map[string]modules.Factory{
-		"python":      func() module.Environment { return python.New(log, python.Options{Interpreter: cfg.Python}) },
+		"python":      func() module.Environment { return python.New(log, python.Options{Interpreters: interpreters}) },
 		typescript.ID: func() module.Environment { return typescript.New(log) },
 	})
 	guard := &egress.Guard{}
@@ -193,6 +211,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 		openapi.ID: openapi.New(openapi.Options{Guard: guard}),
 	})
 	reg.AllowUnsandboxed(cfg.AllowUnsandboxed)
+	reg.LimitTo(machine)
 	for _, info := range svcs.Adapters() {
 		reg.AddInfo(info)
 	}
@@ -234,11 +253,25 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	}
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}, Sessions: sessions})
 	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Environment: reg, Modules: reg, Services: svcs, Tools: svcs, Sessions: sessions, MCP: mcpHandler,
-		Policies: policies, Approvals: approvals, ToolCalls: toolCalls{auditor, st}, Gate: g, Ready: readiness{st, reg}})
+		Policies: policies, Approvals: approvals, ToolCalls: toolCalls{auditor, st}, Gate: g, Ready: readiness{st, reg}, Sandbox: hostSandbox})
 	// The console's assets and the API reference sit in front of the API
 	// (and its authentication): they hold no data.
 	handler = console.Handler(handler)
 	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, audit: auditor, approvals: approvals, gate: g, modules: reg, services: svcs, cluster: cl, handler: handler, egress: guard}, nil
+}
+
+// declarePython resolves the operator's interpreters (python3 on PATH when
+// none is named: a machine without it can still run TypeScript).
+func declarePython(log *slog.Logger, names []string) ([]python.Interpreter, error) {
+	if len(names) > 0 {
+		return python.Declare(names)
+	}
+	declared, err := python.Declare([]string{"python3"})
+	if err != nil {
+		log.Warn("no Python interpreter: the python environment cannot run (declare one with --python or CYRNEL_PYTHON)", "err", err)
+		return nil, nil
+	}
+	return declared, nil
 }
 
 // Handler is the HTTP API with the console in front.

@@ -239,7 +239,8 @@ def _clone_below_tmp(read_paths: list[str]) -> list[tuple[str, int]]:
 def _own_tmp(kept: list[tuple[str, int]], size: int, owner: int) -> None:
     """Mount the child's own /tmp over the template's, putting back the
     read paths below it (cloned by _clone_below_tmp)."""
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,size={size},uid={owner},gid={owner}")
+    # noexec, as the spawned sandbox's: nothing the program writes runs.
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"mode=0700,size={size},uid={owner},gid={owner}")
     # Mount points are the owner's: the child was cloned with its host uid
     # as its effective (and so file system) uid, which is owner inside.
     for path, fd in kept:

@@ -10,7 +10,35 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 )
+
+// Strings is a repeatable string flag.
+type Strings []string
+
+func (s *Strings) String() string { return strings.Join(*s, ":") }
+
+// Set adds one value.
+func (s *Strings) Set(v string) error {
+	*s = append(*s, v)
+	return nil
+}
+
+// Interpreters are the Pythons the operator declares: --python's values
+// when given, else CYRNEL_PYTHON's ':'-separated list (empty entries
+// dropped).
+func Interpreters(given Strings) []string {
+	if len(given) > 0 {
+		return given
+	}
+	var out []string
+	for _, p := range strings.Split(os.Getenv("CYRNEL_PYTHON"), ":") {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
 
 // Setting resolves a value: the flag when given, else the environment
 // variable, else the default.

@@ -58,7 +58,7 @@ Environment variables (a flag, when given, wins over its variable):
   CYRNEL_DATA_DIR      data directory of the embedded host (default ./cyrnel-data)
   CYRNEL_DB_URL        database of the embedded host (default SQLite in the data directory)
   CYRNEL_SECRETS_KEY   secrets key of the embedded host (default the key file in the data directory)
-  CYRNEL_PYTHON        the embedded host's Python interpreter (as serve --python)
+  CYRNEL_PYTHON        the embedded host's Python interpreters, ':'-separated (as serve --python)
   CYRNEL_ALLOW_UNSANDBOXED=1
                        let the embedded host run a module config that weakens the sandbox
   CYRNEL_LOG_LEVEL     log level of the embedded host (default warn)
@@ -138,7 +138,7 @@ func (h hostFlags) embedded(env, dataDir string) (*host, error) {
 		Environment: env,
 		// Whoever runs the command owns the data directory: the same
 		// operator decisions as serve's, from the environment.
-		Python:           os.Getenv("CYRNEL_PYTHON"),
+		Python:           Interpreters(nil),
 		AllowUnsandboxed: os.Getenv("CYRNEL_ALLOW_UNSANDBOXED") == "1",
 	}
 	srv, err := server.New(context.Background(), log, cfg)

@@ -1,0 +1,40 @@
+package modules
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/cyrnel/cyrnel/envs/worker"
+	"github.com/cyrnel/cyrnel/host/schema"
+)
+
+// LimitTo records what this machine has (read at start-up): configs whose
+// limits ask for more are refused. Call it before Start.
+func (r *Registry) LimitTo(m worker.Machine) { r.machine = m }
+
+// CheckLimits refuses a module config whose "limits" ask for more than m
+// has (worker.LimitsConfig.Beyond), whoever asks: no key may raise them past
+// the machine. A zero m checks nothing.
+func CheckLimits(cfg map[string]any, m worker.Machine) error {
+	raw, ok := cfg["limits"]
+	if !ok || m == (worker.Machine{}) {
+		return nil
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return fmt.Errorf("limits config: %w", err)
+	}
+	l := worker.DefaultLimits
+	if err := json.Unmarshal(b, &l); err != nil {
+		return fmt.Errorf("limits config: %w", err)
+	}
+	beyond := l.Beyond(m)
+	if len(beyond) == 0 {
+		return nil
+	}
+	fe := &schema.FieldError{Field: "config.limits", Message: "more than this machine has"}
+	for _, p := range beyond {
+		fe.Problems = append(fe.Problems, schema.Problem{Path: "/" + p.Field, Message: p.Message})
+	}
+	return fe
+}
