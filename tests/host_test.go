@@ -79,7 +79,13 @@ func start(t testing.TB, dataDir string, env ...string) *host {
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	cmd := exec.Command(binary, "serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir)
+	return startCommand(t, exec.Command(binary, "serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir), dataDir, env...)
+}
+
+// startCommand is start with the command given: cmd runs serve on dataDir
+// (through a wrapper, say, or with more flags).
+func startCommand(t testing.TB, cmd *exec.Cmd, dataDir string, env ...string) *host {
+	t.Helper()
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
