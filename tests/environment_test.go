@@ -86,8 +86,8 @@ func TestSwitchEnvironmentsAtRuntime(t *testing.T) {
 	}
 	h.do("PATCH", "/modules/typescript", map[string]any{"enabled": true}, nil)
 	// A config that makes Setup fail is refused and the active one stays.
-	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"interpreter": "/nonexistent/python"}, &prob); st != 422 {
-		t.Fatalf("bad interpreter: %d %+v", st, prob)
+	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"preload": []string{"no_such_module_for_cyrnel"}}, &prob); st != 422 {
+		t.Fatalf("bad preload: %d %+v", st, prob)
 	}
 	if p := h.run("print('still fine')", nil); p.exit() != "success" {
 		t.Fatalf("after a refused config: %+v", p)

@@ -141,7 +141,7 @@ func BenchmarkForkPandas(b *testing.B) {
 	if err := exec.Command(system, "-c", "import pandas").Run(); err != nil {
 		b.Skipf("%s has no pandas (make deps installs python3-pandas on Debian): %v", system, err)
 	}
-	h := start(b, "")
+	h := start(b, "", "CYRNEL_PYTHON="+system)
 	// Spawned pandas interpreters take seconds to start on a busy machine.
 	cfg := map[string]any{"interpreter": system, "preload": []string{"pandas"}, "fork": true, "startTimeoutMs": 120000}
 	setPython(b, h, cfg)

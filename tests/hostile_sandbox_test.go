@@ -58,7 +58,8 @@ func TestSandboxIdentityAndProc(t *testing.T) {
 		f.Close()
 	}
 
-	h := start(t, "")
+	// The operator declares the virtual environment's python.
+	h := start(t, "", "CYRNEL_PYTHON=python3:"+filepath.Join(venv, "bin", "python"))
 	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"interpreter": filepath.Join(venv, "bin", "python")}, nil); st != 200 {
 		t.Fatalf("configure the interpreter: status %d\n%s", st, h.logs)
 	}

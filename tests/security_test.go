@@ -1,9 +1,11 @@
 package tests
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -219,9 +221,10 @@ for name in ("self", "viaredirect", "loopback", "control"):
 	}
 }
 
-// TestPythonInterpreterFlag: CYRNEL_PYTHON (serve --python) picks the
-// interpreter of a Python config that names none; the module config still
-// overrides it. serve --help lists both on stdout.
+// TestPythonInterpreterFlag: CYRNEL_PYTHON (serve --python) declares the
+// interpreters a Python config may name, ':'-separated, the first being
+// the default; one that does not exist stops the server from starting,
+// naming it. serve --help lists both on stdout.
 func TestPythonInterpreterFlag(t *testing.T) {
 	t.Parallel()
 	r := cli(t, t.TempDir(), "", nil, "serve", "--help")
@@ -229,25 +232,31 @@ func TestPythonInterpreterFlag(t *testing.T) {
 		!strings.Contains(r.stdout, "-allow-unsandboxed") || r.stderr != "" {
 		t.Fatalf("serve --help: %+v", r)
 	}
-	h := start(t, "", "CYRNEL_PYTHON=/nonexistent/python3.99")
-	var env struct {
-		Active *struct {
-			Module string `json:"module"`
-		} `json:"active"`
-		Error string `json:"error"`
+	r = cli(t, t.TempDir(), "", []string{"CYRNEL_PYTHON=python3:/nonexistent/python3.99"}, "serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir())
+	if r.code == 0 || !strings.Contains(r.stderr, "/nonexistent/python3.99") {
+		t.Fatalf("with CYRNEL_PYTHON naming no interpreter: %+v", r)
 	}
-	h.do("GET", "/environment", nil, &env)
-	if env.Active != nil || !strings.Contains(env.Error, "/nonexistent/python3.99") {
-		t.Fatalf("with CYRNEL_PYTHON naming no interpreter: %+v", env)
+	// Control: two declared interpreters; the first runs a config that
+	// names none, the second is accepted by name.
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatal("python3 is required:", err)
 	}
-	// Control: the config's interpreter wins over the flag.
-	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"interpreter": "python3"}, nil); st != 200 {
-		t.Fatalf("config interpreter: %d", st)
+	venv := filepath.Join(t.TempDir(), "venv")
+	if out, err := exec.Command(python, "-m", "venv", "--without-pip", venv).CombinedOutput(); err != nil {
+		t.Fatalf("make a virtual environment: %v: %s", err, out)
 	}
-	if st, _ := h.do("PUT", "/environment", map[string]any{"module": "python"}, nil); st != 200 {
-		t.Fatalf("activate: %d", st)
+	second := filepath.Join(venv, "bin", "python")
+	h := start(t, "", "CYRNEL_PYTHON=python3:"+second)
+	// The virtual environment's site-packages is on its sys.path.
+	prefix := fmt.Sprintf("import sys; print(any(p.startswith(%q) for p in sys.path))", venv)
+	if p := h.run(prefix, nil); p.Stdout != "False\n" {
+		t.Fatalf("the first declared interpreter: %+v", p)
 	}
-	if p := h.run("print('ran')", nil); p.Stdout != "ran\n" {
-		t.Fatalf("%+v", p)
+	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"interpreter": second}, nil); st != 200 {
+		t.Fatalf("config naming the second interpreter: %d", st)
+	}
+	if p := h.run(prefix, nil); p.Stdout != "True\n" {
+		t.Fatalf("the second declared interpreter (a virtual environment): %+v", p)
 	}
 }
