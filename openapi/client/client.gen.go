@@ -1064,6 +1064,9 @@ type EnvironmentBodyBody struct {
 
 	// Error Why no environment is active.
 	Error *string `json:"error,omitempty"`
+
+	// Sandbox What this machine gives every sandbox, decided when the server started.
+	Sandbox HostSandboxView `json:"sandbox"`
 }
 
 // ErrorDetail defines model for ErrorDetail.
@@ -1215,6 +1218,18 @@ type HealthBodyBody struct {
 
 // HealthBodyBodyStatus Always ok when the server answers.
 type HealthBodyBodyStatus string
+
+// HostSandboxView defines model for HostSandboxView.
+type HostSandboxView struct {
+	// AllowUnsandboxed The server was started with --allow-unsandboxed: module configs may turn sandbox layers off, and a machine lacking a cgroup runs without it.
+	AllowUnsandboxed bool `json:"allowUnsandboxed"`
+
+	// Cgroups Memory and pids cgroups bound each sandbox as a whole; false: only per-process rlimits do (possible only with allowUnsandboxed).
+	Cgroups bool `json:"cgroups"`
+
+	// Missing Sandbox layers this machine lacks, each with the reason.
+	Missing []string `json:"missing"`
+}
 
 // InputFile defines model for InputFile.
 type InputFile struct {
