@@ -92,18 +92,14 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 		return err
 	}
 	// The probe runs in the sandbox the config asks for, as programs do,
-	// reading only where the interpreter is installed (and the runtime).
-	probeLauncher, _, err := worker.ChooseLauncher(e.log, cfg.Sandbox, cfg.Limits, append(declared.probeReadPaths(), dir))
+	// reading only where the interpreter is installed (and the runtime);
+	// programs then read what it reported.
+	launcher, layers, err := worker.ChooseLauncher(e.log, cfg.Sandbox, cfg.Limits, append(declared.probeReadPaths(), dir))
 	if err != nil {
 		os.RemoveAll(dir)
 		return err
 	}
-	py, err := probeInterpreter(ctx, probeLauncher, declared, dir, sources)
-	if err != nil {
-		os.RemoveAll(dir)
-		return err
-	}
-	launcher, layers, err := worker.ChooseLauncher(e.log, cfg.Sandbox, cfg.Limits, py.readPaths())
+	py, err := probeInterpreter(ctx, launcher, declared, dir, sources)
 	if err != nil {
 		os.RemoveAll(dir)
 		return err
@@ -113,7 +109,7 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 		paths = append(paths, py.site...)
 	}
 	if s, ok := launcher.(worker.Sandboxed); ok {
-		s.ReadPaths = append(s.ReadPaths, dir)
+		s.ReadPaths = append(py.readPaths(), dir)
 		launcher = s
 	}
 	// A session's interpreter is started, not forked: it needs its own
