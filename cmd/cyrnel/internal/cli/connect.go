@@ -60,7 +60,8 @@ Environment variables (a flag, when given, wins over its variable):
   CYRNEL_SECRETS_KEY   secrets key of the embedded host (default the key file in the data directory)
   CYRNEL_PYTHON        the embedded host's Python interpreters, ':'-separated (as serve --python)
   CYRNEL_ALLOW_UNSANDBOXED=1
-                       let the embedded host run a module config that weakens the sandbox
+                       let the embedded host run a module config that weakens the sandbox, or run
+                       on a machine without a usable memory or pids cgroup
   CYRNEL_LOG_LEVEL     log level of the embedded host (default warn)
 `
 
