@@ -164,14 +164,15 @@ func TestSandboxTmpIsNoexec(t *testing.T) {
 	want := "/tmp/x.sh errno 13\n/tmp/true errno 13\n/tmp/true errno 1\n/tmp read 'echo ran'\n" +
 		"/workspace/x.sh errno 13\n/workspace/true errno 13\n/workspace/true errno 1\n/workspace read 'echo ran'\n" +
 		"/bin/true ran\n/bin/true mapped\n"
-	n := nonce(t)
+	// Each its own name: the process's interpreter may linger a moment.
+	names := map[string]string{"process": nonce(t), "session": nonce(t)}
 	for what, extra := range map[string]map[string]any{"process": nil, "session": session(s.ID)} {
-		if p := h.run(strings.ReplaceAll(noexecProgram, "NONCE", n), extra); p.exit() != "success" || p.Stdout != want {
+		if p := h.run(strings.ReplaceAll(noexecProgram, "NONCE", names[what]), extra); p.exit() != "success" || p.Stdout != want {
 			t.Errorf("%s: %+v\nwant stdout %q", what, p, want)
 		}
 	}
 	// The session lives on, and with it its /tmp.
-	path := sandboxPath(t, "x-"+n+".sh")
+	path := sandboxPath(t, "x-"+names["session"]+".sh")
 	if b, err := os.ReadFile(path); err != nil || !strings.Contains(string(b), "echo ran") {
 		t.Fatalf("control: the host reads %s: %v %q", path, err, b)
 	}
