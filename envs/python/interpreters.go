@@ -86,10 +86,8 @@ func choose(declared []Interpreter, name string) (Interpreter, error) {
 func (d Interpreter) probeReadPaths() []string {
 	var paths []string
 	for _, p := range []string{d.Path, d.Real} {
-		dir := filepath.Dir(p)
-		paths = append(paths, dir)
-		if parent := filepath.Dir(dir); parent != "/" {
-			paths = append(paths, parent)
+		for dir, up := filepath.Dir(p), 0; up < 2 && dir != "/"; dir, up = filepath.Dir(dir), up+1 {
+			paths = append(paths, dir)
 		}
 	}
 	if _, err := os.Stat("/etc/alternatives"); err == nil {

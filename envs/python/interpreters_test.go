@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -138,5 +139,26 @@ func TestWriteBytecodeRefusesForeignNames(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cyrnel", "__pycache__", "a.cpython-312.pyc")); err != nil {
 		t.Fatal("control:", err)
+	}
+}
+
+// The probe reads the interpreter's directory and its parent, never the
+// host's root.
+func TestProbeReadPathsNeverTheRoot(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		d    Interpreter
+		want []string
+	}{
+		{Interpreter{Path: "/opt/py/bin/python3", Real: "/opt/py/bin/python3.12"}, []string{"/opt/py/bin", "/opt/py", "/opt/py/bin", "/opt/py"}},
+		{Interpreter{Path: "/bin/python3", Real: "/python3"}, []string{"/bin"}},
+	} {
+		got := c.d.probeReadPaths()
+		if len(got) > 0 && got[len(got)-1] == "/etc/alternatives" {
+			got = got[:len(got)-1]
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%+v: %v, want %v", c.d, got, c.want)
+		}
 	}
 }
