@@ -4,7 +4,6 @@
 package api
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/gate"
+	"github.com/cyrnel/cyrnel/host/keys"
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/schema"
@@ -38,9 +38,11 @@ const (
 
 // Deps are what the API serves.
 type Deps struct {
-	Log         *slog.Logger
-	Version     string
-	APIKey      string // empty: no authentication
+	Log     *slog.Logger
+	Version string
+	// Keys authenticate requests (nil: no authentication, every request
+	// acts as the host itself).
+	Keys        Keys
 	Processes   Processes
 	Environment Environment
 	Modules     Modules
@@ -60,6 +62,8 @@ type Deps struct {
 	// Sandbox is what the machine gives every sandbox, decided at
 	// start-up (GET /environment).
 	Sandbox modules.HostSandbox
+	// Changes is the record of configuration changes.
+	Changes Changes
 }
 
 type server struct {
@@ -76,12 +80,12 @@ func New(d Deps) (http.Handler, huma.API) {
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		writeProblem(w, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed here")
 	})
-	if d.APIKey != "" {
-		r.Use(bearerAuth(d.APIKey))
+	s := &server{d}
+	if d.Keys != nil {
+		r.Use(s.authorize(r))
 	}
 	r.Use(jsonBodies)
 	api := humachi.New(r, Config())
-	s := &server{d}
 	s.registerHealth(api)
 	s.registerProcesses(api)
 	s.registerEvents(api)
@@ -95,10 +99,12 @@ func New(d Deps) (http.Handler, huma.API) {
 	s.registerGovernance(api)
 	s.registerSessions(api)
 	s.registerSessionFiles(api)
+	s.registerKeys(api)
 	if d.MCP != nil {
 		r.Handle("/mcp", d.MCP)
 	}
 	nullEnums(api.OpenAPI())
+	declareAuth(api.OpenAPI())
 	return r, api
 }
 
@@ -113,36 +119,10 @@ func Config() huma.Config {
 	cfg.RejectUnknownQueryParameters = true
 	cfg.Info.Description = description
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
-		"bearer": {Type: "http", Scheme: "bearer", Description: "The server's CYRNEL_API_KEY, when it has one."},
+		"bearer": {Type: "http", Scheme: "bearer", Description: "An API key: the operator's (CYRNEL_API_KEY or the data directory's api-key file) or one made with POST /keys. Each operation's x-cyrnel-roles lists the roles that may use it."},
 	}
 	cfg.Security = []map[string][]string{{"bearer": {}}}
 	return cfg
-}
-
-// open lists what needs no key: liveness and the API's own description.
-func open(path string) bool {
-	switch path {
-	case "/health", "/health/ready", "/openapi.json", "/openapi.yaml", "/openapi-3.0.json", "/openapi-3.0.yaml":
-		return true
-	}
-	return false
-}
-
-func bearerAuth(key string) func(http.Handler) http.Handler {
-	want := []byte("Bearer " + key)
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !open(r.URL.Path) {
-				got := []byte(r.Header.Get("Authorization"))
-				if subtle.ConstantTimeCompare(got, want) != 1 {
-					w.Header().Set("WWW-Authenticate", `Bearer realm="cyrnel"`)
-					writeProblem(w, http.StatusUnauthorized, "missing or wrong bearer token")
-					return
-				}
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
 }
 
 func writeProblem(w http.ResponseWriter, status int, detail string) {
@@ -211,6 +191,10 @@ func (s *server) problemAt(err error, at where) error {
 		// Only the operator declares interpreters, at start-up.
 		return huma.Error403Forbidden(undeclared.Error(), &huma.ErrorDetail{Location: at(undeclared.Field), Message: undeclared.Err.Error()})
 	case errors.Is(err, gate.ErrBlocked), errors.Is(err, gate.ErrDenied), errors.Is(err, gate.ErrNeedsApproval):
+		return huma.Error403Forbidden(err.Error())
+	case errors.Is(err, keys.ErrNotFound):
+		return huma.Error404NotFound(err.Error())
+	case errors.Is(err, keys.ErrBootstrap):
 		return huma.Error403Forbidden(err.Error())
 	case errors.Is(err, approval.ErrNotFound):
 		return huma.Error404NotFound(err.Error())

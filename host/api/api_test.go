@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/danielgtaylor/huma/v2/humatest"
+
+	"github.com/cyrnel/cyrnel/host/caller"
 )
 
 // TestBearerKey: every route but /health and the spec needs the key; a
@@ -14,7 +16,7 @@ import (
 func TestBearerKey(t *testing.T) {
 	t.Parallel()
 	f := &fakeProcesses{}
-	_, a := New(Deps{APIKey: "k3y", Processes: f, Environment: &fakeEnvironment{}})
+	_, a := New(Deps{Keys: &fakeKeys{keys: map[string]caller.Caller{"k3y": {KeyID: "k1", Roles: []caller.Role{caller.Runner}}}}, Processes: f, Environment: &fakeEnvironment{}})
 	api := humatest.Wrap(t, a)
 	for _, auth := range []string{"", "Authorization: Bearer wrong", "Authorization: k3y", "Authorization: Bearer k3y2"} {
 		args := []any{}

@@ -7,7 +7,10 @@ import (
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/audit"
+	"github.com/cyrnel/cyrnel/host/caller"
+	"github.com/cyrnel/cyrnel/host/changes"
 	"github.com/cyrnel/cyrnel/host/gate"
+	"github.com/cyrnel/cyrnel/host/keys"
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
@@ -120,4 +123,20 @@ type settings interface {
 // wrong (host/server).
 type Readiness interface {
 	Ready(ctx context.Context) error
+}
+
+// Keys are the API keys: they authenticate requests and are made and
+// revoked through the API (host/keys).
+type Keys interface {
+	Authenticate(ctx context.Context, key string) (caller.Caller, error)
+	Create(ctx context.Context, in keys.CreateInput) (*keys.Created, error)
+	List(ctx context.Context, in keys.ListInput) ([]keys.Key, bool, error)
+	Get(ctx context.Context, id string) (*keys.Key, error)
+	Revoke(ctx context.Context, id string) error
+}
+
+// Changes is the record of configuration changes, newest first
+// (host/changes).
+type Changes interface {
+	List(ctx context.Context, in changes.ListInput) ([]changes.Change, bool, error)
 }

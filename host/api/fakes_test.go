@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -18,7 +19,10 @@ import (
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/audit"
+	"github.com/cyrnel/cyrnel/host/caller"
+	"github.com/cyrnel/cyrnel/host/changes"
 	"github.com/cyrnel/cyrnel/host/gate"
+	"github.com/cyrnel/cyrnel/host/keys"
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
@@ -529,18 +533,27 @@ type fixture struct {
 	api       humatest.TestAPI
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { t.Helper(); return newFixtureWith(t, nil) }
+
+// newFixtureWith is the API over fakes, authenticating with k (nil: no
+// authentication).
+func newFixtureWith(t *testing.T, k *fakeKeys) *fixture {
 	t.Helper()
 	f := &fixture{
 		procs: &fakeProcesses{}, env: &fakeEnvironment{}, mods: &fakeModules{},
 		svcs: &fakeServices{}, tools: &fakeTools{}, gate: &fakeGate{}, policies: &fakePolicies{},
 		approvals: &fakeApprovals{}, calls: &fakeToolCalls{}, sessions: &fakeSessions{}, ready: &fakeReadiness{}, logs: &strings.Builder{},
 	}
-	_, a := New(Deps{
-		Log: slog.New(slog.NewTextHandler(f.logs, nil)), Version: "test",
+	d := Deps{
+		Log: slog.New(slog.NewTextHandler(f.logs, nil)), Version: "test", Changes: &fakeChanges{},
+		MCP:       http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) }),
 		Processes: f.procs, Environment: f.env, Modules: f.mods, Services: f.svcs, Tools: f.tools,
 		Gate: f.gate, Policies: f.policies, Approvals: f.approvals, ToolCalls: f.calls, Sessions: f.sessions, Ready: f.ready,
-	})
+	}
+	if k != nil {
+		d.Keys = k
+	}
+	_, a := New(d)
 	f.api = humatest.Wrap(t, a)
 	return f
 }
@@ -589,4 +602,54 @@ func readAll(t *testing.T, r io.Reader) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// fakeKeys authenticates the keys it maps; it records what it is asked.
+type fakeKeys struct {
+	keys    map[string]caller.Caller
+	created keys.CreateInput
+	err     error
+}
+
+func (f *fakeKeys) Authenticate(_ context.Context, key string) (caller.Caller, error) {
+	if c, ok := f.keys[key]; ok {
+		return c, nil
+	}
+	return caller.Caller{}, keys.ErrUnknown
+}
+
+func (f *fakeKeys) Create(_ context.Context, in keys.CreateInput) (*keys.Created, error) {
+	f.created = in
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &keys.Created{Key: keys.Key{ID: "key_1", Name: in.Name, Roles: in.Roles}, Secret: "cyk_x"}, nil
+}
+
+func (f *fakeKeys) List(context.Context, keys.ListInput) ([]keys.Key, bool, error) {
+	return []keys.Key{{ID: "bootstrap", Roles: []caller.Role{caller.Admin}}}, false, f.err
+}
+
+func (f *fakeKeys) Get(_ context.Context, id string) (*keys.Key, error) {
+	if id != "bootstrap" {
+		return nil, keys.ErrNotFound
+	}
+	return &keys.Key{ID: id, Roles: []caller.Role{caller.Admin}}, nil
+}
+
+func (f *fakeKeys) Revoke(_ context.Context, id string) error {
+	switch id {
+	case "bootstrap":
+		return keys.ErrBootstrap
+	case "key_1":
+		return nil
+	}
+	return keys.ErrNotFound
+}
+
+// fakeChanges lists one change.
+type fakeChanges struct{}
+
+func (fakeChanges) List(context.Context, changes.ListInput) ([]changes.Change, bool, error) {
+	return []changes.Change{{ID: 1, KeyID: "bootstrap", Action: "key.create", Target: "key_1", Detail: map[string]any{}}}, false, nil
 }

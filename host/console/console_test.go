@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,16 +10,28 @@ import (
 	"testing"
 
 	"github.com/cyrnel/cyrnel/host/api"
+	"github.com/cyrnel/cyrnel/host/caller"
 	"github.com/cyrnel/cyrnel/host/console"
+	"github.com/cyrnel/cyrnel/host/keys"
 )
 
 // serve runs the real API behind the console on loopback, with a key.
 func serve(t *testing.T) *httptest.Server {
 	t.Helper()
-	h, _ := api.New(api.Deps{APIKey: "k"})
+	h, _ := api.New(api.Deps{Keys: onlyKey{}})
 	srv := httptest.NewServer(console.Handler(h))
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// onlyKey knows one key, k, an admin's; it only authenticates.
+type onlyKey struct{ api.Keys }
+
+func (onlyKey) Authenticate(_ context.Context, key string) (caller.Caller, error) {
+	if key != "k" {
+		return caller.Caller{}, keys.ErrUnknown
+	}
+	return caller.Caller{KeyID: "bootstrap", Roles: []caller.Role{caller.Admin}}, nil
 }
 
 func get(t *testing.T, url, accept string) (*http.Response, string) {

@@ -64,6 +64,24 @@ type Change struct {
 	// Commit runs after Persist: it retires what the candidate replaced
 	// (an environment drains, an adapter forgets a service).
 	Commit func(ctx context.Context)
+	// Record, when set, is what the record of changes (GET /changes) says
+	// of the change once it is stored.
+	Record *Record
+}
+
+// Record describes a stored change for the record of changes: an action
+// (module.config, service.create, …), its target, and what was set (never
+// a secret's value).
+type Record struct {
+	Action string
+	Target string
+	Detail map[string]any
+}
+
+// Recorder keeps the record of changes; it reads who made a change from
+// the context.
+type Recorder interface {
+	Record(ctx context.Context, action, target string, detail map[string]any)
 }
 
 // Policy may refuse a change after it validated and before anything is
@@ -84,6 +102,7 @@ type Plane struct {
 	log      *slog.Logger
 	policies []Policy
 	notifier Notifier
+	recorder Recorder
 
 	// turn is held for the whole of one change; a channel, so waiting for
 	// it ends with the caller's context.
@@ -97,6 +116,10 @@ type Plane struct {
 func New(log *slog.Logger, notifier Notifier, policies ...Policy) *Plane {
 	return &Plane{log: log, notifier: notifier, policies: policies, turn: make(chan struct{}, 1)}
 }
+
+// RecordTo makes the plane record every stored change that says what it
+// is (Change.Record) to r. Call it before the first change.
+func (p *Plane) RecordTo(r Recorder) { p.recorder = r }
 
 // take waits for the plane's turn; it fails when ctx ends first or the
 // plane is stopped.
@@ -158,6 +181,9 @@ func (p *Plane) Apply(ctx context.Context, c Change) error {
 	// from the store (start-up, another host's event) is not.
 	if c.Persist != nil {
 		p.log.Info("configuration changed", "kind", c.Event.Kind, "id", c.Event.ID)
+		if p.recorder != nil && c.Record != nil {
+			p.recorder.Record(context.WithoutCancel(ctx), c.Record.Action, c.Record.Target, c.Record.Detail)
+		}
 		if p.notifier != nil {
 			p.notifier.Notify(context.WithoutCancel(ctx), c.Event)
 		}

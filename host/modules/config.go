@@ -39,7 +39,7 @@ func (r *Registry) SetConfig(ctx context.Context, id string, cfg map[string]any)
 	if cfg == nil {
 		cfg = map[string]any{}
 	}
-	err := r.plane.Apply(ctx, r.moduleChange(id, cfg, func(ctx context.Context, m *store.Module) error {
+	c := r.moduleChange(id, cfg, func(ctx context.Context, m *store.Module) error {
 		info := r.infos[id]
 		if err := validate(info.ConfigSchema, cfg, false); err != nil {
 			return err
@@ -52,8 +52,9 @@ func (r *Registry) SetConfig(ctx context.Context, id string, cfg map[string]any)
 		}
 		m.Config = cfg
 		return nil
-	}))
-	if err != nil {
+	})
+	c.Record = &control.Record{Action: "module.config", Target: id, Detail: map[string]any{"config": cfg}}
+	if err := r.plane.Apply(ctx, c); err != nil {
 		return nil, err
 	}
 	return cfg, nil
@@ -105,7 +106,7 @@ func (r *Registry) SecretsSet(ctx context.Context, id string) ([]string, error) 
 // SetSecrets validates, seals and stores a module's secrets, applying them
 // to the active environment like SetConfig.
 func (r *Registry) SetSecrets(ctx context.Context, id string, sec map[string]any) ([]string, error) {
-	err := r.plane.Apply(ctx, r.moduleChange(id, nil, func(ctx context.Context, m *store.Module) error {
+	c := r.moduleChange(id, nil, func(ctx context.Context, m *store.Module) error {
 		if err := validate(r.infos[id].SecretsSchema, sec, true); err != nil {
 			return err
 		}
@@ -115,8 +116,9 @@ func (r *Registry) SetSecrets(ctx context.Context, id string, sec map[string]any
 		}
 		m.Secrets = sealed
 		return nil
-	}))
-	if err != nil {
+	})
+	c.Record = &control.Record{Action: "module.secrets", Target: id, Detail: map[string]any{"secrets": secrets.SetPaths(sec)}}
+	if err := r.plane.Apply(ctx, c); err != nil {
 		return nil, err
 	}
 	return secrets.SetPaths(sec), nil
@@ -135,6 +137,7 @@ func (r *Registry) SetEnabled(ctx context.Context, id string, enabled bool) (Mod
 	// Nothing runs differently: a disabled module is refused when one
 	// tries to activate it.
 	c.Build = nil
+	c.Record = &control.Record{Action: map[bool]string{true: "module.enable", false: "module.disable"}[enabled], Target: id, Detail: map[string]any{"enabled": enabled}}
 	if err := r.plane.Apply(ctx, c); err != nil {
 		return ModuleView{}, err
 	}

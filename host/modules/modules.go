@@ -181,9 +181,11 @@ func (r *Registry) Reload(ctx context.Context, ev control.Event) error {
 // executions, in-flight ones finish, then Teardown. When Setup fails the
 // previous environment stays active.
 func (r *Registry) Activate(ctx context.Context, id string) error {
-	return r.plane.Apply(ctx, r.activation(id, func(ctx context.Context) error {
+	c := r.activation(id, func(ctx context.Context) error {
 		return r.store.SetSetting(ctx, ActiveSetting, id)
-	}))
+	})
+	c.Record = &control.Record{Action: "environment.switch", Target: id, Detail: map[string]any{"module": id}}
+	return r.plane.Apply(ctx, c)
 }
 
 // activation is the change that sets a fresh instance of environment id up

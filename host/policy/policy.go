@@ -97,7 +97,16 @@ type Engine struct {
 	// changed, when set, is told of each set Put stored (several hosts:
 	// the others Reload it).
 	changed func(ctx context.Context)
+	rec     Recorder
 }
+
+// Recorder keeps the record of configuration changes (GET /changes).
+type Recorder interface {
+	Record(ctx context.Context, action, target string, detail map[string]any)
+}
+
+// RecordTo records each set Put stores to r. Call it before serving.
+func (e *Engine) RecordTo(r Recorder) { e.rec = r }
 
 // OnChange sets what is told of each stored change. Call it before serving.
 func (e *Engine) OnChange(f func(ctx context.Context)) { e.changed = f }
@@ -176,6 +185,9 @@ func (e *Engine) Put(ctx context.Context, s Set) (*Set, error) {
 	}
 	e.cur.Store(&s)
 	e.mu.Unlock()
+	if e.rec != nil {
+		e.rec.Record(ctx, "policies.set", Setting, map[string]any{"default": s.Default, "rules": s.Rules})
+	}
 	if e.changed != nil {
 		e.changed(context.WithoutCancel(ctx))
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -22,16 +23,19 @@ import (
 	"github.com/cyrnel/cyrnel/host/api"
 	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/audit"
+	"github.com/cyrnel/cyrnel/host/changes"
 	"github.com/cyrnel/cyrnel/host/cluster"
 	"github.com/cyrnel/cyrnel/host/console"
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/datadir"
 	"github.com/cyrnel/cyrnel/host/egress"
 	"github.com/cyrnel/cyrnel/host/gate"
+	"github.com/cyrnel/cyrnel/host/keys"
 	"github.com/cyrnel/cyrnel/host/mcp"
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
+	"github.com/cyrnel/cyrnel/host/retention"
 	"github.com/cyrnel/cyrnel/host/services"
 	"github.com/cyrnel/cyrnel/host/session"
 	"github.com/cyrnel/cyrnel/host/store"
@@ -71,6 +75,8 @@ type Config struct {
 	// embedded hosts).
 	Announce   bool
 	Governance Governance
+	// Changes bounds the record of configuration changes (GET /changes).
+	Changes retention.Bounds
 	// Sessions bounds the sessions this host runs.
 	Sessions session.Config
 }
@@ -103,7 +109,9 @@ type Server struct {
 	cluster   *cluster.Cluster // nil on SQLite
 	handler   http.Handler
 	// egress learns the listen address, which tool calls never reach.
-	egress *egress.Guard
+	egress  *egress.Guard
+	keys    *keys.Manager
+	changes *changes.Log
 }
 
 // ErrInsecure is returned when asked to listen beyond loopback unprotected.
@@ -202,6 +210,14 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	// change is applied one at a time, all or nothing; with several hosts
 	// each stored change is announced to the others, which reload it.
 	plane := control.New(log.With("component", "control"), notifier, cfg.Policies...)
+	// Every configuration change is recorded with the key that made it.
+	record := changes.New(log.With("component", "changes"), st, cfg.Changes)
+	defer func() {
+		if err != nil {
+			record.Close()
+		}
+	}()
+	plane.RecordTo(record)
 	reg := modules.New(log.With("component", "modules"), st, box, plane, map[string]modules.Factory{
 		"python":      func() module.Environment { return python.New(log, python.Options{Interpreters: interpreters}) },
 		typescript.ID: func() module.Environment { return typescript.New(log) },
@@ -226,6 +242,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err != nil {
 		return nil, err
 	}
+	policies.RecordTo(record)
 	if cl != nil {
 		policies.OnChange(func(ctx context.Context) { cl.Notify(ctx, control.Event{Kind: control.KindPolicies}) })
 	}
@@ -252,12 +269,25 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 		cl.Start(clusterHandlers(st, procs, approvals, policies, reg, svcs))
 	}
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}, Sessions: sessions})
-	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, APIKey: cfg.APIKey, Processes: procs, Environment: reg, Modules: reg, Services: svcs, Tools: svcs, Sessions: sessions, MCP: mcpHandler,
+	keyring := keys.New(log.With("component", "keys"), st, record, keys.Options{Bootstrap: cfg.APIKey, BootstrapSince: keySince(keyFile)})
+	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, Keys: keyring, Changes: record, Processes: procs, Environment: reg, Modules: reg, Services: svcs, Tools: svcs, Sessions: sessions, MCP: mcpHandler,
 		Policies: policies, Approvals: approvals, ToolCalls: toolCalls{auditor, st}, Gate: g, Ready: readiness{st, reg}, Sandbox: hostSandbox})
 	// The console's assets and the API reference sit in front of the API
 	// (and its authentication): they hold no data.
 	handler = console.Handler(handler)
-	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, audit: auditor, approvals: approvals, gate: g, modules: reg, services: svcs, cluster: cl, handler: handler, egress: guard}, nil
+	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, audit: auditor, approvals: approvals, gate: g, modules: reg, services: svcs, cluster: cl, handler: handler, egress: guard,
+		keys: keyring, changes: record}, nil
+}
+
+// keySince is when the bootstrap key was made, as GET /keys shows it: the
+// key file's time when it is from the data directory, else now.
+func keySince(keyFile string) time.Time {
+	if keyFile != "" {
+		if fi, err := os.Stat(keyFile); err == nil {
+			return fi.ModTime().UTC()
+		}
+	}
+	return time.Now().UTC()
 }
 
 // declarePython resolves the operator's interpreters (python3 on PATH when
@@ -356,6 +386,8 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	}
 	s.audit.Close()
 	s.approvals.Close()
+	s.keys.Close()
+	s.changes.Close()
 	err = s.store.Close()
 	s.dir.Close()
 	return err
@@ -375,6 +407,8 @@ func (s *Server) Close() {
 	_ = s.services.Stop(ctx)
 	s.audit.Close()
 	s.approvals.Close()
+	s.keys.Close()
+	s.changes.Close()
 	s.store.Close()
 	s.dir.Close()
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/secrets"
 	"github.com/cyrnel/cyrnel/host/store"
@@ -130,7 +131,7 @@ func edited(prev *stored) *stored {
 // SetEnabled enables or disables a service. Enabling needs its config and
 // secrets to validate.
 func (m *Manager) SetEnabled(ctx context.Context, id string, enabled bool) (*Service, error) {
-	err := m.plane.Apply(ctx, m.change(id, nil, "enabled", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+	err := m.plane.Apply(ctx, recorded(enabledAction("service", enabled), id, map[string]any{"enabled": enabled}, m.change(id, nil, "enabled", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
 		if err := existing(id, prev); err != nil {
 			return nil, nil, err
 		}
@@ -149,7 +150,7 @@ func (m *Manager) SetEnabled(ctx context.Context, id string, enabled bool) (*Ser
 		next := edited(prev)
 		next.svc.Enabled = enabled
 		return next, func(ctx context.Context) error { return m.st.UpdateService(ctx, next.svc, "enabled", "updated_at") }, nil
-	}))
+	})))
 	if err != nil {
 		return nil, err
 	}
@@ -158,12 +159,12 @@ func (m *Manager) SetEnabled(ctx context.Context, id string, enabled bool) (*Ser
 
 // Delete removes a service and its tools.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	return m.plane.Apply(ctx, m.change(id, nil, "", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+	return m.plane.Apply(ctx, recorded("service.delete", id, map[string]any{}, m.change(id, nil, "", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
 		if err := existing(id, prev); err != nil {
 			return nil, nil, err
 		}
 		return nil, func(ctx context.Context) error { return m.st.DeleteService(ctx, id) }, nil
-	}))
+	})))
 }
 
 // RefreshResult says what a refresh changed.
@@ -177,7 +178,9 @@ type RefreshResult struct {
 // enabled flags, new ones are enabled.
 func (m *Manager) Refresh(ctx context.Context, id string) (*RefreshResult, error) {
 	res := &RefreshResult{Added: []string{}, Removed: []string{}}
-	err := m.plane.Apply(ctx, m.change(id, nil, "source", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+	// The record of changes says what the refresh added and removed.
+	detail := map[string]any{"added": &res.Added, "removed": &res.Removed}
+	err := m.plane.Apply(ctx, recorded("service.refresh", id, detail, m.change(id, nil, "source", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
 		if err := existing(id, prev); err != nil {
 			return nil, nil, err
 		}
@@ -216,7 +219,7 @@ func (m *Manager) Refresh(ctx context.Context, id string) (*RefreshResult, error
 		svc.Name, svc.Description, svc.Hash = noNUL(def.Name), noNUL(def.Description), hash(def)
 		svc.ConfigSchema, svc.SecretsSchema, svc.AdapterDomain = def.ConfigSchema, def.SecretsSchema, def.AdapterDomain
 		return next, func(ctx context.Context) error { return m.st.PutService(ctx, svc, next.tools) }, nil
-	}))
+	})))
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +242,7 @@ func (m *Manager) Config(ctx context.Context, id string) (map[string]any, error)
 // stores it.
 func (m *Manager) SetConfig(ctx context.Context, id string, cfg map[string]any) (map[string]any, error) {
 	cfg = orEmpty(cfg)
-	err := m.plane.Apply(ctx, m.change(id, cfg, "config", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+	err := m.plane.Apply(ctx, recorded("service.config", id, map[string]any{"config": cfg}, m.change(id, cfg, "config", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
 		if err := existing(id, prev); err != nil {
 			return nil, nil, err
 		}
@@ -249,7 +252,7 @@ func (m *Manager) SetConfig(ctx context.Context, id string, cfg map[string]any) 
 		next := edited(prev)
 		next.svc.Config = cfg
 		return next, func(ctx context.Context) error { return m.st.UpdateService(ctx, next.svc, "config", "updated_at") }, nil
-	}))
+	})))
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +276,7 @@ func (m *Manager) SecretsSet(ctx context.Context, id string) ([]string, error) {
 // them), handing them to the adapter. It returns which are set.
 func (m *Manager) SetSecrets(ctx context.Context, id string, sec map[string]any) ([]string, error) {
 	sec = orEmpty(sec)
-	err := m.plane.Apply(ctx, m.change(id, nil, "", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+	err := m.plane.Apply(ctx, recorded("service.secrets", id, map[string]any{"secrets": secrets.SetPaths(sec)}, m.change(id, nil, "", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
 		if err := existing(id, prev); err != nil {
 			return nil, nil, err
 		}
@@ -287,9 +290,33 @@ func (m *Manager) SetSecrets(ctx context.Context, id string, sec map[string]any)
 		next := edited(prev)
 		next.svc.Secrets = sealed
 		return next, func(ctx context.Context) error { return m.st.UpdateService(ctx, next.svc, "secrets", "updated_at") }, nil
-	}))
+	})))
 	if err != nil {
 		return nil, err
 	}
 	return secrets.SetPaths(sec), nil
+}
+
+// recorded is c with what the record of changes says of it.
+func recorded(action, target string, detail map[string]any, c control.Change) control.Change {
+	c.Record = &control.Record{Action: action, Target: target, Detail: detail}
+	return c
+}
+
+// enabledAction is kind.enable or kind.disable.
+func enabledAction(kind string, enabled bool) string {
+	if enabled {
+		return kind + ".enable"
+	}
+	return kind + ".disable"
+}
+
+// createDetail is what the record of changes says of a new service: never
+// its secrets' values.
+func createDetail(in CreateInput) map[string]any {
+	src := map[string]any{"url": in.Source.URL}
+	if in.Source.URL == "" {
+		src = map[string]any{"content": fmt.Sprintf("%d bytes", len(in.Source.Content))}
+	}
+	return map[string]any{"adapter": in.Adapter, "source": src, "config": orEmpty(in.Config), "secrets": secrets.SetPaths(in.Secrets)}
 }

@@ -306,7 +306,7 @@ type CreateInput struct {
 // secrets validate (given or empty); given ones that do not validate are an
 // error.
 func (m *Manager) Create(ctx context.Context, in CreateInput) (*Service, error) {
-	err := m.plane.Apply(ctx, m.change(in.ID, in.Config, "config", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+	err := m.plane.Apply(ctx, recorded("service.create", in.ID, createDetail(in), m.change(in.ID, in.Config, "config", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
 		if !idPattern.MatchString(in.ID) || module.Reserved(in.ID) {
 			return nil, nil, &schema.FieldError{Field: "id", Message: "must be an identifier (letters, digits, _; not starting with a digit; at most 64; not a Python or TypeScript reserved word)"}
 		}
@@ -363,7 +363,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Service, error) 
 			m.log.Info("service imported", "service", in.ID, "adapter", in.Adapter, "tools", len(next.tools), "enabled", enabled)
 			return nil
 		}, nil
-	}))
+	})))
 	if err != nil {
 		return nil, err
 	}

@@ -57,7 +57,7 @@ func (m *Manager) Tool(ctx context.Context, serviceID, toolID string) (*Tool, er
 
 // SetToolEnabled enables or disables one tool.
 func (m *Manager) SetToolEnabled(ctx context.Context, serviceID, toolID string, enabled bool) (*Tool, error) {
-	err := m.plane.Apply(ctx, m.change(serviceID, nil, "", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
+	err := m.plane.Apply(ctx, recorded(enabledAction("tool", enabled), serviceID+"."+toolID, map[string]any{"enabled": enabled}, m.change(serviceID, nil, "", func(ctx context.Context, prev *stored) (*stored, func(context.Context) error, error) {
 		next := &stored{svc: prev.svc, tools: slices.Clone(prev.tools)}
 		i := slices.IndexFunc(next.tools, func(t store.Tool) bool { return t.ID == toolID })
 		if i < 0 {
@@ -65,7 +65,7 @@ func (m *Manager) SetToolEnabled(ctx context.Context, serviceID, toolID string, 
 		}
 		next.tools[i].Enabled = enabled
 		return next, func(ctx context.Context) error { return m.st.SetToolEnabled(ctx, serviceID, toolID, enabled) }, nil
-	}))
+	})))
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,127 @@
+// Package changes is the record of configuration changes (GET /changes):
+// what changed, when, and which key changed it. The control plane and the
+// managers of policies and keys record each change they make; the record
+// is bounded like the audit (retention.Bounds), by default to the newest
+// 10,000 changes and a year.
+package changes
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cyrnel/cyrnel/host/caller"
+	"github.com/cyrnel/cyrnel/host/retention"
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// HostActor is the keyId of a change no key made: the host acting on its
+// own (a server without authentication, start-up).
+const HostActor = "host"
+
+// Change is a change as the API shows it.
+type Change struct {
+	ID     int64          `json:"id"`
+	At     time.Time      `json:"at"`
+	KeyID  string         `json:"keyId" doc:"The key that made the change (bootstrap: the operator's key; host: the host itself)."`
+	Action string         `json:"action" doc:"What was done: module.config, module.secrets, module.enable, module.disable, environment.switch, service.create, service.delete, service.config, service.secrets, service.enable, service.disable, service.refresh, tool.enable, tool.disable, policies.set, key.create, key.revoke."`
+	Target string         `json:"target" doc:"What it was done to: a module, service or key id, serviceId.toolId for a tool, tool-policies."`
+	Detail map[string]any `json:"detail" doc:"What was set: a config, the names of the secrets set (never their values), the enabled flag, the environment's module, a key's name and roles."`
+}
+
+// ListInput pages through changes, newest first.
+type ListInput struct {
+	BeforeID int64
+	Limit    int
+}
+
+// Store is what the record needs of the database.
+type Store interface {
+	InsertChange(ctx context.Context, c *store.Change) error
+	ListChanges(ctx context.Context, f store.ChangeFilter) ([]store.Change, error)
+	PruneChanges(ctx context.Context, keep int64, before time.Time) error
+}
+
+// Log records changes and keeps the record bounded.
+type Log struct {
+	log    *slog.Logger
+	st     Store
+	bounds retention.Bounds
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+}
+
+// Defaults of the record's bounds.
+const (
+	DefaultMaxRecords = 10000
+	DefaultMaxAge     = 365 * 24 * time.Hour
+)
+
+// New returns a record and starts its pruning, which applies the bounds at
+// once and then every PruneEvery; Close stops it.
+func New(log *slog.Logger, st Store, b retention.Bounds) *Log {
+	if b.MaxRecords == 0 {
+		b.MaxRecords = DefaultMaxRecords
+	}
+	if b.MaxAge == 0 {
+		b.MaxAge = DefaultMaxAge
+	}
+	l := &Log{log: log, st: st, bounds: b.WithDefaults(), stop: make(chan struct{}), done: make(chan struct{})}
+	go l.pruneLoop()
+	return l
+}
+
+// Close stops the pruning.
+func (l *Log) Close() {
+	l.once.Do(func() { close(l.stop) })
+	<-l.done
+}
+
+func (l *Log) pruneLoop() {
+	defer close(l.done)
+	t := time.NewTicker(l.bounds.PruneEvery)
+	defer t.Stop()
+	for {
+		l.bounds.Apply(l.log, "changes", l.st.PruneChanges)
+		select {
+		case <-t.C:
+		case <-l.stop:
+			return
+		}
+	}
+}
+
+// Record stores a change made by the key in ctx. The change itself is
+// already made: a failure to record it is logged, not returned.
+func (l *Log) Record(ctx context.Context, action, target string, detail map[string]any) {
+	keyID := HostActor
+	if c, ok := caller.From(ctx); ok {
+		keyID = c.KeyID
+	}
+	if detail == nil {
+		detail = map[string]any{}
+	}
+	row := &store.Change{At: time.Now().UTC(), KeyID: keyID, Action: action, Target: target, Detail: detail}
+	if err := l.st.InsertChange(context.WithoutCancel(ctx), row); err != nil {
+		l.log.Error("record a configuration change", "action", action, "target", target, "key", keyID, "err", err)
+	}
+}
+
+// List lists changes, newest first; more says another page follows.
+func (l *Log) List(ctx context.Context, in ListInput) ([]Change, bool, error) {
+	rows, err := l.st.ListChanges(ctx, store.ChangeFilter{BeforeID: in.BeforeID, Limit: in.Limit + 1})
+	if err != nil {
+		return nil, false, err
+	}
+	more := len(rows) > in.Limit
+	if more {
+		rows = rows[:in.Limit]
+	}
+	out := make([]Change, len(rows))
+	for i, r := range rows {
+		out[i] = Change{ID: r.ID, At: r.At, KeyID: r.KeyID, Action: r.Action, Target: r.Target, Detail: r.Detail}
+	}
+	return out, more, nil
+}
