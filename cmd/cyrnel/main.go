@@ -36,6 +36,7 @@ Usage:
   cyrnel services ...       add, list or remove services (cyrnel services --help)
   cyrnel tools [QUERY]      list or search the tools programs can call
   cyrnel approvals ...      list, approve or deny the approvals tool calls wait on
+  cyrnel keys ...           create, list or revoke API keys (cyrnel keys --help)
   cyrnel openapi [flags]    print the OpenAPI spec
   cyrnel version            print the version
 
@@ -63,6 +64,8 @@ func main() {
 		err = cli.Tools(os.Args[2:], version)
 	case "approvals":
 		err = cli.Approvals(os.Args[2:], version)
+	case "keys":
+		err = cli.Keys(os.Args[2:], version)
 	case "version", "--version":
 		fmt.Println(version)
 	case "help", "-h", "--help":

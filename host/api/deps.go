@@ -129,7 +129,7 @@ type Readiness interface {
 // revoked through the API (host/keys).
 type Keys interface {
 	Authenticate(ctx context.Context, key string) (caller.Caller, error)
-	Create(ctx context.Context, in keys.CreateInput) (*keys.Created, error)
+	Create(ctx context.Context, in keys.CreateInput) (*keys.CreatedKey, error)
 	List(ctx context.Context, in keys.ListInput) ([]keys.Key, bool, error)
 	Get(ctx context.Context, id string) (*keys.Key, error)
 	Revoke(ctx context.Context, id string) error

@@ -618,12 +618,12 @@ func (f *fakeKeys) Authenticate(_ context.Context, key string) (caller.Caller, e
 	return caller.Caller{}, keys.ErrUnknown
 }
 
-func (f *fakeKeys) Create(_ context.Context, in keys.CreateInput) (*keys.Created, error) {
+func (f *fakeKeys) Create(_ context.Context, in keys.CreateInput) (*keys.CreatedKey, error) {
 	f.created = in
 	if f.err != nil {
 		return nil, f.err
 	}
-	return &keys.Created{Key: keys.Key{ID: "key_1", Name: in.Name, Roles: in.Roles}, Secret: "cyk_x"}, nil
+	return &keys.CreatedKey{Key: keys.Key{ID: "key_1", Name: in.Name, Roles: in.Roles}, Secret: "cyk_x"}, nil
 }
 
 func (f *fakeKeys) List(context.Context, keys.ListInput) ([]keys.Key, bool, error) {

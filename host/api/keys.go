@@ -17,13 +17,13 @@ import (
 type createKeyInput struct {
 	Body struct {
 		Name      string        `json:"name" minLength:"1" maxLength:"100" doc:"What the key is for (an agent, a person)."`
-		Roles     []caller.Role `json:"roles" minItems:"1" maxItems:"3" uniqueItems:"true" enum:"runner,approver,admin" doc:"runner: run code and use tools; approver: approvals, the audit, reading processes; admin: everything."`
+		Roles     []caller.Role `json:"roles" nullable:"false" minItems:"1" maxItems:"3" uniqueItems:"true" enum:"runner,approver,admin" doc:"runner: run code and use tools; approver: approvals, the audit, reading processes; admin: everything."`
 		ExpiresAt *time.Time    `json:"expiresAt,omitempty" doc:"After this the key is refused (RFC 3339, in the future)."`
 	}
 }
 
 type createdKeyBody struct {
-	Body *keys.Created
+	Body *keys.CreatedKey
 }
 
 type keyBody struct {

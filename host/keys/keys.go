@@ -52,8 +52,8 @@ type Key struct {
 	LastUsedAt *time.Time    `json:"lastUsedAt,omitempty" doc:"When the key last authenticated a request, to within a minute."`
 }
 
-// Created is a new key with its secret, which is shown this once.
-type Created struct {
+// CreatedKey is a new key with its secret, which is shown this once.
+type CreatedKey struct {
 	Key
 	Secret string `json:"key" doc:"The key to send as Authorization: Bearer <key>. Shown only in this answer: the host keeps its hash."`
 }
@@ -314,7 +314,7 @@ func validate(in CreateInput, now time.Time) error {
 // Create makes a key. Its secret is in the answer only; the database holds
 // its SHA-256 (the key is 256 random bits, so a plain hash is as strong as
 // any slow one, and cheap to check on every request).
-func (m *Manager) Create(ctx context.Context, in CreateInput) (*Created, error) {
+func (m *Manager) Create(ctx context.Context, in CreateInput) (*CreatedKey, error) {
 	now := time.Now().UTC()
 	if err := validate(in, now); err != nil {
 		return nil, err
@@ -343,7 +343,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Created, error) 
 		detail["expiresAt"] = expires.Format(time.RFC3339)
 	}
 	m.record(ctx, "key.create", row.ID, detail)
-	return &Created{Key: view(row), Secret: secret}, nil
+	return &CreatedKey{Key: view(row), Secret: secret}, nil
 }
 
 func newID(t time.Time) string {

@@ -28,7 +28,9 @@ function h(tag, attrs, ...children) {
 class APIError extends Error {
   constructor(status, problem) {
     const details = (problem.errors || []).map((e) => `${e.location || ""}: ${e.message}`).join("; ");
-    super(`${problem.title || status}${problem.detail ? ": " + problem.detail : ""}${details ? " (" + details + ")" : ""}`);
+    // A 403 is this key's roles, not a fault: say so first.
+    const lead = status === 403 ? "Not allowed with this key" : problem.title || status;
+    super(`${lead}${problem.detail ? ": " + problem.detail : ""}${details ? " (" + details + ")" : ""}`);
     this.status = status;
   }
 }
@@ -78,7 +80,30 @@ const api = {
 // while the key is missing: there is nothing to show).
 async function exists(path) {
   const resp = await request("GET", path, undefined, { raw: true });
-  return [401, 404, 405].includes(resp.status) ? null : resp;
+  return [401, 403, 404, 405].includes(resp.status) ? null : resp;
+}
+
+// roles is what the key in use may do, learned by asking one route of each
+// role (403: not this role). Elements marked data-needs="admin" (or runner,
+// approver) are hidden by the stylesheet unless <body> has the role's class;
+// pages skip the calls their key may not make.
+let roles = null;
+
+function can(role) {
+  return !!roles && (roles.admin || roles[role]);
+}
+
+async function learnRoles() {
+  const probe = async (path) => {
+    const resp = await request("GET", path, undefined, { raw: true });
+    return resp.ok || resp.status === 404;
+  };
+  const [admin, approver, runner] = await Promise.all([probe("/keys?limit=1"), probe("/approvals?limit=1"), probe("/environment")]);
+  roles = { admin, approver, runner };
+  const names = Object.keys(roles).filter((r) => roles[r]);
+  for (const r of ["admin", "approver", "runner"]) document.body.classList.toggle("role-" + r, roles[r]);
+  $("#key-button").textContent = names.length ? `API key (${names.join(", ")})` : "API key";
+  $("#nav-approvals").hidden = !can("approver");
 }
 
 function askKey(why) {
@@ -223,6 +248,12 @@ function markdown(src) {
   return out;
 }
 
+// adminOnly marks el as shown to admin keys only.
+function adminOnly(el) {
+  el.dataset.needs = "admin";
+  return el;
+}
+
 function section(title, ...children) {
   const id = "s-" + title.toLowerCase().replace(/[^a-z]+/g, "-");
   return h("section", { "aria-labelledby": id }, h("h2", { id }, title), ...children);
@@ -363,9 +394,9 @@ function processView(root, pid) {
   const stderr = h("pre", { class: "stream err", id: "stderr", "aria-label": "stderr" });
   const output = h("div", { class: "output", id: "output" });
   let out = {};
-  const kill = h("button", { type: "button", id: "kill", onclick: () => act("kill") }, "Kill");
-  const rerun = h("button", { type: "button", id: "rerun", onclick: () => act("run") }, "Re-run");
-  const del = h("button", { type: "button", id: "delete", class: "danger", onclick: () => act("delete") }, "Delete");
+  const kill = h("button", { type: "button", "data-needs": "runner", id: "kill", onclick: () => act("kill") }, "Kill");
+  const rerun = h("button", { type: "button", "data-needs": "runner", id: "rerun", onclick: () => act("run") }, "Re-run");
+  const del = h("button", { type: "button", "data-needs": "runner", id: "delete", class: "danger", onclick: () => act("delete") }, "Delete");
   const extraBox = h("div");
   root.append(h("div", { class: "actions", role: "group", "aria-label": "Process actions" }, kill, rerun, del), meta,
     section("Code", code), section("stdout", stdout), section("stderr", stderr), section("Output", output), extraBox);
@@ -582,7 +613,7 @@ function pageEnvironment(main) {
       notice(`Switched to ${env.active ? env.active.module : choice.value}.`);
       render(env);
     });
-  } }, labelled("Environment", choice), h("button", { type: "submit", id: "env-switch" }, "Switch"));
+  }, "data-needs": "admin" }, labelled("Environment", choice), h("button", { type: "submit", id: "env-switch" }, "Switch"));
   main.append(h("h1", {}, "Environment"), form, box);
   const render = (env) => {
     box.replaceChildren(
@@ -595,7 +626,7 @@ function pageEnvironment(main) {
     await guard(async () => render(await api.get("/environment")));
     if (!stopped) timer = setTimeout(load, 3000);
   };
-  guard(async () => {
+  if (can("admin")) guard(async () => {
     const mods = await api.get("/modules");
     const envs = mods.items.filter((m) => m.type === "environment");
     choice.replaceChildren(...envs.map((m) => h("option", { value: m.id, selected: m.active, disabled: !m.enabled }, `${m.name} (${m.id})${m.enabled ? "" : " — disabled"}`)));
@@ -635,7 +666,7 @@ function pageServices(main) {
   const [secretsF, secrets] = jsonField("svc-secrets", "Secrets (JSON, optional, write-only)");
   const q = h("input", { id: "tool-q", type: "search", placeholder: "what should the tool do?" });
   const results = h("ul", { id: "tool-results", class: "results" });
-  const load = () => guard(async () => {
+  const load = () => can("admin") && guard(async () => {
     const svcs = await api.get("/services");
     list.replaceChildren(...svcs.items.map((s) => h("tr", {},
       h("td", {}, h("a", { href: "#/services/" + encodeURIComponent(s.id) }, s.id)),
@@ -678,9 +709,10 @@ function pageServices(main) {
   h("button", { type: "submit", id: "svc-import" }, "Import"));
   main.append(h("h1", {}, "Services & tools"),
     section("Search tools", labelled("Search", q), results),
-    section("Services", h("div", { class: "scroll" }, h("table", { "aria-label": "Services" },
-      h("thead", {}, h("tr", {}, ["Id", "Name", "Tools", "Enabled"].map((t) => h("th", { scope: "col" }, t)))), list))),
-    section("Import an OpenAPI document", importForm));
+    adminOnly(section("Services", h("div", { class: "scroll" }, h("table", { "aria-label": "Services" },
+      h("thead", {}, h("tr", {}, ["Id", "Name", "Tools", "Enabled"].map((t) => h("th", { scope: "col" }, t)))), list)))),
+    adminOnly(section("Import an OpenAPI document", importForm)),
+    h("p", { class: "muted", "data-hide-for": "admin", id: "admin-note" }, "Services are imported and configured with an admin key; this key can search and read tools."));
   load();
   search();
   return () => clearTimeout(debounce);
@@ -699,6 +731,10 @@ function fields(schema) {
 function pageService(main, params, sid) {
   const base = "/services/" + encodeURIComponent(sid);
   main.append(h("h1", {}, `Service ${sid}`), h("p", {}, h("a", { href: "#/services" }, "← services")));
+  if (!can("admin")) {
+    main.append(h("p", { class: "error", id: "needs-admin" }, "Services are managed with an admin key; this key's roles do not allow it."));
+    return;
+  }
   const info = h("div"), tools = h("tbody");
   const [configF, config] = jsonField("cfg", "Config (JSON)");
   const [secretsF, secrets] = jsonField("sec", "New secrets (JSON; replaces the set)");
@@ -739,7 +775,8 @@ function pageTool(main, params, sid, tid) {
   guard(async () => {
     const t = await api.get(path);
     head.replaceChildren(h("p", {}, t.description || t.name),
-      h("p", {}, h("label", {}, toggle(`Enable tool ${tid}`, t.enabled, (on) => api.patch(path, { enabled: on })), " Enabled")));
+      h("p", { "data-needs": "admin" }, h("label", {}, toggle(`Enable tool ${tid}`, t.enabled, (on) => api.patch(path, { enabled: on })), " Enabled")),
+      t.enabled ? null : h("p", { class: "muted" }, "Disabled: programs cannot call it."));
     schemas.replaceChildren(section("Input schema", tree(t.inputSchema)), section("Output schema", tree(t.outputSchema)));
   });
   guard(async () => docs.replaceChildren(markdown(await api.get(path + "/docs"))));
@@ -812,10 +849,9 @@ function route() {
 
 window.addEventListener("hashchange", route);
 window.addEventListener("DOMContentLoaded", () => {
-  $("#key-button").addEventListener("click", () => askKey("Enter the server's API key.").then((ok) => ok && route()));
+  $("#key-button").addEventListener("click", () => askKey("Enter an API key.").then((ok) => ok && learnRoles().then(route)));
   $("#key-forget").addEventListener("click", () => { sessionStorage.removeItem(KEY); $("#key-input").value = ""; notice("Key forgotten."); });
-  route();
-  // Approvals appear in the menu only where the API has them.
-  const nav = $("#nav-approvals");
-  exists("/approvals?limit=1").then((r) => { nav.hidden = !r; }).catch(() => {}).finally(() => { nav.dataset.checked = "true"; });
+  // Pages render once the key's roles are known; the approvals entry of
+  // the menu shows for keys that may decide them.
+  learnRoles().catch(() => {}).finally(() => { $("#nav-approvals").dataset.checked = "true"; route(); });
 });
