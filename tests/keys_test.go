@@ -335,3 +335,34 @@ func TestCLIKeys(t *testing.T) {
 		t.Fatalf("keys --help: %+v", r)
 	}
 }
+
+// TestRevokedOnEveryHost: two hosts on one PostgreSQL; a runner key made
+// on the first works on the second (which caches it), is revoked on the
+// first, and the second refuses it within a second. The bootstrap key on
+// the second host is the control.
+func TestRevokedOnEveryHost(t *testing.T) {
+	t.Parallel()
+	hs := startCluster(t, 2)
+	a, b := hs[0], hs[1]
+	k := a.newKey("agent", "runner")
+	if code, _ := b.as(k.Key, "GET", "/processes", nil); code != 200 {
+		t.Fatalf("the key on the other host: %d", code)
+	}
+	if code, _ := a.do("DELETE", "/keys/"+k.ID, nil, nil); code != http.StatusNoContent {
+		t.Fatalf("revoke: %d", code)
+	}
+	revoked := time.Now()
+	for {
+		code, _ := b.as(k.Key, "GET", "/processes", nil)
+		if code == http.StatusUnauthorized {
+			break
+		}
+		if code != 200 || time.Since(revoked) > time.Second {
+			t.Fatalf("the other host answers %d %v after the revocation", code, time.Since(revoked))
+		}
+		time.Sleep(20 * time.Millisecond) // polling the condition, bounded above
+	}
+	if code, _ := b.as(b.key, "GET", "/processes", nil); code != 200 {
+		t.Fatalf("the bootstrap key on the other host: %d", code)
+	}
+}

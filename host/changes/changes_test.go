@@ -1,0 +1,100 @@
+package changes
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cyrnel/cyrnel/host/caller"
+	"github.com/cyrnel/cyrnel/host/retention"
+	"github.com/cyrnel/cyrnel/host/store"
+)
+
+// stores is a fresh SQLite store and, when CYRNEL_TEST_POSTGRES_URL names
+// a database, a PostgreSQL one in a schema of its own.
+func stores(t *testing.T) map[string]*store.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	out := map[string]*store.Store{"sqlite": st}
+	url := os.Getenv("CYRNEL_TEST_POSTGRES_URL")
+	if url == "" {
+		if os.Getenv("CYRNEL_TEST_NO_POSTGRES") == "" {
+			t.Fatal("CYRNEL_TEST_POSTGRES_URL is not set; run `make test-db`, or set CYRNEL_TEST_NO_POSTGRES=<why> to test SQLite only")
+		}
+		return out
+	}
+	admin, err := store.Open(ctx, url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("cyrnel_changes_test_%d", time.Now().UnixNano())
+	if _, err := admin.DB.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin.DB.ExecContext(context.Background(), "DROP SCHEMA "+name+" CASCADE")
+		admin.Close()
+	})
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	pg, err := store.Open(ctx, url+sep+"search_path="+name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	out["postgres"] = pg
+	return out
+}
+
+// TestRecordListAndBound: changes carry the key in the context (host when
+// none), list newest first across pages, and the record keeps only the
+// newest MaxRecords.
+func TestRecordListAndBound(t *testing.T) {
+	t.Parallel()
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			l := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, retention.Bounds{MaxRecords: 3, PruneEvery: time.Hour})
+			defer l.Close()
+			ctx := caller.With(context.Background(), caller.Caller{KeyID: "key_a", Roles: []caller.Role{caller.Admin}})
+			for i := range 5 {
+				l.Record(ctx, "module.config", fmt.Sprint(i), map[string]any{"config": map[string]any{"n": i}})
+			}
+			l.Record(context.Background(), "environment.switch", "python", nil)
+			var got []string
+			in := ListInput{Limit: 4}
+			for {
+				items, more, err := l.List(ctx, in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range items {
+					got = append(got, c.KeyID+" "+c.Target)
+				}
+				if !more {
+					break
+				}
+				in.BeforeID = items[len(items)-1].ID
+			}
+			if want := "host python,key_a 4,key_a 3,key_a 2,key_a 1,key_a 0"; strings.Join(got, ",") != want {
+				t.Fatalf("listed %q, want %q", got, want)
+			}
+			l.bounds.Apply(l.log, "changes", st.PruneChanges)
+			items, _, err := l.List(ctx, ListInput{Limit: 10})
+			if err != nil || len(items) != 3 || items[2].Target != "3" || items[1].Detail["config"].(map[string]any)["n"] != 4.0 {
+				t.Fatalf("after pruning to 3: %+v %v", items, err)
+			}
+		})
+	}
+}
