@@ -213,7 +213,7 @@ func governanceFromEnv() (server.Governance, error) {
 	for _, d := range []struct {
 		env string
 		to  *time.Duration
-	}{{"CYRNEL_APPROVAL_TTL", &g.Approvals.TTL}, {"CYRNEL_APPROVAL_MAX_AGE", &g.Approvals.MaxAge}, {"CYRNEL_AUDIT_MAX_AGE", &g.Audit.MaxAge}} {
+	}{{"CYRNEL_APPROVAL_TTL", &g.Approvals.TTL}, {"CYRNEL_APPROVAL_MAX_AGE", &g.Approvals.MaxAge}, {"CYRNEL_AUDIT_MAX_AGE", &g.Audit.MaxAge}, {"CYRNEL_CHANGES_MAX_AGE", &g.Changes.MaxAge}} {
 		if v := os.Getenv(d.env); v != "" {
 			x, err := time.ParseDuration(v)
 			if err != nil {
@@ -225,7 +225,7 @@ func governanceFromEnv() (server.Governance, error) {
 	for _, c := range []struct {
 		env string
 		to  *int64
-	}{{"CYRNEL_APPROVAL_MAX_RECORDS", &g.Approvals.MaxRecords}, {"CYRNEL_AUDIT_MAX_RECORDS", &g.Audit.MaxRecords}} {
+	}{{"CYRNEL_APPROVAL_MAX_RECORDS", &g.Approvals.MaxRecords}, {"CYRNEL_AUDIT_MAX_RECORDS", &g.Audit.MaxRecords}, {"CYRNEL_CHANGES_MAX_RECORDS", &g.Changes.MaxRecords}} {
 		if v := os.Getenv(c.env); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {

@@ -75,8 +75,6 @@ type Config struct {
 	// embedded hosts).
 	Announce   bool
 	Governance Governance
-	// Changes bounds the record of configuration changes (GET /changes).
-	Changes retention.Bounds
 	// Sessions bounds the sessions this host runs.
 	Sessions session.Config
 }
@@ -90,6 +88,9 @@ type Governance struct {
 	// ones are kept, for how long.
 	Approvals approval.Options
 	Audit     audit.Options
+	// Changes bounds the record of configuration changes (GET /changes;
+	// defaults: the newest 10,000, a year).
+	Changes retention.Bounds
 }
 
 // Server is an assembled host.
@@ -211,7 +212,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	// each stored change is announced to the others, which reload it.
 	plane := control.New(log.With("component", "control"), notifier, cfg.Policies...)
 	// Every configuration change is recorded with the key that made it.
-	record := changes.New(log.With("component", "changes"), st, cfg.Changes)
+	record := changes.New(log.With("component", "changes"), st, cfg.Governance.Changes)
 	defer func() {
 		if err != nil {
 			record.Close()
