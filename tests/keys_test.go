@@ -20,7 +20,7 @@ import (
 // reading processes; admin: everything. Nil: no key needed.
 func designRoles(method, path string) []string {
 	switch {
-	case path == "/health" || strings.HasPrefix(path, "/openapi"):
+	case path == "/health", path == "/health/ready", strings.HasPrefix(path, "/openapi"):
 		return nil
 	case strings.HasPrefix(path, "/processes") && method == http.MethodGet:
 		return []string{"runner", "approver", "admin"}

@@ -36,7 +36,7 @@ func concrete(pattern string) string {
 // admin: everything. Nil: no key needed.
 func designAllows(method, pattern string) []caller.Role {
 	switch {
-	case pattern == "/health" || strings.HasPrefix(pattern, "/openapi"):
+	case pattern == "/health", pattern == "/health/ready", strings.HasPrefix(pattern, "/openapi"):
 		return nil
 	case strings.HasPrefix(pattern, "/processes") && method == http.MethodGet:
 		return []caller.Role{caller.Runner, caller.Approver, caller.Admin}

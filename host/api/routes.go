@@ -29,6 +29,7 @@ var (
 	routeTable  = map[string][]caller.Role{
 		// Liveness and the API's own description.
 		"GET /health":           public,
+		"GET /health/ready":     public,
 		"GET /openapi.json":     public,
 		"GET /openapi.yaml":     public,
 		"GET /openapi-3.0.json": public,
