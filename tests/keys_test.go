@@ -145,8 +145,12 @@ func TestRevokedKeyIsRefused(t *testing.T) {
 	var list struct {
 		Items []map[string]any `json:"items"`
 	}
-	h.do("GET", "/keys", nil, &list)
-	if len(list.Items) != 2 || list.Items[0]["id"] != "bootstrap" || list.Items[1]["id"] != k.ID || list.Items[1]["key"] != nil || list.Items[1]["lastUsedAt"] == nil {
+	// lastUsedAt is written after the request, without it waiting.
+	eventually(t, "lastUsedAt", func() bool {
+		h.do("GET", "/keys", nil, &list)
+		return len(list.Items) == 2 && list.Items[1]["lastUsedAt"] != nil
+	})
+	if list.Items[0]["id"] != "bootstrap" || list.Items[1]["id"] != k.ID || list.Items[1]["key"] != nil || list.Items[1]["name"] != "agent" {
 		t.Fatalf("keys %+v", list.Items)
 	}
 	if code, _ := h.do("DELETE", "/keys/"+k.ID, nil, nil); code != http.StatusNoContent {

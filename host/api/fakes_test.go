@@ -609,9 +609,13 @@ type fakeKeys struct {
 	keys    map[string]caller.Caller
 	created keys.CreateInput
 	err     error
+	authErr error // the database cannot be read
 }
 
 func (f *fakeKeys) Authenticate(_ context.Context, key string) (caller.Caller, error) {
+	if f.authErr != nil {
+		return caller.Caller{}, f.authErr
+	}
 	if c, ok := f.keys[key]; ok {
 		return c, nil
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -106,6 +107,13 @@ func TestForbiddenAndUnauthorizedSayWhy(t *testing.T) {
 	p = wantProblem(t, f.api.Get("/processes", "Authorization: Bearer nope"), http.StatusUnauthorized)
 	if !strings.Contains(p.Detail, "api-key file") || !strings.Contains(p.Detail, "cyrnel keys create") {
 		t.Errorf("401 detail %q", p.Detail)
+	}
+	// A key that cannot be checked (the database is away) is 503, not 401.
+	down := newFixtureWith(t, &fakeKeys{authErr: errors.New("connection refused")})
+	rec := down.api.Get("/processes", "Authorization: Bearer run")
+	wantProblem(t, rec, http.StatusServiceUnavailable)
+	if rec.Header().Get("Retry-After") == "" {
+		t.Error("503 without Retry-After")
 	}
 	// Unknown routes need a key too.
 	wantProblem(t, f.api.Get("/nothing"), http.StatusUnauthorized)

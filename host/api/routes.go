@@ -176,6 +176,7 @@ const keyHelp = "send Authorization: Bearer <key>. The operator's admin key is i
 func (s *server) unauthorized(w http.ResponseWriter, err error) {
 	if !errors.Is(err, keys.ErrUnknown) && !errors.Is(err, keys.ErrExpired) {
 		s.Log.Error("authenticate", "err", err)
+		w.Header().Set("Retry-After", "1")
 		writeProblem(w, http.StatusServiceUnavailable, "cannot check the API key now; try again")
 		return
 	}
