@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -123,5 +125,71 @@ func TestCorruptPage(t *testing.T) {
 	out := refusesToStart(t, dir)
 	if !strings.Contains(out, "corrupt") || !strings.Contains(out, db) {
 		t.Fatalf("the refusal does not say %s is corrupt:\n%s", db, out)
+	}
+}
+
+// TestFullDisk: programs fill a data directory on a small file system. Every
+// answer equals the stored row; writes are 507 once there is no room; reads
+// work, deletes work and give room back, and writes work again after.
+func TestFullDisk(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=48m,mode=0700"); err != nil {
+		t.Fatalf("a small file system for the data directory (the tests run as root): %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	free := func() int64 {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		return int64(st.Bavail) * st.Bsize
+	}
+	h := start(t, dir)
+	const fill = "import os\nopen('big.bin', 'wb').write(os.urandom(6 << 20))\nprint('wrote')"
+	var kept []int64
+	full := false
+	for i := 0; i < 20 && !full; i++ {
+		var p proc
+		st, _ := h.do("POST", "/processes", map[string]any{"code": fill, "waitMs": 30000}, &p)
+		switch st {
+		case http.StatusCreated:
+			var stored proc
+			if h.do("GET", fmt.Sprintf("/processes/%d", p.PID), nil, &stored); stored.exit() != p.exit() || stored.Stdout != p.Stdout || stored.State != p.State {
+				t.Fatalf("pid %d answered %s %q, stored %s %q", p.PID, p.exit(), p.Stdout, stored.exit(), stored.Stdout)
+			}
+			if p.exit() == "success" {
+				kept = append(kept, p.PID)
+			} else {
+				full = true // its result did not fit: stored as the failure it was answered as
+			}
+		case http.StatusInsufficientStorage:
+			full = true
+		default:
+			t.Fatalf("run %d on a filling disk: %d", i, st)
+		}
+	}
+	if !full || len(kept) == 0 {
+		t.Fatalf("the disk never filled (%d kept, %d bytes free)", len(kept), free())
+	}
+	// Reads still work.
+	var list struct {
+		Items []proc `json:"items"`
+	}
+	if st, _ := h.do("GET", "/processes", nil, &list); st != http.StatusOK || len(list.Items) < len(kept) {
+		t.Fatalf("reading on a full disk: %d, %d items", st, len(list.Items))
+	}
+	before := free()
+	for _, pid := range kept {
+		if st, _ := h.do("DELETE", fmt.Sprintf("/processes/%d", pid), nil, nil); st != http.StatusNoContent {
+			t.Fatalf("delete %d on a full disk: %d", pid, st)
+		}
+	}
+	if after := free(); after < before+int64(len(kept))*(5<<20) {
+		t.Fatalf("deleting %d processes of 6 MiB freed %d bytes", len(kept), after-before)
+	}
+	var p proc
+	if st, _ := h.do("POST", "/processes", map[string]any{"code": fill, "waitMs": 30000}, &p); st != http.StatusCreated || p.exit() != "success" {
+		t.Fatalf("after the deletes a program runs again: %d %+v", st, p)
 	}
 }

@@ -107,6 +107,10 @@ Environment variables (a flag, when given, wins over its variable):
                        a file holding CYRNEL_SECRETS_KEY
   CYRNEL_LEASE_TTL     with PostgreSQL: how long a host that stopped renewing its lease is trusted before
                        another host finishes its executions as host_lost (default 15s; renewed every third)
+  CYRNEL_PROCESS_MAX_AGE
+                       finished processes older than this are deleted with their files (default 720h; -1s: no bound)
+  CYRNEL_PROCESS_MAX_MB
+                       finished processes past the newest this many MiB are deleted (default 1024; -1: no bound)
   CYRNEL_LOG_LEVEL     debug, info, warn or error (default info)
 `
 
@@ -163,6 +167,10 @@ func serve(args []string) error {
 	if err != nil || maxSessions < 1 {
 		return fmt.Errorf("--max-sessions (CYRNEL_MAX_SESSIONS): want a positive number")
 	}
+	limits := process.DefaultLimits()
+	if limits.Keep, err = retentionFromEnv(limits.Keep); err != nil {
+		return err
+	}
 	cfg := server.Config{
 		Sessions:         session.Config{MaxSessions: maxSessions},
 		Governance:       gov,
@@ -176,7 +184,7 @@ func serve(args []string) error {
 		Insecure:         *insecure,
 		AllowUnsandboxed: *unsandboxed || os.Getenv("CYRNEL_ALLOW_UNSANDBOXED") == "1",
 		Version:          version,
-		Limits:           process.DefaultLimits(),
+		Limits:           limits,
 		Announce:         true,
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -201,6 +209,25 @@ func printSpec(w io.Writer, args []string) error {
 	}
 	_, err = w.Write(b)
 	return err
+}
+
+// retentionFromEnv reads the bounds on finished processes kept.
+func retentionFromEnv(keep process.Retention) (process.Retention, error) {
+	if v := os.Getenv("CYRNEL_PROCESS_MAX_AGE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return keep, fmt.Errorf("CYRNEL_PROCESS_MAX_AGE: %w", err)
+		}
+		keep.MaxAge = d
+	}
+	if v := os.Getenv("CYRNEL_PROCESS_MAX_MB"); v != "" {
+		mb, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return keep, fmt.Errorf("CYRNEL_PROCESS_MAX_MB: %w", err)
+		}
+		keep.MaxBytes = mb << 20
+	}
+	return keep, nil
 }
 
 // governanceFromEnv reads the tool governance settings.

@@ -225,7 +225,7 @@ func (s *server) problemAt(err error, at where) error {
 		return huma.NewError(http.StatusTooManyRequests, err.Error())
 	case errors.Is(err, session.ErrStopping):
 		return huma.Error503ServiceUnavailable(err.Error())
-	case errors.Is(err, process.ErrFull):
+	case store.Full(err):
 		// The detail says the disk is full, not the database's wording.
 		return huma.NewError(http.StatusInsufficientStorage, process.ErrFull.Error()+": delete processes or free space in the data directory")
 	}

@@ -84,11 +84,14 @@ type Limits struct {
 	CodeBytes        int
 	DefaultTimeoutMs int64
 	MaxTimeoutMs     int64
+	// Keep bounds the finished processes kept (Retention).
+	Keep Retention
 }
 
 // DefaultLimits are the documented defaults.
 func DefaultLimits() Limits {
-	return Limits{OutputBytes: 1 << 20, CodeBytes: 256 << 10, DefaultTimeoutMs: module.DefaultTimeoutMs, MaxTimeoutMs: 24 * 3600 * 1000}
+	return Limits{OutputBytes: 1 << 20, CodeBytes: 256 << 10, DefaultTimeoutMs: module.DefaultTimeoutMs, MaxTimeoutMs: 24 * 3600 * 1000,
+		Keep: DefaultRetention()}
 }
 
 // Manager owns the processes.
@@ -144,11 +147,17 @@ func (m *Manager) flushEvery(interval time.Duration, stop <-chan struct{}) {
 	defer close(m.flushDone)
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	m.prune() // at start-up, then every PruneEvery
+	lastPrune := time.Now()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
+		}
+		if time.Since(lastPrune) >= PruneEvery {
+			m.prune()
+			lastPrune = time.Now()
 		}
 		m.mu.Lock()
 		runs := slices.Collect(maps.Values(m.runs))
@@ -424,18 +433,19 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	m.mu.Unlock()
 	p := r.result(envID, res, err, stopping)
 	write := func(p *store.Process) error {
+		// An earlier run's files are replaced; a first run without files
+		// costs no statement.
+		files := len(r.files) > 0 || p.Runs > 1
 		return m.w.doDurable(func(ctx context.Context, tx *store.Tx) error {
 			ok, err := tx.FinishProcess(ctx, p, live)
 			if err == nil && !ok {
 				m.log.Warn("process result arrived for a process no longer live", "pid", p.PID)
 			}
-			// An earlier run's files are replaced; a first run without
-			// files costs no statement.
-			if err == nil && ok && (len(r.files) > 0 || p.Runs > 1) {
+			if err == nil && ok && files {
 				err = tx.ReplaceProcessFiles(ctx, p.PID, r.files)
 			}
 			return err
-		})
+		}, files)
 	}
 	if err := write(p); err != nil {
 		m.log.Error("record process result", "pid", r.pid, "err", err)
@@ -614,13 +624,20 @@ func (m *Manager) Delete(ctx context.Context, pid int64) error {
 		return conflict("process %d is not idle", pid)
 	}
 	var ok bool
-	err := m.w.do(func(ctx context.Context, tx *store.Tx) (err error) {
+	del := func(ctx context.Context, tx *store.Tx) (err error) {
 		ok, err = tx.DeleteProcess(ctx, pid, []string{string(Idle)})
 		return err
-	})
+	}
+	err := m.w.do(del)
+	if errors.Is(err, store.ErrFull) && m.st.FreeReserve() {
+		// The disk is full: the room held back for deletes lets this one
+		// log what it frees.
+		err = m.w.do(del)
+	}
 	if err != nil {
 		return err
 	}
+	m.reclaim()
 	if !ok {
 		p, err := m.get(ctx, pid)
 		if err != nil {

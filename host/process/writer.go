@@ -25,9 +25,12 @@ type writer struct {
 
 // write is one unit of a batch: apply runs inside the batch's transaction
 // and may run again, alone, if the batch fails (so it only sets results).
+// One that makes several statements says so: alone it still runs in a
+// transaction of its own, so it lands whole or not at all.
 type write struct {
-	apply func(context.Context, *store.Tx) error
-	err   chan error
+	apply   func(context.Context, *store.Tx) error
+	several bool
+	err     chan error
 }
 
 // maxBatch bounds how many writes share a transaction.
@@ -46,9 +49,14 @@ func newWriter(st *store.Store) *writer {
 	return w
 }
 
-// do queues apply and returns its outcome once its transaction ended.
+// do queues apply, a single statement, and returns its outcome once its
+// transaction ended.
 func (w *writer) do(apply func(context.Context, *store.Tx) error) error {
-	wr := &write{apply: apply, err: make(chan error, 1)}
+	return w.queueWrite(&write{apply: apply})
+}
+
+func (w *writer) queueWrite(wr *write) error {
+	wr.err = make(chan error, 1)
 	w.mu.RLock()
 	if w.stopped {
 		w.mu.RUnlock()
@@ -65,15 +73,16 @@ const (
 	durableMaxPause   = 2 * time.Second
 )
 
-// doDurable is do for a write that must land (an execution's result): while
-// the database cannot answer (store.Unavailable) it is tried again, pausing
-// longer each time up to durableMaxPause, until it lands, fails for another
-// reason, or stop ends the wait (the host is going; its rows are then the
-// next start's or the lease's to finish).
-func (w *writer) doDurable(apply func(context.Context, *store.Tx) error) error {
+// doDurable is do for a write that must land (an execution's result),
+// perhaps of several statements: while the database cannot answer
+// (store.Unavailable) it is tried again, pausing longer each time up to
+// durableMaxPause, until it lands, fails for another reason, or stop ends
+// the wait (the host is going; its rows are then the next start's or the
+// lease's to finish).
+func (w *writer) doDurable(apply func(context.Context, *store.Tx) error, several bool) error {
 	pause := durableFirstPause
 	for {
-		err := w.do(apply)
+		err := w.queueWrite(&write{apply: apply, several: several})
 		if err == nil || !store.Unavailable(err) {
 			return err
 		}
@@ -120,10 +129,10 @@ func (w *writer) loop() {
 	}
 }
 
-// commit writes a batch of several writes in one transaction, a lone write
-// by itself (no BEGIN and COMMIT around it). If a batch fails,
-// each write is tried alone, so one write's failure is its own and not its
-// neighbours'.
+// commit writes a batch of several writes in one transaction, a lone
+// single statement by itself (no BEGIN and COMMIT around it). If a batch
+// fails, each write is tried alone, so one write's failure is its own and
+// not its neighbours'.
 func (w *writer) commit(batch []*write) {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
@@ -145,6 +154,10 @@ func (w *writer) commit(batch []*write) {
 		}
 	}
 	for _, wr := range batch {
+		if wr.several {
+			wr.err <- w.st.WriteProcesses(ctx, wr.apply)
+			continue
+		}
 		wr.err <- w.st.WriteProcess(ctx, wr.apply)
 	}
 }

@@ -175,7 +175,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 			dir.Close()
 		}
 	}()
-	if st, err = store.Open(ctx, cfg.DBURL, cfg.DataDir, store.Options{UsedDataDir: dir.Used}); err != nil {
+	if st, err = store.Open(ctx, cfg.DBURL, cfg.DataDir, store.Options{UsedDataDir: dir.Used, Log: log.With("component", "store")}); err != nil {
 		return nil, err
 	}
 	keyFile := ""

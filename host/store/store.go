@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -44,19 +45,25 @@ func (s *Store) classify(err error) error {
 	return classify(err)
 }
 
-// classify marks the errors callers act on by kind: a full disk (SQLite's
-// SQLITE_FULL; PostgreSQL's disk_full, class 53100) becomes ErrFull.
+// classify marks the errors callers act on by kind: a full disk becomes
+// ErrFull.
 func classify(err error) error {
+	if err == nil || errors.Is(err, ErrFull) || !Full(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrFull, err)
+}
+
+// Full reports whether err says the database cannot grow: SQLite's
+// SQLITE_FULL (its disk is full, or it reached its max_page_count),
+// PostgreSQL's disk_full (53100).
+func Full(err error) bool {
+	if errors.Is(err, ErrFull) {
+		return true
+	}
 	var code interface{ Code() int } // modernc.org/sqlite's errors
 	var pg *pgconn.PgError
-	switch {
-	case err == nil, errors.Is(err, ErrFull):
-		return err
-	case errors.As(err, &code) && code.Code()&0xff == sqliteFull,
-		errors.As(err, &pg) && pg.Code == "53100":
-		return fmt.Errorf("%w: %w", ErrFull, err)
-	}
-	return err
+	return errors.As(err, &code) && code.Code()&0xff == sqliteFull || errors.As(err, &pg) && pg.Code == "53100"
 }
 
 // sqliteFull is SQLITE_FULL, the primary result code of a write that found
@@ -67,6 +74,9 @@ const sqliteFull = 13
 type Store struct {
 	DB    *bun.DB
 	local bool // embedded SQLite
+	// reserve is the file holding room for deletes on a full disk (SQLite
+	// in the data directory only; "" otherwise).
+	reserve string
 	// damaged is set once a statement finds the SQLite database corrupt:
 	// Healthy reports it until the host restarts (and Open refuses).
 	damaged atomic.Bool
@@ -154,6 +164,8 @@ type Options struct {
 	// UsedDataDir says a host ran on the data directory before, so an empty
 	// SQLite database there is lost data (ErrEmpty), not a first start.
 	UsedDataDir bool
+	// Log receives what Open works around (nil: nothing is said).
+	Log *slog.Logger
 }
 
 // Open connects to dbURL (empty: SQLite in dataDir) and runs the embedded
@@ -162,6 +174,9 @@ func Open(ctx context.Context, dbURL, dataDir string, opts ...Options) (*Store, 
 	var o Options
 	for _, x := range opts {
 		o = x
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
 	}
 	if dbURL == "" && o.UsedDataDir {
 		path := filepath.Join(dataDir, sqliteFile)
@@ -179,6 +194,11 @@ func Open(ctx context.Context, dbURL, dataDir string, opts ...Options) (*Store, 
 		where = filepath.Join(dataDir, sqliteFile)
 	}
 	if s.local {
+		if err := incrementalVacuum(ctx, db); err != nil {
+			// It stays usable; deletes give no room back until a start
+			// manages the conversion.
+			o.Log.Warn("the database keeps the room deletes free until a start can convert it", "db", where, "err", err)
+		}
 		if err := quickCheck(ctx, db); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("%s: %w; restore it from a backup, or move it away to start afresh", where, err)
@@ -195,6 +215,12 @@ func Open(ctx context.Context, dbURL, dataDir string, opts ...Options) (*Store, 
 	if err := s.syncToolSearch(ctx); err != nil {
 		db.Close()
 		return nil, err
+	}
+	if s.local {
+		if dbURL == "" {
+			s.reserve = reservePath(dataDir)
+			_ = s.keepReserve() // without room now, the next Reclaim makes it
+		}
 	}
 	return s, nil
 }
