@@ -860,3 +860,26 @@ func toolErrorOf(err error) module.ToolError {
 	}
 	return module.ToolError{}
 }
+
+// TestDotSegmentsAreEncoded: a path parameter of "." or ".." reaches the
+// upstream percent-encoded, never as a dot segment a server or proxy would
+// resolve (GET /v1/pets/.. is GET /v1/); dots inside a value stay as they are.
+func TestDotSegmentsAreEncoded(t *testing.T) {
+	t.Parallel()
+	rec := newRecorder(t, nil)
+	def := fixture(t, "petstore-3.0.yaml")
+	a := New(Options{})
+	hydrate(t, a, "pets", def, map[string]any{"serverUrl": rec.URL + "/v1/"}, nil)
+	for value, want := range map[string]string{
+		"..":   "/v1/pets/%2E%2E",
+		".":    "/v1/pets/%2E",
+		"...":  "/v1/pets/%2E%2E%2E",
+		"a..b": "/v1/pets/a..b", // control: not a dot segment
+		"..a":  "/v1/pets/..a",
+	} {
+		mustCall(t, a, def, "pets", "showPetById", map[string]any{"petId": value})
+		if got := rec.last(t).RequestURI; got != want {
+			t.Errorf("petId %q reached the upstream as %s, want %s", value, got, want)
+		}
+	}
+}

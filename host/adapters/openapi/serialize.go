@@ -74,8 +74,19 @@ func interleave(keys, values []string) []string {
 	return out
 }
 
-// pathValue serialises a path parameter (styles simple, label, matrix).
+// pathValue serialises a path parameter (styles simple, label, matrix). A
+// value of dots only is percent-encoded whole: "." and ".." would be dot
+// segments, which the upstream (or a proxy before it) resolves, so a tool
+// call could reach another path than its operation's.
 func pathValue(p param, v any) string {
+	s := pathText(p, v)
+	if s != "" && strings.Trim(s, ".") == "" {
+		return strings.Repeat("%2E", len(s))
+	}
+	return s
+}
+
+func pathText(p param, v any) string {
 	esc := escape
 	name := esc(p.Name)
 	switch x := v.(type) {
