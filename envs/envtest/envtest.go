@@ -5,6 +5,7 @@ package envtest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"sync"
@@ -124,8 +125,16 @@ func (r *Recorder) EmitStdout(eid int64, p []byte) {
 func (r *Recorder) EmitStderr(eid int64, p []byte) {
 	r.update(eid, func(x *Run) { x.Stderr = append(x.Stderr, p...) })
 }
-func (r *Recorder) EmitOutput(eid int64, patch map[string]any) {
-	r.update(eid, func(x *Run) { maps.Copy(x.Output, patch) })
+func (r *Recorder) EmitOutput(eid int64, patch map[string]json.RawMessage) {
+	r.update(eid, func(x *Run) {
+		for k, raw := range patch {
+			var v any
+			if err := json.Unmarshal(raw, &v); err != nil {
+				v = err // shown in a failing comparison
+			}
+			x.Output[k] = v
+		}
+	})
 }
 
 // ForkBurn is a Python program that forks four workers which each burn

@@ -224,7 +224,10 @@ type Bindings interface {
 	// call.
 	EmitStdout(eid int64, p []byte)
 	EmitStderr(eid int64, p []byte)
-	EmitOutput(eid int64, patch map[string]any)
+	// EmitOutput merges a patch into the structured output; its values
+	// are JSON as the program's runtime wrote it (valid UTF-8), which the
+	// host stores and sends on without decoding.
+	EmitOutput(eid int64, patch map[string]json.RawMessage)
 }
 
 type pauseKey struct{}

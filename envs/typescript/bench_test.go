@@ -2,6 +2,7 @@ package typescript
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"testing"
@@ -21,7 +22,7 @@ func (discard) SetState(int64, module.ExecState)                 {}
 func (discard) SetError(int64, string)                           {}
 func (discard) EmitStdout(int64, []byte)                         {}
 func (discard) EmitStderr(int64, []byte)                         {}
-func (discard) EmitOutput(int64, map[string]any)                 {}
+func (discard) EmitOutput(int64, map[string]json.RawMessage)     {}
 
 const trivialProgram = `const x: number = 40 + 2;
 console.log("x is", x);

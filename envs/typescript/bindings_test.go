@@ -2,9 +2,9 @@ package typescript
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -117,13 +117,19 @@ func (r *recorder) EmitStderr(eid int64, p []byte) {
 }
 
 // EmitOutput merges as the host does.
-func (r *recorder) EmitOutput(eid int64, patch map[string]any) {
+func (r *recorder) EmitOutput(eid int64, patch map[string]json.RawMessage) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.output[eid] == nil {
 		r.output[eid] = map[string]any{}
 	}
-	maps.Copy(r.output[eid], patch)
+	for k, raw := range patch {
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			v = err // shown in a failing comparison
+		}
+		r.output[eid][k] = v
+	}
 }
 
 func buf(m map[int64]*strings.Builder, eid int64) *strings.Builder {

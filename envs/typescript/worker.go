@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -110,6 +111,9 @@ func (s *workerServer) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jso
 	}
 }
 
+// maxError bounds the error text an answer carries.
+const maxError = 8 << 10
+
 // executeAnswer is the answer to execute (docs/protocol.md).
 type executeAnswer struct {
 	Status string `json:"status"`
@@ -143,6 +147,10 @@ func (s *workerServer) execute(conn *jsonrpc2.Conn, id jsonrpc2.ID, p executePar
 		_ = conn.ReplyWithError(context.Background(), id, &jsonrpc2.Error{Code: jsonrpc2.CodeInternalError, Message: res.Error})
 		return
 	}
+	if len(res.Error) > maxError {
+		// The answer is a message like any other, within the host's limit.
+		res.Error = strings.ToValidUTF8(res.Error[:maxError], "") + "…"
+	}
 	_ = conn.Reply(context.Background(), id, executeAnswer{Status: status, Error: res.Error, Spent: res.Abandoned})
 	// The next execution's runtime is built now, while the host records
 	// this one's end, rather than on that execution's path; a spent
@@ -158,8 +166,21 @@ type rpcCallbacks struct {
 	conn *jsonrpc2.Conn
 }
 
-func (c *rpcCallbacks) Stdout(p []byte) { c.notify("stdout", map[string]any{"data": p}) }
-func (c *rpcCallbacks) Stderr(p []byte) { c.notify("stderr", map[string]any{"data": p}) }
+func (c *rpcCallbacks) Stdout(p []byte) { c.stream("stdout", p) }
+func (c *rpcCallbacks) Stderr(p []byte) { c.stream("stderr", p) }
+
+// part is the bytes of output one message carries: 32 KiB as base64, within
+// the allowance the host gives a message beyond the execution's output
+// limit (docs/protocol.md).
+const part = 24 << 10
+
+func (c *rpcCallbacks) stream(method string, p []byte) {
+	for len(p) > 0 {
+		n := min(len(p), part)
+		c.notify(method, map[string]any{"data": p[:n]})
+		p = p[n:]
+	}
+}
 func (c *rpcCallbacks) Output(patch map[string]any) {
 	c.notify("output", map[string]any{"patch": patch})
 }

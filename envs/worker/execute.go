@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/cyrnel/cyrnel/envs/module"
 )
@@ -76,8 +77,12 @@ const (
 
 // decodeReply reads an execute answer strictly: a field or a status outside
 // the protocol is a protocol error, never a hint the host acts on.
-func decodeReply(raw json.RawMessage) (executeReply, error) {
+func decodeReply(boxed json.RawMessage) (executeReply, error) {
 	var rep executeReply
+	raw, err := unbox(boxed)
+	if err != nil {
+		return rep, fmt.Errorf("execute answer: %w", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&rep); err != nil {
@@ -115,9 +120,15 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (modul
 	// The host's own clock, paused while a tool call waits on a human.
 	timer := newDeadline(timeout)
 	defer timer.stop()
-	e := &execution{eid: in.EID, b: b, ctx: module.WithPause(ctx, timer.pause), limit: req.OutputLimit, stubs: req.Stubs}
+	frames := frameLimit(req.OutputLimit)
+	e := &execution{eid: in.EID, b: b, ctx: module.WithPause(ctx, timer.pause), limit: req.OutputLimit, stubs: req.Stubs,
+		budget: semaphore.NewWeighted(frames), budgetSize: frames}
 	w.cur.Store(e)
 	defer w.cur.Store(nil)
+	// What the program writes to the host is bounded by its own limit, from
+	// before the runtime hears of it until the answer is read.
+	w.setFrameLimit(frames)
+	defer w.setFrameLimit(0)
 
 	w.resetUsage()
 	b.SetState(in.EID, module.StateRunning)
@@ -168,9 +179,8 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (modul
 		case e.overLimit.Load():
 			out = outcome{res: module.Result{Exit: module.ExitFailed, Reason: module.ReasonOutputLimit},
 				msg: fmt.Sprintf("%s exceeded the output limit of %d bytes", [2]string{"stdout", "stderr"}[e.overWhich.Load()], e.limit)}
-		case errors.Is(w.stream.err(), errMessageTooLarge):
-			out = outcome{res: module.Result{Exit: module.ExitFailed, Reason: module.ReasonOutputLimit},
-				msg: fmt.Sprintf("a message to the host (an output value, a tool call's parameters or an error) exceeded the protocol's limit of %d MiB", maxMessage>>20)}
+		case errors.Is(w.stream.err(), errMessageTooLarge) || errors.Is(w.directS.err(), errMessageTooLarge):
+			out = outcome{res: module.Result{Exit: module.ExitFailed, Reason: module.ReasonOutputLimit}, msg: tooLargeText(req.OutputLimit)}
 		}
 	}
 	if out.res.Exit == module.ExitTimeout && out.msg == "" {
@@ -183,6 +193,15 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (modul
 		b.SetError(in.EID, out.msg)
 	}
 	return w.withUsage(out.res), out.clean
+}
+
+// tooLargeText says why a message past its limit ended an execution.
+func tooLargeText(outputLimit int64) string {
+	const what = "a message to the host (an output value, a display, a tool call's parameters)"
+	if frameLimit(outputLimit) == maxMessage {
+		return fmt.Sprintf("%s exceeded the protocol's limit of %d MiB", what, maxMessage>>20)
+	}
+	return fmt.Sprintf("%s exceeded %d bytes: the output limit of %d bytes and %d KiB for the protocol", what, frameLimit(outputLimit), outputLimit, frameEnvelope>>10)
 }
 
 // answered turns the runtime's answer, before the host stopped anything,

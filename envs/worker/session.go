@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
@@ -30,7 +31,9 @@ type DisplaySink interface {
 // bindings without it drop them. The runtime is untrusted: the sink caps
 // what it keeps.
 type FileSink interface {
-	EmitFile(eid int64, path string, data []byte)
+	// EmitFile passes a file, or with appended the next part of the file
+	// passed last (a file travels in parts, each within a message's limit).
+	EmitFile(eid int64, path string, data []byte, appended bool)
 }
 
 // Session is one worker that serves many executions, one at a time, keeping
@@ -59,5 +62,13 @@ func (s *Session) Execute(ctx context.Context, in module.ExecutionInput) (module
 // file requests) and decodes the answer into out. The runtime is untrusted:
 // the caller bounds ctx and checks what comes back.
 func (s *Session) Call(ctx context.Context, method string, params, out any) error {
-	return s.conn.Call(ctx, method, params, out)
+	var boxed json.RawMessage
+	if err := s.conn.Call(ctx, method, params, &boxed); err != nil {
+		return err
+	}
+	raw, err := unbox(boxed)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(raw, out)
 }

@@ -124,3 +124,47 @@ func FuzzLineStreamRoundTrip(f *testing.F) {
 type verbatim string
 
 func (v verbatim) MarshalJSON() ([]byte, error) { return []byte(v), nil }
+
+// FuzzRPCStreamRead: whatever the worker writes, the messages handed to
+// jsonrpc2 carry no params and a result only as a string, so the library
+// never decodes a worker's values; the params kept for the handler are
+// JSON, and a result unboxes.
+func FuzzRPCStreamRead(f *testing.F) {
+	for _, seed := range []string{
+		`{"jsonrpc":"2.0","method":"output","params":{"patch":{"a":[1,2,3]}}}` + "\n",
+		`{"jsonrpc":"2.0","id":"x","result":{"status":"success"}}` + "\n",
+		`{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"m","data":[1,2]}}` + "\n",
+		`{"jsonrpc":"2.0","id":[1,1,1],"result":1}` + "\n",
+		`{"jsonrpc":"2.0","id":1,"method":"invokeTool","params":{"x":"\xff"}}` + "\n",
+		`[{"jsonrpc":"2.0","method":"a"}]` + "\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := &rpcStream{lineStream: newLineStream(nopCloser{Reader: bytes.NewReader(data), Writer: io.Discard})}
+		for {
+			var handed map[string]json.RawMessage
+			if err := s.ReadObject(&handed); err != nil {
+				return
+			}
+			if _, ok := handed["params"]; ok {
+				t.Fatalf("params handed to jsonrpc2: %s", handed["params"])
+			}
+			if r, ok := handed["result"]; ok {
+				if _, err := unbox(r); err != nil {
+					t.Fatalf("result %s does not unbox: %v", r, err)
+				}
+			}
+			if p := s.paramsOf(); p != nil && !json.Valid(p) {
+				t.Fatalf("params kept are not JSON: %q", p)
+			}
+			var req jsonrpc2.Request
+			if handed["method"] != nil {
+				raw, _ := json.Marshal(handed)
+				if err := json.Unmarshal(raw, &req); err == nil && req.Params != nil {
+					t.Fatalf("jsonrpc2 sees params %s", *req.Params)
+				}
+			}
+		}
+	})
+}

@@ -17,8 +17,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sourcegraph/jsonrpc2"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/cyrnel/cyrnel/envs/module"
 )
@@ -33,8 +35,9 @@ type Worker struct {
 	log     *slog.Logger
 	h       Handle
 	conn    *jsonrpc2.Conn
-	stream  *lineStream
+	stream  *rpcStream     // fds 3 and 4
 	direct  *jsonrpc2.Conn // the main thread's calls (fds 5 and 6)
+	directS *rpcStream
 	ready   chan struct{}
 	once    sync.Once
 	streams sync.WaitGroup
@@ -56,14 +59,18 @@ type Worker struct {
 const warmupTail = 4 << 10
 
 type execution struct {
-	eid       int64
-	b         module.Bindings
-	ctx       context.Context // tool calls end with the execution
-	limit     int64
-	stubs     ToolStubs
-	written   [2]atomic.Int64
-	overLimit atomic.Bool
-	overWhich atomic.Int32
+	eid   int64
+	b     module.Bindings
+	ctx   context.Context // tool calls end with the execution
+	limit int64
+	stubs ToolStubs
+	// budget holds the bytes of the params of the requests being served
+	// (at most budgetSize, the execution's limit on one message).
+	budget     *semaphore.Weighted
+	budgetSize int64
+	written    [2]atomic.Int64
+	overLimit  atomic.Bool
+	overWhich  atomic.Int32
 }
 
 // Start launches a worker; ctx bounds the launch.
@@ -108,10 +115,14 @@ func Start(ctx context.Context, log *slog.Logger, l Launcher, cmd Command) (*Wor
 		outs:     [2]*os.File{pipes[0][0], pipes[1][0]},
 		oomTexts: cmd.OutOfMemory,
 	}
-	w.stream = newLineStream(pipeRW{r: pipes[3][0], w: pipes[2][1]})
+	// A message past the limit ends the worker at once: the host reads no
+	// more of what the program writes.
+	w.stream = &rpcStream{lineStream: newLineStream(pipeRW{r: pipes[3][0], w: pipes[2][1]})}
+	w.directS = &rpcStream{lineStream: newLineStream(pipeRW{r: pipes[5][0], w: pipes[4][1]})}
+	w.stream.tooLarge, w.directS.tooLarge = h.Kill, h.Kill
 	logger := jsonrpc2.SetLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug))
 	w.conn = jsonrpc2.NewConn(context.Background(), w.stream, w, logger)
-	w.direct = jsonrpc2.NewConn(context.Background(), newLineStream(pipeRW{r: pipes[5][0], w: pipes[4][1]}), directCalls{w}, logger)
+	w.direct = jsonrpc2.NewConn(context.Background(), w.directS, directCalls{w}, logger)
 	w.eof = make(chan struct{})
 	w.calls = make(chan struct{}, maxCalls)
 	w.streams.Add(2)
@@ -119,6 +130,13 @@ func Start(ctx context.Context, log *slog.Logger, l Launcher, cmd Command) (*Wor
 	go w.pump(1)
 	go func() { w.streams.Wait(); close(w.eof) }()
 	return w, nil
+}
+
+// setFrameLimit bounds the messages read from now on, on both streams
+// (0: maxMessage).
+func (w *Worker) setFrameLimit(n int64) {
+	w.stream.setLimit(n)
+	w.directS.setLimit(n)
 }
 
 // pipeRW joins the two protocol pipes into one stream.
@@ -276,6 +294,7 @@ func (w *Worker) emit(stream int, p []byte) {
 // execute answer that follows them); requests that call into the host run on
 // their own goroutines so a slow tool never stalls the stream.
 func (w *Worker) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	params := w.stream.paramsOf()
 	switch req.Method {
 	case "ready":
 		w.once.Do(func() { close(w.ready) })
@@ -286,17 +305,26 @@ func (w *Worker) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Re
 		var p struct {
 			Data []byte `json:"data"`
 		}
-		if w.cur.Load() != nil && req.Params != nil && json.Unmarshal(*req.Params, &p) == nil {
+		if w.cur.Load() != nil && params != nil && json.Unmarshal(params, &p) == nil {
 			w.emit(map[string]int{"stdout": 0, "stderr": 1}[req.Method], p.Data)
 		}
 		return
 	case "output":
 		e := w.cur.Load()
+		// The values stay JSON: decoding them would cost the host far more
+		// than their bytes, and the host only stores and sends them on.
 		var p struct {
-			Patch map[string]any `json:"patch"`
+			Patch map[string]json.RawMessage `json:"patch"`
 		}
-		if e == nil || req.Params == nil || json.Unmarshal(*req.Params, &p) != nil || p.Patch == nil {
+		if e == nil || params == nil || json.Unmarshal(params, &p) != nil || p.Patch == nil {
 			return
+		}
+		for k, v := range p.Patch {
+			// Only strings can hold invalid UTF-8 (anything else is
+			// not JSON): U+FFFD for it keeps the JSON valid.
+			if !utf8.Valid(v) {
+				p.Patch[k] = bytes.ToValidUTF8(v, []byte("\uFFFD"))
+			}
 		}
 		e.b.EmitOutput(e.eid, p.Patch)
 		return
@@ -307,7 +335,7 @@ func (w *Worker) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Re
 			sink, ok = e.b.(DisplaySink)
 		}
 		var p Display
-		if !ok || req.Params == nil || json.Unmarshal(*req.Params, &p) != nil || p.Data == nil ||
+		if !ok || params == nil || json.Unmarshal(params, &p) != nil || p.Data == nil ||
 			(p.Kind != DisplayShown && p.Kind != DisplayResult) {
 			return
 		}
@@ -320,25 +348,38 @@ func (w *Worker) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Re
 			sink, ok = e.b.(FileSink)
 		}
 		var p struct {
-			Path string `json:"path"`
-			Data []byte `json:"data"`
+			Path   string `json:"path"`
+			Data   []byte `json:"data"`
+			Append bool   `json:"append"`
 		}
-		if !ok || req.Params == nil || json.Unmarshal(*req.Params, &p) != nil || p.Path == "" {
+		if !ok || params == nil || json.Unmarshal(params, &p) != nil || p.Path == "" {
 			return
 		}
-		sink.EmitFile(e.eid, p.Path, p.Data)
+		sink.EmitFile(e.eid, p.Path, p.Data, p.Append)
 		return
 	}
 	if req.Notif {
 		return
 	}
 	// Taken here, on the read loop, so a flood of requests slows the worker
-	// down instead of growing the host.
+	// down instead of growing the host: a token per request, and the bytes
+	// of its params from the execution's budget (what the host holds
+	// decoded for requests in flight is bounded by the execution's limit).
 	w.calls <- struct{}{}
 	e := w.cur.Load() // the execution this request belongs to, not a later one
+	var weight int64
+	if e != nil {
+		weight = min(int64(len(params)), e.budgetSize)
+		if e.budget.Acquire(e.ctx, weight) != nil {
+			weight = -1 // the execution ended: served with its error below
+		}
+	}
 	go func() {
 		defer func() { <-w.calls }()
-		w.serve(conn, req, e)
+		if weight > 0 {
+			defer e.budget.Release(weight)
+		}
+		w.serve(conn, req, params, e)
 	}()
 }
 
@@ -350,20 +391,20 @@ type directCalls struct{ w *Worker }
 
 func (d directCalls) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	if !req.Notif {
-		d.w.serve(conn, req, d.w.cur.Load())
+		d.w.serve(conn, req, d.w.directS.paramsOf(), d.w.cur.Load())
 	}
 }
 
 // maxCalls bounds the requests of one worker that the host serves at once.
 const maxCalls = 64
 
-func (w *Worker) serve(conn *jsonrpc2.Conn, req *jsonrpc2.Request, e *execution) {
+func (w *Worker) serve(conn *jsonrpc2.Conn, req *jsonrpc2.Request, params json.RawMessage, e *execution) {
 	ctx := context.Background()
 	if e == nil {
 		_ = conn.ReplyWithError(ctx, req.ID, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidRequest, Message: "no execution in progress"})
 		return
 	}
-	result, err := w.call(e, req)
+	result, err := w.call(e, req.Method, params)
 	if err != nil {
 		var rpcErr *jsonrpc2.Error
 		if !errors.As(err, &rpcErr) {
@@ -398,12 +439,11 @@ func toolError(err error) *jsonrpc2.Error {
 	return rpcErr
 }
 
-func (w *Worker) call(e *execution, req *jsonrpc2.Request) (any, error) {
-	params := json.RawMessage("{}")
-	if req.Params != nil {
-		params = *req.Params
+func (w *Worker) call(e *execution, method string, params json.RawMessage) (any, error) {
+	if params == nil {
+		params = json.RawMessage("{}")
 	}
-	switch req.Method {
+	switch method {
 	case "invokeTool":
 		var in module.InvokeInput
 		if err := json.Unmarshal(params, &in); err != nil {
@@ -474,5 +514,5 @@ func (w *Worker) call(e *execution, req *jsonrpc2.Request) (any, error) {
 		}
 		return ts.SearchTools(e.ctx, in.Query, min(max(in.Limit, 1), 50))
 	}
-	return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "method not found: " + req.Method}
+	return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: "method not found: " + method}
 }

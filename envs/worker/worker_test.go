@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"os/exec"
@@ -193,7 +194,8 @@ func FuzzDecodeReply(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		rep, err := decodeReply(raw)
+		boxed, _ := json.Marshal(string(raw)) // as the stream hands answers on
+		rep, err := decodeReply(boxed)
 		if err == nil && rep.Status != replySuccess && rep.Status != replyFailed && rep.Status != replyStopped {
 			t.Fatalf("accepted status %q", rep.Status)
 		}

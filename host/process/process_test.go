@@ -2,12 +2,14 @@ package process
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,7 +100,7 @@ func TestLateEventsNeverOverwriteAFinalState(t *testing.T) {
 		}
 		m.SetState(eid, module.StateRunning)
 		m.EmitStdout(eid, []byte("late\n"))
-		m.EmitOutput(eid, map[string]any{"late": true})
+		m.EmitOutput(eid, map[string]json.RawMessage{"late": json.RawMessage("true")})
 		m.SetError(eid, "late error")
 		close(late)
 	}
@@ -205,14 +207,15 @@ func TestOutputMergeAndCap(t *testing.T) {
 	m.limits.OutputBytes = 64
 	p, _ := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})
 	<-ex.start
-	m.EmitOutput(p.PID, map[string]any{"a": 1.0, "b": 1.0})
+	m.EmitOutput(p.PID, map[string]json.RawMessage{"a": json.RawMessage("1"), "b": json.RawMessage("1")})
 	// The cap is on the merged object: overwriting a key many times is fine.
 	for i := range 1000 {
-		m.EmitOutput(p.PID, map[string]any{"b": float64(i)})
+		m.EmitOutput(p.PID, map[string]json.RawMessage{"b": json.RawMessage(strconv.Itoa(i))})
 	}
-	m.EmitOutput(p.PID, map[string]any{"big": string(make([]byte, 100))}) // past the cap: dropped
+	big := json.RawMessage(`"` + strings.Repeat(`\u0000`, 100) + `"`)
+	m.EmitOutput(p.PID, map[string]json.RawMessage{"big": big}) // past the cap: dropped
 	live, _ := m.Get(context.Background(), p.PID)
-	if live.Output["b"] != 999.0 || live.State != Running || !live.OutputTruncated {
+	if b, _ := json.Marshal(live.Output); string(b) != `{"a":1,"b":999}` || live.State != Running || !live.OutputTruncated {
 		t.Fatalf("live view: %+v", live)
 	}
 	// Said where the client looks: on stderr and, as stderr is too small
@@ -222,7 +225,7 @@ func TestOutputMergeAndCap(t *testing.T) {
 	}
 	ex.end <- module.Result{Exit: module.ExitSuccess}
 	got := waitIdle(t, m, p.PID)
-	if len(got.Output) != 2 || got.Output["a"] != 1.0 || got.Output["b"] != 999.0 || !got.OutputTruncated {
+	if b, _ := json.Marshal(got.Output); string(b) != `{"a":1,"b":999}` || !got.OutputTruncated {
 		t.Fatalf("output %v truncated=%v", got.Output, got.OutputTruncated)
 	}
 	if want := `cyrnel: output key "big" (609 bytes) dropped: the structured output is capped at 64 bytes`; got.Error != want {
@@ -314,7 +317,7 @@ func TestProgressIsDurable(t *testing.T) {
 		}
 	}
 	m.EmitStdout(p.PID, []byte("one\n"))
-	m.EmitOutput(p.PID, map[string]any{"k": 1.0})
+	m.EmitOutput(p.PID, map[string]json.RawMessage{"k": json.RawMessage("1")})
 	row := stored(func(r *store.Process) bool { return r.Stdout == "one\n" })
 	if row.State != string(Running) || row.StartedAt == nil || row.Output["k"] != 1.0 {
 		t.Fatalf("flushed %+v", row)
@@ -697,5 +700,33 @@ func TestAResultOutlivesADatabaseOutage(t *testing.T) {
 	}
 	if stored.State != string(Idle) || *stored.ExitState != string(module.ExitSuccess) || stored.Stdout != "kept\n" {
 		t.Fatalf("stored %+v, answered %+v", stored, got)
+	}
+}
+
+// TestOutputFilePartsAreKeptWhole: a file arrives in parts; a part of no
+// file sent before is dropped, and a file whose parts pass the cap is
+// dropped whole, never kept cut.
+func TestOutputFilePartsAreKeptWhole(t *testing.T) {
+	t.Parallel()
+	m, ex, _ := newManager(t)
+	p, _ := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})
+	<-ex.start
+	m.EmitFile(p.PID, "a.txt", []byte("ab"), false)
+	m.EmitFile(p.PID, "a.txt", []byte("cd"), true)
+	m.EmitFile(p.PID, "b.txt", []byte("orphan"), true)
+	m.EmitFile(p.PID, "c.bin", make([]byte, MaxFileBytes-10), false)
+	m.EmitFile(p.PID, "c.bin", make([]byte, 20), true) // past the cap
+	m.EmitFile(p.PID, "c.bin", make([]byte, 1), true)  // the rest of a dropped file
+	ex.end <- module.Result{Exit: module.ExitSuccess}
+	got := waitIdle(t, m, p.PID)
+	files, err := m.Files(context.Background(), p.PID)
+	if err != nil || len(files) != 1 || files[0].Path != "a.txt" || files[0].Size != 4 || !got.OutputTruncated {
+		t.Fatalf("files %+v (%v), truncated %v", files, err, got.OutputTruncated)
+	}
+	if b, err := m.File(context.Background(), p.PID, "a.txt"); err != nil || string(b) != "abcd" {
+		t.Fatalf("a.txt: %q %v", b, err)
+	}
+	if !strings.Contains(got.Stderr, "c.bin") {
+		t.Fatalf("stderr %q does not say c.bin was dropped", got.Stderr)
 	}
 }

@@ -219,19 +219,16 @@ func (m *Manager) emit(eid int64, p []byte, typ EventType) {
 
 // EmitOutput merges a patch into the structured output: later keys
 // overwrite, new keys are added. The merged object is capped: a key whose
-// value would grow it past the cap is dropped and the output flagged.
-func (m *Manager) EmitOutput(eid int64, patch map[string]any) {
+// value would grow it past the cap is dropped and the output flagged. The
+// values stay the JSON the runtime wrote; their size is its length.
+func (m *Manager) EmitOutput(eid int64, patch map[string]json.RawMessage) {
 	r := m.lookup(eid)
 	if r == nil {
 		return
 	}
 	sizes := make(map[string]int64, len(patch))
 	for k, v := range patch {
-		b, err := json.Marshal(v)
-		if err != nil {
-			continue
-		}
-		sizes[k] = int64(len(k) + len(b) + 4) // quotes, colon, comma
+		sizes[k] = int64(len(k) + len(v) + 4) // quotes, colon, comma
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -315,8 +312,9 @@ func (m *Manager) EmitDisplay(eid int64, d worker.Display) {
 
 // EmitFile keeps a file a one-shot program left in its workspace, within
 // the caps (MaxInputFiles files, MaxFileBytes together); past them the file
-// is dropped, the output flagged truncated and stderr says so.
-func (m *Manager) EmitFile(eid int64, path string, data []byte) {
+// is dropped, the output flagged truncated and stderr says so. A file comes
+// in parts (appended: data continues the file sent last, of the same path).
+func (m *Manager) EmitFile(eid int64, path string, data []byte, appended bool) {
 	r := m.lookup(eid)
 	if r == nil || workspace.ValidPath("path", path) != nil {
 		return
@@ -326,13 +324,27 @@ func (m *Manager) EmitFile(eid int64, path string, data []byte) {
 	if r.ended {
 		return
 	}
-	for _, f := range r.files {
-		if f.Path == path {
+	var last *store.ProcessFile
+	if n := len(r.files); n > 0 {
+		last = &r.files[n-1]
+	}
+	if appended {
+		// The part of a file that was dropped, or of none, is dropped.
+		if last == nil || last.Path != path {
 			return
 		}
+	} else if slices.ContainsFunc(r.files, func(f store.ProcessFile) bool { return f.Path == path }) {
+		return
 	}
-	if len(r.files) >= MaxInputFiles || r.fileSize+int64(len(data)) > MaxFileBytes {
-		note := fmt.Sprintf("cyrnel: output file %s (%d bytes) not kept: a process keeps at most %d files and %d bytes of them\n", path, len(data), MaxInputFiles, MaxFileBytes)
+	if (!appended && len(r.files) >= MaxInputFiles) || r.fileSize+int64(len(data)) > MaxFileBytes {
+		size := int64(len(data))
+		if appended {
+			// A file is kept whole or not at all.
+			size += last.Size
+			r.fileSize -= last.Size
+			r.files = r.files[:len(r.files)-1]
+		}
+		note := fmt.Sprintf("cyrnel: output file %s (%d bytes so far) not kept: a process keeps at most %d files and %d bytes of them\n", path, size, MaxInputFiles, MaxFileBytes)
 		if text := r.stderr.add([]byte(note)); text != "" {
 			r.publishLocked(Event{Type: EventStderr, Text: text})
 		}
@@ -340,6 +352,11 @@ func (m *Manager) EmitFile(eid int64, path string, data []byte) {
 		return
 	}
 	r.fileSize += int64(len(data))
+	if appended {
+		last.Content = append(last.Content, data...)
+		last.Size += int64(len(data))
+		return
+	}
 	r.files = append(r.files, store.ProcessFile{PID: r.pid, Path: path, Size: int64(len(data)), ModifiedAt: time.Now().UTC(), Content: data})
 }
 

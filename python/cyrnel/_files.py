@@ -8,6 +8,8 @@ from __future__ import annotations
 import binascii
 import os
 
+from cyrnel import _rpc
+
 TYPE_CHECKING = False  # typing costs an import; mypy reads it as True
 if TYPE_CHECKING:
     from typing import Any, Callable
@@ -140,4 +142,8 @@ def collect(send: Callable[[str, Any], None]) -> None:
             continue
         total += len(data)
         sent += 1
-        send("file", {"path": path, "data": binascii.b2a_base64(data, newline=False).decode("ascii")})
+        # In parts: one message to the host stays within the execution's
+        # output limit, which bounds every message (docs/protocol.md).
+        for at in range(0, max(len(data), 1), _rpc.PART):
+            part = binascii.b2a_base64(data[at : at + _rpc.PART], newline=False).decode("ascii")
+            send("file", {"path": path, "data": part, "append": at > 0})

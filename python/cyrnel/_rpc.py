@@ -56,12 +56,21 @@ class _Pending:
         self.future = future
 
 
-# One encoder: json.dumps with options builds a new one per call.
-_encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+# The bytes of data one message carries when it carries them in parts
+# (stdout, files): 32 KiB as base64, within the allowance the host gives a
+# message beyond the execution's output limit (docs/protocol.md).
+PART = 24 << 10
+
+# One encoder: json.dumps with options builds a new one per call. UTF-8
+# rather than \u escapes: a message's size is what the host counts against
+# the output limit, so text costs its UTF-8 bytes, as on stdout.
+_encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
 
 
 def _encode(msg: dict[str, Any]) -> bytes:
-    return _encoder.encode(msg).encode() + b"\n"
+    # A lone surrogate (a name decoded with surrogateescape) cannot be UTF-8:
+    # it becomes the \u escape ensure_ascii would have written.
+    return _encoder.encode(msg).encode("utf-8", "backslashreplace") + b"\n"
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -32,6 +32,8 @@ _RUNTIME_DIR = os.path.dirname(os.path.abspath(cyrnel.__file__)) + os.sep
 # ast.PyCF_ALLOW_TOP_LEVEL_AWAIT and inspect.CO_COROUTINE, stable since 3.8:
 # importing ast and inspect for two constants would cost every fresh
 # interpreter tens of milliseconds.
+# The characters of an exception's message an answer carries.
+MAX_ERROR = 8 << 10
 PYCF_ALLOW_TOP_LEVEL_AWAIT = 0x2000
 CO_COROUTINE = 0x0080
 PYCF_ONLY_AST = 0x0400
@@ -53,6 +55,10 @@ def _failure(exc: BaseException) -> dict[str, Any]:
     # memory_limit, ...) is the host's to decide (docs/protocol.md).
     name = type(exc).__name__
     msg = str(exc)
+    if len(msg) > MAX_ERROR:
+        # The answer is a message like any other, within the output limit;
+        # the traceback on stderr has the whole text.
+        msg = msg[:MAX_ERROR] + "…"
     return {"status": "failed", "error": f"{name}: {msg}" if msg else name}
 
 
@@ -199,7 +205,9 @@ class _Notifier(io.RawIOBase):
         return True
 
     def write(self, b: Any) -> int:
-        data = bytes(b)
+        # A part at a time (the buffered writer above sends the rest): one
+        # message stays within the execution's limit on messages.
+        data = bytes(b[: _rpc.PART])
         if data:
             self._conn.notify(self._method, {"data": binascii.b2a_base64(data, newline=False).decode("ascii")})
         return len(data)
