@@ -167,9 +167,27 @@ type putFileInput struct {
 	RawBody []byte `contentType:"application/octet-stream"`
 }
 
+// fileBody is a file a program left, served as a download: a browser that
+// opens the URL saves it rather than rendering it (an f.html a program wrote
+// would otherwise run as a page of this origin), never sniffs another type
+// from it, and a CSP sandbox keeps it inert if it is rendered anyway.
 type fileBody struct {
-	ContentType string `header:"Content-Type"`
-	Body        []byte
+	ContentType        string `header:"Content-Type"`
+	ContentDisposition string `header:"Content-Disposition"`
+	NoSniff            string `header:"X-Content-Type-Options"`
+	CSP                string `header:"Content-Security-Policy"`
+	Body               []byte
+}
+
+// download is a program's file at path p (its extension picks the type).
+func download(p string, data []byte) *fileBody {
+	return &fileBody{
+		ContentType:        contentType(p),
+		ContentDisposition: mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}),
+		NoSniff:            "nosniff",
+		CSP:                "default-src 'none'; sandbox",
+		Body:               data,
+	}
 }
 
 type fileList struct {
@@ -207,7 +225,7 @@ func (s *server) registerSessionFiles(api huma.API) {
 
 	huma.Register(api, huma.Operation{
 		OperationID: "getSessionFile", Method: http.MethodGet, Path: "/sessions/{id}/files/{path}", Tags: []string{"sessions"},
-		Summary: "Download a file from a session's workspace", Description: "Raw bytes, the content type chosen by the extension.",
+		Summary: "Download a file from a session's workspace", Description: "Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.",
 		Errors: []int{http.StatusConflict},
 		Responses: map[string]*huma.Response{"200": {Description: "The file.",
 			Content: map[string]*huma.MediaType{"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}}}}},
@@ -216,7 +234,7 @@ func (s *server) registerSessionFiles(api huma.API) {
 		if err != nil {
 			return nil, s.problemAt(err, inPath)
 		}
-		return &fileBody{ContentType: contentType(in.Path), Body: data}, nil
+		return download(in.Path, data), nil
 	})
 
 	huma.Register(api, huma.Operation{

@@ -2372,7 +2372,7 @@ type ClientInterface interface {
 
 	// GetProcessFile Download a file a process left
 	//
-	// Raw bytes, the content type chosen by the extension.
+	// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 	//
 	// Corresponds with GET /processes/{pid}/files/{path} (the `GetProcessFile` operationId).
 	GetProcessFile(ctx context.Context, pid int64, path string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2588,7 +2588,7 @@ type ClientInterface interface {
 
 	// GetSessionFile Download a file from a session's workspace
 	//
-	// Raw bytes, the content type chosen by the extension.
+	// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 	//
 	// Corresponds with GET /sessions/{id}/files/{path} (the `GetSessionFile` operationId).
 	GetSessionFile(ctx context.Context, id string, path string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3283,7 +3283,7 @@ func (c *Client) ListProcessFiles(ctx context.Context, pid int64, reqEditors ...
 
 // GetProcessFile Download a file a process left
 //
-// Raw bytes, the content type chosen by the extension.
+// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 //
 // Corresponds with GET /processes/{pid}/files/{path} (the `GetProcessFile` operationId).
 func (c *Client) GetProcessFile(ctx context.Context, pid int64, path string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3799,7 +3799,7 @@ func (c *Client) DeleteSessionFile(ctx context.Context, id string, path string, 
 
 // GetSessionFile Download a file from a session's workspace
 //
-// Raw bytes, the content type chosen by the extension.
+// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 //
 // Corresponds with GET /sessions/{id}/files/{path} (the `GetSessionFile` operationId).
 func (c *Client) GetSessionFile(ctx context.Context, id string, path string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7125,7 +7125,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetProcessFileWithResponse Download a file a process left
 	//
-	// Raw bytes, the content type chosen by the extension.
+	// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7377,7 +7377,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetSessionFileWithResponse Download a file from a session's workspace
 	//
-	// Raw bytes, the content type chosen by the extension.
+	// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9356,7 +9356,10 @@ func (r ListProcessFilesResponse) ContentType() string {
 
 // GetProcessFileResponse200Headers the declared response headers of an HTTP 200 response for GetProcessFile
 type GetProcessFileResponse200Headers struct {
-	ContentType *string
+	ContentDisposition    *string
+	ContentSecurityPolicy *string
+	ContentType           *string
+	XContentTypeOptions   *string
 }
 
 type GetProcessFileResponse struct {
@@ -10921,7 +10924,10 @@ func (r DeleteSessionFileResponse) ContentType() string {
 
 // GetSessionFileResponse200Headers the declared response headers of an HTTP 200 response for GetSessionFile
 type GetSessionFileResponse200Headers struct {
-	ContentType *string
+	ContentDisposition    *string
+	ContentSecurityPolicy *string
+	ContentType           *string
+	XContentTypeOptions   *string
 }
 
 type GetSessionFileResponse struct {
@@ -12092,7 +12098,7 @@ func (c *ClientWithResponses) ListProcessFilesWithResponse(ctx context.Context, 
 
 // GetProcessFileWithResponse Download a file a process left
 //
-// Raw bytes, the content type chosen by the extension.
+// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12524,7 +12530,7 @@ func (c *ClientWithResponses) DeleteSessionFileWithResponse(ctx context.Context,
 
 // GetSessionFileWithResponse Download a file from a session's workspace
 //
-// Raw bytes, the content type chosen by the extension.
+// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14201,12 +14207,33 @@ func ParseGetProcessFileResponse(rsp *http.Response) (*GetProcessFileResponse, e
 	switch {
 	case rsp.StatusCode == 200:
 		var headers GetProcessFileResponse200Headers
+		if values := rsp.Header.Values("Content-Disposition"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Disposition", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentDisposition = &value
+		}
+		if values := rsp.Header.Values("Content-Security-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Security-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentSecurityPolicy = &value
+		}
 		if values := rsp.Header.Values("Content-Type"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Type", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.ContentType = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
 		}
 		response.Headers200 = &headers
 	}
@@ -15447,12 +15474,33 @@ func ParseGetSessionFileResponse(rsp *http.Response) (*GetSessionFileResponse, e
 	switch {
 	case rsp.StatusCode == 200:
 		var headers GetSessionFileResponse200Headers
+		if values := rsp.Header.Values("Content-Disposition"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Disposition", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentDisposition = &value
+		}
+		if values := rsp.Header.Values("Content-Security-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Security-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentSecurityPolicy = &value
+		}
 		if values := rsp.Header.Values("Content-Type"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Type", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.ContentType = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
 		}
 		response.Headers200 = &headers
 	}
