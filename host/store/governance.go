@@ -35,12 +35,18 @@ func (s *Store) InsertApproval(ctx context.Context, a *Approval) error {
 // GetApproval reads one approval.
 func (s *Store) GetApproval(ctx context.Context, id string) (*Approval, error) {
 	a := new(Approval)
+	if !keyable(id) {
+		return nil, fmt.Errorf("approval %q: %w", id, ErrNotFound)
+	}
 	return one(a, s.DB.NewSelect().Model(a).Where("id = ?", id).Scan(ctx), "approval %s", id)
 }
 
 // DecideApproval moves a pending approval to state; false when it was not
 // pending (decided already, or unknown).
 func (s *Store) DecideApproval(ctx context.Context, id, state string, at time.Time) (bool, error) {
+	if !keyable(id) {
+		return false, nil
+	}
 	res, err := s.DB.NewUpdate().Model((*Approval)(nil)).Set("state = ?", state).Set("decided_at = ?", at).
 		Where("id = ?", id).Where("state = 'pending'").Exec(ctx)
 	if err != nil {

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/uptrace/bun"
 )
@@ -87,6 +89,19 @@ func (s *Store) InsertService(ctx context.Context, svc *Service, tools []Tool) e
 
 // one is the outcome of reading the one row v names (format and args, as
 // "process 3"): ErrNotFound when there is none.
+// keyable says whether keys can be looked up at all. No row holds a NUL
+// or invalid UTF-8 (nothing the host writes does), and either makes the
+// query itself fail (SQLite's tokenizer stops at a NUL, PostgreSQL refuses
+// the encoding) with the database's words: a lookup of one finds nothing.
+func keyable(keys ...string) bool {
+	for _, k := range keys {
+		if strings.IndexByte(k, 0) >= 0 || !utf8.ValidString(k) {
+			return false
+		}
+	}
+	return true
+}
+
 func one[T any](v *T, err error, format string, args ...any) (*T, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf(format+": %w", append(args, ErrNotFound)...)
@@ -103,6 +118,9 @@ var ErrExists = errors.New("already exists")
 // GetService reads one service.
 func (s *Store) GetService(ctx context.Context, id string) (*Service, error) {
 	svc := new(Service)
+	if !keyable(id) {
+		return nil, fmt.Errorf("service %q: %w", id, ErrNotFound)
+	}
 	return one(svc, s.DB.NewSelect().Model(svc).Where("id = ?", id).Scan(ctx), "service %s", id)
 }
 
@@ -129,6 +147,9 @@ func (s *Store) UpdateService(ctx context.Context, svc *Service, columns ...stri
 
 // DeleteService removes a service and its tools.
 func (s *Store) DeleteService(ctx context.Context, id string) error {
+	if !keyable(id) {
+		return fmt.Errorf("service %q: %w", id, ErrNotFound)
+	}
 	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		// Explicit, so it holds without foreign-key enforcement too.
 		if _, err := tx.NewRaw("DELETE FROM tool_search WHERE service_id = ?", id).Exec(ctx); err != nil {
@@ -190,11 +211,17 @@ func (s *Store) ListTools(ctx context.Context, f ToolFilter) ([]Tool, error) {
 // GetTool reads one tool with its schemas.
 func (s *Store) GetTool(ctx context.Context, serviceID, id string) (*Tool, error) {
 	t := new(Tool)
+	if !keyable(serviceID, id) {
+		return nil, fmt.Errorf("tool %q.%q: %w", serviceID, id, ErrNotFound)
+	}
 	return one(t, s.DB.NewSelect().Model(t).Where("service_id = ? AND id = ?", serviceID, id).Scan(ctx), "tool %s.%s", serviceID, id)
 }
 
 // SetToolEnabled enables or disables a tool.
 func (s *Store) SetToolEnabled(ctx context.Context, serviceID, id string, enabled bool) error {
+	if !keyable(serviceID, id) {
+		return fmt.Errorf("tool %q.%q: %w", serviceID, id, ErrNotFound)
+	}
 	res, err := s.DB.NewUpdate().Model((*Tool)(nil)).Set("enabled = ?", enabled).
 		Where("service_id = ? AND id = ?", serviceID, id).Exec(ctx)
 	if err != nil {

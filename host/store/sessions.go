@@ -54,6 +54,9 @@ func (s *Store) UpdateSession(ctx context.Context, ses *Session, columns ...stri
 // GetSession reads one session.
 func (s *Store) GetSession(ctx context.Context, id string) (*Session, error) {
 	ses := &Session{}
+	if !keyable(id) {
+		return nil, fmt.Errorf("session %q: %w", id, ErrNotFound)
+	}
 	return one(ses, s.DB.NewSelect().Model(ses).Where("id = ?", id).Scan(ctx), "session %s", id)
 }
 
@@ -133,5 +136,8 @@ func (s *Store) ListProcessFiles(ctx context.Context, pid int64) ([]ProcessFile,
 // GetProcessFile reads one file of a process.
 func (s *Store) GetProcessFile(ctx context.Context, pid int64, path string) (*ProcessFile, error) {
 	f := &ProcessFile{}
+	if !keyable(path) {
+		return nil, fmt.Errorf("file %q of process %d: %w", path, pid, ErrNotFound)
+	}
 	return one(f, s.DB.NewSelect().Model(f).Where("pid = ? AND path = ?", pid, path).Scan(ctx), "file %s of process %d", path, pid)
 }

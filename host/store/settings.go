@@ -53,6 +53,9 @@ type Module struct {
 // ErrNotFound.
 func (s *Store) GetModule(ctx context.Context, id string) (*Module, error) {
 	m := new(Module)
+	if !keyable(id) {
+		return nil, fmt.Errorf("module %q: %w", id, ErrNotFound)
+	}
 	return one(m, s.DB.NewSelect().Model(m).Where("id = ?", id).Scan(ctx), "module %s", id)
 }
 

@@ -496,3 +496,34 @@ func TestPidsAreNeverGivenTwice(t *testing.T) {
 		})
 	}
 }
+
+// TestUnkeyableLookupsFindNothing: a key with a NUL or invalid UTF-8 finds
+// nothing on either dialect (SQLite's tokenizer and PostgreSQL's encoding
+// check would fail the query with their own words); a plain unknown key is
+// the control.
+func TestUnkeyableLookupsFindNothing(t *testing.T) {
+	t.Parallel()
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			for _, key := range []string{"a\x00b", "\x00", "\xff\xfe", "nope"} {
+				_, e1 := st.GetSession(ctx, key)
+				_, e2 := st.GetApproval(ctx, key)
+				_, e3 := st.GetService(ctx, key)
+				_, e4 := st.GetTool(ctx, "s", key)
+				_, e5 := st.GetModule(ctx, key)
+				_, e6 := st.GetProcessFile(ctx, 1, key)
+				e7 := st.DeleteService(ctx, key)
+				e8 := st.SetToolEnabled(ctx, key, "t", true)
+				for i, err := range []error{e1, e2, e3, e4, e5, e6, e7, e8} {
+					if !errors.Is(err, ErrNotFound) {
+						t.Errorf("lookup %d of %q: %v, want not found", i+1, key, err)
+					}
+				}
+				if ok, err := st.DecideApproval(ctx, key, "approved", time.Now()); ok || err != nil {
+					t.Errorf("decide %q: %v %v", key, ok, err)
+				}
+			}
+		})
+	}
+}
