@@ -123,6 +123,7 @@ func serve(args []string) error {
 	var pythons cli.Strings
 	fs.Var(&pythons, "python", "a Python interpreter module configs may name, a name on PATH or a path; repeatable, the first is the default; no other runs (env CYRNEL_PYTHON, ':'-separated; default python3)")
 	fs.String("max-sessions", "", "sessions (long-lived interpreters) this host runs at once; more are refused with 429 (env CYRNEL_MAX_SESSIONS, default 16)")
+	fs.String("allowed-hosts", "", "comma-separated host names (or addresses) requests may name in Host and a browser's Origin, besides the loopback names and the listen address's; * allows any (env CYRNEL_ALLOWED_HOSTS)")
 	insecure := fs.Bool("insecure", false, "allow listening on a non-loopback address without CYRNEL_API_KEY")
 	fs.String("sandbox-uids", "", "FIRST:COUNT host uids (and gids) a root host gives its sandboxes, one each (env CYRNEL_SANDBOX_UIDS, default "+
 		fmt.Sprintf("%d:%d", sandbox.DefaultIDRange.First, sandbox.DefaultIDRange.Count)+")")
@@ -182,6 +183,7 @@ func serve(args []string) error {
 		LeaseTTL:         leaseTTL,
 		Python:           cli.Interpreters(pythons),
 		Insecure:         *insecure,
+		AllowedHosts:     splitList(cli.Setting(fs, "allowed-hosts", "CYRNEL_ALLOWED_HOSTS", "")),
 		AllowUnsandboxed: *unsandboxed || os.Getenv("CYRNEL_ALLOW_UNSANDBOXED") == "1",
 		Version:          version,
 		Limits:           limits,
@@ -228,6 +230,17 @@ func retentionFromEnv(keep process.Retention) (process.Retention, error) {
 		keep.MaxBytes = mb << 20
 	}
 	return keep, nil
+}
+
+// splitList is a comma-separated setting's non-empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 // governanceFromEnv reads the tool governance settings.

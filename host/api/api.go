@@ -50,6 +50,7 @@ type Deps struct {
 	Tools       Tools
 	Sessions    Sessions
 	MCP         http.Handler // the MCP endpoint, mounted at /mcp when set
+	Hosts       Hosts        // nil: any Host and Origin
 	// Tool governance: policies, approvals, the audit and the gate every
 	// tool call passes.
 	Policies  Policies
@@ -70,6 +71,13 @@ type server struct {
 	Deps
 }
 
+// Hosts decides which names a request may carry: its Host, and the Origin a
+// browser adds (empty when there is none).
+type Hosts interface {
+	Host(host string) bool
+	Origin(origin string) bool
+}
+
 // New builds the HTTP handler and the huma API (whose OpenAPI document is
 // the spec).
 func New(d Deps) (http.Handler, huma.API) {
@@ -81,6 +89,9 @@ func New(d Deps) (http.Handler, huma.API) {
 		writeProblem(w, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed here")
 	})
 	s := &server{d}
+	if d.Hosts != nil {
+		r.Use(checkHosts(r, d.Hosts))
+	}
 	if d.Keys != nil {
 		r.Use(s.authorize(r))
 	}
@@ -123,6 +134,30 @@ func Config() huma.Config {
 	}
 	cfg.Security = []map[string][]string{{"bearer": {}}}
 	return cfg
+}
+
+// checkHosts refuses, before the key is looked at, a request that names a
+// host this server does not answer to (a DNS-rebinding page names its own)
+// or comes from a foreign page's Origin, as the MCP specification requires
+// of its endpoint: 403 naming the header. Liveness and the spec stay open.
+func checkHosts(mux *chi.Mux, h Hosts) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, roles, known := route(mux, r); !known || len(roles) > 0 {
+				if !h.Host(r.Host) {
+					writeProblemDetail(w, http.StatusForbidden, "this server does not answer to that host name (the operator allows more with --allowed-hosts)",
+						&huma.ErrorDetail{Location: "header.Host", Message: "not an allowed host name", Value: r.Host})
+					return
+				}
+				if origin := r.Header.Get("Origin"); !h.Origin(origin) {
+					writeProblemDetail(w, http.StatusForbidden, "requests from that origin are refused (the operator allows more with --allowed-hosts)",
+						&huma.ErrorDetail{Location: "header.Origin", Message: "not an allowed origin", Value: origin})
+					return
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 func writeProblem(w http.ResponseWriter, status int, detail string) {

@@ -136,12 +136,7 @@ func allowed(c caller.Caller, roles []caller.Role) bool {
 func (s *server) authorize(mux *chi.Mux) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			path := r.URL.RawPath
-			if path == "" {
-				path = r.URL.Path
-			}
-			pattern := mux.Find(chi.NewRouteContext(), r.Method, path)
-			roles, known := rolesFor(r.Method, pattern)
+			pattern, roles, known := route(mux, r)
 			if known && len(roles) == 0 {
 				next.ServeHTTP(w, r)
 				return
@@ -158,6 +153,18 @@ func (s *server) authorize(mux *chi.Mux) func(http.Handler) http.Handler {
 			next.ServeHTTP(w, r.WithContext(caller.With(r.Context(), c)))
 		})
 	}
+}
+
+// route finds r's route pattern in mux and the roles that may use it;
+// known is false when the table has no entry (an unknown route).
+func route(mux *chi.Mux, r *http.Request) (pattern string, roles []caller.Role, known bool) {
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.Path
+	}
+	pattern = mux.Find(chi.NewRouteContext(), r.Method, path)
+	roles, known = rolesFor(r.Method, pattern)
+	return pattern, roles, known
 }
 
 // bearer is the request's bearer token ("" when there is none).

@@ -33,6 +33,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/keys"
 	"github.com/cyrnel/cyrnel/host/mcp"
 	"github.com/cyrnel/cyrnel/host/modules"
+	"github.com/cyrnel/cyrnel/host/origins"
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/retention"
@@ -67,6 +68,10 @@ type Config struct {
 	// name (serve --python, repeatable); the first is the default. Empty:
 	// python3 on PATH, if there is one.
 	Python []string
+	// AllowedHosts are host names (or addresses) requests may name in Host
+	// and Origin besides the loopback names and the listen address's
+	// (serve --allowed-hosts); "*" allows any.
+	AllowedHosts []string
 	// AllowUnsandboxed lets module configs weaken the sandbox (serve
 	// --allow-unsandboxed): the operator's decision, never an API call's.
 	AllowUnsandboxed bool
@@ -109,6 +114,7 @@ type Server struct {
 	services  *services.Manager
 	cluster   *cluster.Cluster // nil on SQLite
 	handler   http.Handler
+	hosts     *origins.Allowed
 	// egress learns the listen address, which tool calls never reach.
 	egress  *egress.Guard
 	keys    *keys.Manager
@@ -270,13 +276,14 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 		cl.Start(clusterHandlers(st, procs, approvals, policies, reg, svcs))
 	}
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}, Sessions: sessions})
+	hosts := origins.New(cfg.AllowedHosts)
 	keyring := keys.New(log.With("component", "keys"), st, record, keys.Options{Bootstrap: cfg.APIKey, BootstrapSince: keySince(keyFile)})
-	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, Keys: keyring, Changes: record, Processes: procs, Environment: reg, Modules: reg, Services: svcs, Tools: svcs, Sessions: sessions, MCP: mcpHandler,
+	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, Keys: keyring, Changes: record, Processes: procs, Environment: reg, Modules: reg, Services: svcs, Tools: svcs, Sessions: sessions, MCP: mcpHandler, Hosts: hosts,
 		Policies: policies, Approvals: approvals, ToolCalls: toolCalls{auditor, st}, Gate: g, Ready: readiness{st, reg}, Sandbox: hostSandbox})
 	// The console's assets and the API reference sit in front of the API
 	// (and its authentication): they hold no data.
 	handler = console.Handler(handler)
-	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, audit: auditor, approvals: approvals, gate: g, modules: reg, services: svcs, cluster: cl, handler: handler, egress: guard,
+	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, audit: auditor, approvals: approvals, gate: g, modules: reg, services: svcs, cluster: cl, handler: handler, hosts: hosts, egress: guard,
 		keys: keyring, changes: record}, nil
 }
 
@@ -317,6 +324,7 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 		s.Close()
 		return fmt.Errorf("listen: %w", err)
 	}
+	s.hosts.Listening(ln.Addr())
 	if err := s.egress.AddOwn(ln.Addr()); err != nil {
 		ln.Close()
 		s.Close()
