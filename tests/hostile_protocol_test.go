@@ -94,9 +94,9 @@ time.sleep(5)`, nil)
 			t.Fatalf("got %s/%s %q", p.exit(), p.reason(), p.Error)
 		}
 	})
-	t.Run("an output value past the frame cap", func(t *testing.T) {
-		p := h.run(`cyrnel.output({"x": "a" * (20 << 20)})`, nil)
-		if p.exit() != "failed" || p.reason() != "output_limit" || !strings.Contains(p.Error, "MiB") {
+	t.Run("an output value past the message limit", func(t *testing.T) {
+		p := h.run(`cyrnel.output({"x": "a" * (2 << 20)})`, nil)
+		if p.exit() != "failed" || p.reason() != "output_limit" || !strings.Contains(p.Error, "the output limit of 1048576 bytes") {
 			t.Fatalf("got %s/%s %q", p.exit(), p.reason(), p.Error)
 		}
 	})
