@@ -358,9 +358,13 @@ func (w *Worker) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Re
 		sink.EmitFile(e.eid, p.Path, p.Data, p.Append)
 		return
 	}
-	if req.Notif {
-		return
+	if !req.Notif {
+		w.request(conn, req, params)
 	}
+}
+
+// request serves a worker's request on its own goroutine.
+func (w *Worker) request(conn *jsonrpc2.Conn, req *jsonrpc2.Request, params json.RawMessage) {
 	// Taken here, on the read loop, so a flood of requests slows the worker
 	// down instead of growing the host: a token per request, and the bytes
 	// of its params from the execution's budget (what the host holds
