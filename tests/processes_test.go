@@ -304,15 +304,20 @@ func TestSplitUTF8AndOutputCap(t *testing.T) {
 	}
 }
 
-// TestADroppedOutputKeyIsSaid: an output value past the structured
-// output's cap (1 MiB) is dropped, and the process says so where the client
-// looks: outputTruncated and a line on stderr, not only the server log.
-func TestADroppedOutputKeyIsSaid(t *testing.T) {
+// TestAnOutputPastTheLimitEndsTheExecution: an output message larger than
+// the output limit (1 MiB) and the protocol's envelope is refused before
+// the host decodes it (docs/protocol.md): the execution ends output_limit
+// saying so, keeping what it output before.
+func TestAnOutputPastTheLimitEndsTheExecution(t *testing.T) {
+	t.Parallel()
 	h := start(t, "")
 	p := h.run("cyrnel.output({'small': 1})\ncyrnel.output({'big': 'x' * 1200000})\nprint('done')", nil)
-	if p.exit() != "success" || p.Stdout != "done\n" || p.Output["small"] != 1.0 || p.Output["big"] != nil || !p.OutputTruncated ||
-		!strings.Contains(p.Stderr, `cyrnel: output key "big" (1200009 bytes) dropped: the structured output is capped at 1048576 bytes`) {
-		t.Fatalf("exit %s truncated %v output keys %d stderr %q", p.exit(), p.OutputTruncated, len(p.Output), p.Stderr)
+	if p.exit() != "failed" || p.reason() != "output_limit" || p.Output["small"] != 1.0 || p.Output["big"] != nil ||
+		!strings.Contains(p.Error, "exceeded") || !strings.Contains(p.Error, "output limit of 1048576 bytes") {
+		t.Fatalf("exit %s reason %s error %q output keys %d", p.exit(), p.reason(), p.Error, len(p.Output))
+	}
+	if p = h.run("cyrnel.output({'big': 'x' * 1000000})", nil); p.exit() != "success" || len(p.Output["big"].(string)) != 1000000 {
+		t.Fatalf("control: an output within the limit: exit %s reason %s", p.exit(), p.reason())
 	}
 }
 

@@ -33,6 +33,9 @@ func (s *Store) InsertAPIKey(ctx context.Context, k *APIKey) error {
 
 // GetAPIKey reads one key by id.
 func (s *Store) GetAPIKey(ctx context.Context, id string) (*APIKey, error) {
+	if !keyable(id) {
+		return nil, fmt.Errorf("api key %q: %w", id, ErrNotFound)
+	}
 	k := new(APIKey)
 	return one(k, s.DB.NewSelect().Model(k).Where("id = ?", id).Scan(ctx), "api key %s", id)
 }
@@ -64,6 +67,9 @@ func (s *Store) ListAPIKeys(ctx context.Context, f APIKeyFilter) ([]APIKey, erro
 
 // DeleteAPIKey deletes a key; false when there was none.
 func (s *Store) DeleteAPIKey(ctx context.Context, id string) (bool, error) {
+	if !keyable(id) {
+		return false, nil
+	}
 	res, err := s.DB.NewDelete().Model((*APIKey)(nil)).Where("id = ?", id).Exec(ctx)
 	if err != nil {
 		return false, fmt.Errorf("delete api key %s: %w", id, err)
