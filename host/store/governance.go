@@ -22,6 +22,8 @@ type Approval struct {
 	CreatedAt     time.Time      `bun:"created_at,notnull"`
 	ExpiresAt     time.Time      `bun:"expires_at,notnull"`
 	DecidedAt     *time.Time     `bun:"decided_at"`
+	KeyID         string         `bun:"key_id,notnull"`     // the key that owns the execution that asked
+	DecidedBy     string         `bun:"decided_by,notnull"` // the key that decided it; "": expired, or no key
 }
 
 // InsertApproval stores a new approval.
@@ -41,14 +43,15 @@ func (s *Store) GetApproval(ctx context.Context, id string) (*Approval, error) {
 	return one(a, s.DB.NewSelect().Model(a).Where("id = ?", id).Scan(ctx), "approval %s", id)
 }
 
-// DecideApproval moves a pending approval to state; false when it was not
-// pending (decided already, or unknown).
-func (s *Store) DecideApproval(ctx context.Context, id, state string, at time.Time) (bool, error) {
+// DecideApproval moves a pending approval to state, decided by the key
+// decidedBy ("": expired, or no key); false when it was not pending
+// (decided already, or unknown).
+func (s *Store) DecideApproval(ctx context.Context, id, state, decidedBy string, at time.Time) (bool, error) {
 	if !keyable(id) {
 		return false, nil
 	}
 	res, err := s.DB.NewUpdate().Model((*Approval)(nil)).Set("state = ?", state).Set("decided_at = ?", at).
-		Where("id = ?", id).Where("state = 'pending'").Exec(ctx)
+		Set("decided_by = ?", decidedBy).Where("id = ?", id).Where("state = 'pending'").Exec(ctx)
 	if err != nil {
 		return false, fmt.Errorf("decide approval %s: %w", id, err)
 	}
@@ -135,6 +138,7 @@ type ToolCall struct {
 	DurationMs    float64        `bun:"duration_ms,notnull"`
 	Parameters    map[string]any `bun:"parameters,type:text,notnull"`
 	Source        string         `bun:"source,notnull"`
+	KeyID         string         `bun:"key_id,notnull"` // the key behind the call; "": no key
 }
 
 // InsertToolCalls stores a batch of audit records in one statement.

@@ -41,6 +41,7 @@ type Process struct {
 	CPUMs           *int64         `bun:"cpu_ms"`            // nil: unknown
 	PeakMemoryBytes *int64         `bun:"peak_memory_bytes"` // nil: unknown
 	Session         string         `bun:"session,notnull"`   // the session it runs in; "": its own interpreter
+	Owner           string         `bun:"owner,notnull"`     // the key id that created it; "": no key (DESIGN §13)
 	Displays        []Display      `bun:"displays,type:text,nullzero"`
 }
 
@@ -56,12 +57,12 @@ type Display struct {
 // are encoded as bun encodes them, so bun reads the rows back unchanged.
 const processColumns = `ref, code, state, exit_state, reason, error, timeout_ms,
  env_config, environment, output, stdout, stderr, stdout_truncated, stderr_truncated, output_truncated,
- runs, host_id, created_at, started_at, finished_at, duration_ms, cpu_ms, peak_memory_bytes, session`
+ runs, host_id, created_at, started_at, finished_at, duration_ms, cpu_ms, peak_memory_bytes, session, owner`
 
-var insertProcess = "INSERT INTO processes (" + processColumns + ") VALUES (?" + strings.Repeat(", ?", 23) + ")"
+var insertProcess = "INSERT INTO processes (" + processColumns + ") VALUES (?" + strings.Repeat(", ?", 24) + ")"
 
 // sqliteInsertProcess is insertProcess giving the pid itself (pids.go).
-var sqliteInsertProcess = "INSERT INTO processes (pid, " + processColumns + ") VALUES (" + sqliteNextPID + strings.Repeat(", ?", 24) + ")"
+var sqliteInsertProcess = "INSERT INTO processes (pid, " + processColumns + ") VALUES (" + sqliteNextPID + strings.Repeat(", ?", 25) + ")"
 
 // Tx is a unit of process-row writes: every write to the processes table
 // goes through one, so a host can group concurrent writes into one commit
@@ -129,7 +130,7 @@ func (t *Tx) InsertProcess(ctx context.Context, p *Process) error {
 		args := []any{p.Ref, p.Code, p.State, p.ExitState, p.Reason, p.Error, p.TimeoutMs,
 			envConfig, p.Environment, output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated,
 			p.Runs, p.HostID, s.timeArg(&p.CreatedAt), s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs,
-			p.CPUMs, p.PeakMemoryBytes, p.Session}
+			p.CPUMs, p.PeakMemoryBytes, p.Session, p.Owner}
 		if s.local {
 			var res sql.Result
 			if res, err = stmt.ExecContext(ctx, args...); err == nil {
@@ -267,7 +268,8 @@ type ProcessFilter struct {
 	State     string
 	ExitState string
 	Ref       string
-	BeforePID int64 // 0: from the newest
+	Owner     string // only the processes of this key ("": everyone's)
+	BeforePID int64  // 0: from the newest
 	Limit     int64
 }
 
@@ -305,6 +307,9 @@ func (s *Store) listQuery(ps *[]Process, f ProcessFilter) *bun.SelectQuery {
 	}
 	if f.Ref != "" {
 		q = q.Where("ref = ?", f.Ref).Where("ref <> ''")
+	}
+	if f.Owner != "" {
+		q = q.Where("owner = ?", f.Owner).Where("owner <> ''")
 	}
 	if f.BeforePID > 0 {
 		q = q.Where("pid < ?", f.BeforePID)

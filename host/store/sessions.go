@@ -27,6 +27,7 @@ type Session struct {
 	EndReason     string         `bun:"end_reason,notnull"`
 	CPUMs         *int64         `bun:"cpu_ms"`
 	MemoryBytes   *int64         `bun:"memory_bytes"`
+	Owner         string         `bun:"owner,notnull"` // the key id that created it; "": no key (DESIGN §13)
 }
 
 // SessionEnded is the state of a session whose interpreter is gone.
@@ -61,9 +62,10 @@ func (s *Store) GetSession(ctx context.Context, id string) (*Session, error) {
 }
 
 // SessionFilter selects sessions: newest first, after the cursor (a
-// creation time and id), in state when set.
+// creation time and id), in state and of owner when set.
 type SessionFilter struct {
 	State      string
+	Owner      string
 	Limit      int
 	BeforeTime *time.Time
 	BeforeID   string
@@ -75,6 +77,9 @@ func (s *Store) ListSessions(ctx context.Context, f SessionFilter) ([]Session, e
 	q := s.DB.NewSelect().Model(&out).OrderExpr("created_at DESC, id DESC").Limit(int64(f.Limit))
 	if f.State != "" {
 		q = q.Where("state = ?", f.State)
+	}
+	if f.Owner != "" {
+		q = q.Where("owner = ?", f.Owner).Where("owner <> ''")
 	}
 	if f.BeforeTime != nil {
 		q = q.Where("(created_at < ? OR (created_at = ? AND id < ?))", *f.BeforeTime, *f.BeforeTime, f.BeforeID)
