@@ -57,3 +57,28 @@ func From(ctx context.Context) (Caller, bool) {
 	c, ok := ctx.Value(ctxKey{}).(Caller)
 	return c, ok
 }
+
+// Sees reports whether the caller ctx carries may read what the key owner
+// owns: the host itself, admins and approvers read everything, a runner
+// only what its own key owns.
+func Sees(ctx context.Context, owner string) bool {
+	c, ok := From(ctx)
+	return !ok || c.SeesAll() || (c.KeyID != "" && c.KeyID == owner)
+}
+
+// Scope is the owner a listing for the caller ctx carries is limited to:
+// its own key for a runner (scoped), nothing for everyone else.
+func Scope(ctx context.Context) (owner string, scoped bool) {
+	c, ok := From(ctx)
+	if !ok || c.SeesAll() {
+		return "", false
+	}
+	return c.KeyID, true
+}
+
+// KeyID is the key id of the caller ctx carries; "" when the host acts
+// itself.
+func KeyID(ctx context.Context) string {
+	c, _ := From(ctx)
+	return c.KeyID
+}

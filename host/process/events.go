@@ -52,7 +52,11 @@ func (r *run) publishLocked(ev Event) {
 // the follower lags). stop releases the subscription.
 func (m *Manager) Follow(ctx context.Context, pid int64) (replay []Event, next <-chan Event, stop func(), err error) {
 	noop := func() {}
-	if r := m.lookup(pid); r != nil {
+	r, err := m.live(ctx, pid)
+	if err != nil {
+		return nil, nil, noop, err
+	}
+	if r != nil {
 		r.mu.Lock()
 		if r.final == nil {
 			replay = []Event{{Type: EventState, State: r.state}}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cyrnel/cyrnel/host/caller"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/workspace"
 
@@ -294,6 +295,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) 
 	p := &store.Process{
 		Ref: in.Ref, Code: in.Code, State: string(Idle), TimeoutMs: in.TimeoutMs,
 		EnvConfig: in.EnvConfig, CreatedAt: time.Now().UTC(), HostID: m.host, Session: in.Session,
+		Owner: caller.KeyID(ctx),
 	}
 	if in.Autorun {
 		// Inserted already queued: one write fewer on the hot path.
@@ -478,9 +480,10 @@ func defaultReason(e module.ExitState) module.Reason {
 // Kill stops a queued or running process. A queued one is finished before
 // Kill returns (idle, canceled); a running one is left terminating.
 func (m *Manager) Kill(ctx context.Context, pid int64) (*Process, error) {
-	m.mu.Lock()
-	r := m.runs[pid]
-	m.mu.Unlock()
+	r, err := m.live(ctx, pid)
+	if err != nil {
+		return nil, err
+	}
 	if r == nil {
 		p, err := m.get(ctx, pid)
 		if err != nil {
@@ -541,9 +544,10 @@ func (m *Manager) await(ctx context.Context, r *run, timeout time.Duration) (*Pr
 // Wait blocks until the process is idle, the timeout passes or ctx ends,
 // then returns it.
 func (m *Manager) Wait(ctx context.Context, pid int64, timeout time.Duration) (*Process, error) {
-	m.mu.Lock()
-	r := m.runs[pid]
-	m.mu.Unlock()
+	r, err := m.live(ctx, pid)
+	if err != nil {
+		return nil, err
+	}
 	if r != nil && timeout > 0 {
 		return m.await(ctx, r, timeout)
 	}
@@ -569,12 +573,36 @@ func (m *Manager) Get(ctx context.Context, pid int64) (*Process, error) {
 	return m.view(p), nil
 }
 
+// get reads a process the caller ctx carries may see: a runner's key sees
+// only the processes it owns, and one it does not own is not found, as a
+// missing one is (no answer tells it the process exists).
 func (m *Manager) get(ctx context.Context, pid int64) (*store.Process, error) {
 	p, err := m.st.GetProcess(ctx, pid)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %d", ErrNotFound, pid)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !caller.Sees(ctx, p.Owner)) {
+		return nil, notFound(pid)
 	}
 	return p, err
+}
+
+func notFound(pid int64) error { return fmt.Errorf("%w: %d", ErrNotFound, pid) }
+
+// live returns the run of pid on this host (nil: none), or ErrNotFound
+// when the caller ctx carries may not see it, as get.
+func (m *Manager) live(ctx context.Context, pid int64) (*run, error) {
+	r := m.lookup(pid)
+	if r != nil && !caller.Sees(ctx, r.base.Owner) {
+		return nil, notFound(pid)
+	}
+	return r, nil
+}
+
+// Owner is the key id that owns pid's execution running here ("": none,
+// or not running here): whose a tool call of the program is.
+func (m *Manager) Owner(pid int64) string {
+	if r := m.lookup(pid); r != nil {
+		return r.base.Owner
+	}
+	return ""
 }
 
 // view overlays the live state of a running process on its stored row.
@@ -596,10 +624,15 @@ type ListInput struct {
 	Limit                 int
 }
 
-// List returns processes newest first and whether more follow.
+// List returns processes newest first and whether more follow: for a
+// runner's key, only those it owns.
 func (m *Manager) List(ctx context.Context, in ListInput) ([]ProcessSummary, bool, error) {
+	owner, scoped := caller.Scope(ctx)
+	if scoped && owner == "" {
+		return nil, false, nil // a key without an id owns nothing
+	}
 	ps, err := m.st.ListProcesses(ctx, store.ProcessFilter{
-		State: in.State, ExitState: in.ExitState, Ref: in.Ref, BeforePID: in.BeforePID, Limit: int64(in.Limit) + 1,
+		State: in.State, ExitState: in.ExitState, Ref: in.Ref, Owner: owner, BeforePID: in.BeforePID, Limit: int64(in.Limit) + 1,
 	})
 	if err != nil {
 		return nil, false, err
@@ -617,10 +650,14 @@ func (m *Manager) List(ctx context.Context, in ListInput) ([]ProcessSummary, boo
 
 // Delete removes an idle process.
 func (m *Manager) Delete(ctx context.Context, pid int64) error {
-	m.mu.Lock()
-	_, busy := m.runs[pid]
-	m.mu.Unlock()
-	if busy {
+	if _, scoped := caller.Scope(ctx); scoped {
+		// Whether it exists for this key comes first: a busy process of
+		// another key is as missing as any.
+		if _, err := m.get(ctx, pid); err != nil {
+			return err
+		}
+	}
+	if m.lookup(pid) != nil {
 		return conflict("process %d is not idle", pid)
 	}
 	var ok bool

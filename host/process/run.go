@@ -407,7 +407,11 @@ func (m *Manager) File(ctx context.Context, pid int64, path string) ([]byte, err
 // Displays returns a process's displays (a live one's so far).
 func (m *Manager) Displays(ctx context.Context, pid int64) ([]Display, error) {
 	var ds []store.Display
-	if r := m.lookup(pid); r != nil {
+	r, err := m.live(ctx, pid)
+	if err != nil {
+		return nil, err
+	}
+	if r != nil {
 		r.mu.Lock()
 		if r.final == nil {
 			ds = slices.Clone(r.displays)

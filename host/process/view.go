@@ -29,6 +29,7 @@ type ProcessSummary struct {
 	CPUMs           *int64         `json:"cpuMs" nullable:"true" doc:"CPU time the latest execution's whole process tree used, in milliseconds, as the host measured it; null when unknown or before it ends."`
 	Session         string         `json:"session,omitempty" doc:"The session the process runs in (POST /sessions); absent: an interpreter of its own."`
 	PeakMemoryBytes *int64         `json:"peakMemoryBytes" nullable:"true" doc:"Peak memory of the latest execution's whole process tree, in bytes, as the host measured it; null when unknown or before it ends."`
+	Owner           string         `json:"owner,omitempty" doc:"The id of the API key that created the process; a runner key sees only its own. Absent when no key did (a server without authentication)."`
 }
 
 // Process is a process with what its latest execution produced.
@@ -46,7 +47,7 @@ func viewOf(p *store.Process) *Process {
 		TimeoutMs: p.TimeoutMs, EnvConfig: p.EnvConfig, Environment: p.Environment, Runs: p.Runs,
 		StdoutTruncated: p.StdoutTruncated, StderrTruncated: p.StderrTruncated, OutputTruncated: p.OutputTruncated,
 		CreatedAt: p.CreatedAt, StartedAt: p.StartedAt, FinishedAt: p.FinishedAt, DurationMs: p.DurationMs,
-		HostID: p.HostID, CPUMs: p.CPUMs, PeakMemoryBytes: p.PeakMemoryBytes, Session: p.Session,
+		HostID: p.HostID, CPUMs: p.CPUMs, PeakMemoryBytes: p.PeakMemoryBytes, Session: p.Session, Owner: p.Owner,
 	}, Output: p.Output, Stdout: p.Stdout, Stderr: p.Stderr, Code: p.Code}
 	if p.Reason != "" {
 		reason := p.Reason

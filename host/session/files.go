@@ -38,16 +38,24 @@ type File struct {
 	ModifiedAt time.Time `json:"modifiedAt"`
 }
 
-// do runs op in the session's goroutine, in order with its executions.
+// do runs op in the session's goroutine, in order with its executions, if
+// the caller ctx carries may see the session (Get).
 func (m *Manager) do(ctx context.Context, id string, op func(context.Context, *worker.Session) error) error {
 	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
 	defer cancel()
+	if _, err := m.Get(ctx, id); err != nil {
+		return err
+	}
 	j := &job{ctx: ctx, op: op, done: make(chan struct{})}
 	m.mu.Lock()
 	l := m.live[id]
 	if l == nil || l.ended {
 		m.mu.Unlock()
-		return m.Check(ctx, id)
+		row, err := m.Get(ctx, id) // as it is now that it is not live here
+		if err != nil {
+			return err
+		}
+		return unavailable(row)
 	}
 	select {
 	case l.jobs <- j:

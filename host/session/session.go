@@ -17,6 +17,7 @@ import (
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/worker"
+	"github.com/cyrnel/cyrnel/host/caller"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -48,6 +49,9 @@ var (
 	ErrTooMany  = errors.New("too many sessions")     // 429
 	ErrBusy     = errors.New("session queue full")    // 429
 	ErrStopping = errors.New("host is shutting down") // 503
+	// ErrNotOwner: the session is another key's, and only its owner runs
+	// code in it (403; a runner's key is told ErrNotFound instead).
+	ErrNotOwner = errors.New("only the key that started a session runs code in it")
 )
 
 // Starter is an environment that can start a session's interpreter.
@@ -175,6 +179,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*store.Session, e
 	row := &store.Session{
 		ID: "ses_" + rand.Text(), Module: id, State: Starting, Ref: in.Ref, EnvConfig: in.EnvConfig,
 		IdleTimeoutMs: in.IdleTimeoutMs, MaxLifetimeMs: in.MaxLifetimeMs, HostID: m.host, CreatedAt: now, LastUsedAt: now,
+		Owner: caller.KeyID(ctx),
 	}
 	if err := m.st.InsertSession(ctx, row); err != nil {
 		return nil, err
@@ -405,24 +410,34 @@ func (m *Manager) end(row *store.Session, reason string, l *live) {
 	m.log.Info("session ended", "session", row.ID, "reason", reason)
 }
 
-// Check says whether an execution may be queued in the session: ErrNotFound,
-// or ErrEnded (with the reason) when it can no longer run one.
+// Check says whether the caller ctx carries may queue an execution in the
+// session: ErrNotFound (a runner's key is told so of another key's session
+// too), ErrNotOwner when the session is another key's, or ErrEnded (with
+// the reason) when it can no longer run one.
 func (m *Manager) Check(ctx context.Context, id string) error {
+	row, err := m.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if c, ok := caller.From(ctx); ok && c.KeyID != row.Owner {
+		return fmt.Errorf("session %s: %w", id, ErrNotOwner)
+	}
 	m.mu.Lock()
 	l := m.live[id]
 	m.mu.Unlock()
 	if l != nil {
 		return nil
 	}
-	row, err := m.Get(ctx, id)
-	if err != nil {
-		return err
-	}
+	return unavailable(row)
+}
+
+// unavailable says why a session that is not live on this host takes no
+// execution: it ended, or it lives on another host.
+func unavailable(row *store.Session) error {
 	if row.State == Ended {
-		return &endedError{fmt.Sprintf("session %s has ended (%s); start a new session", id, row.EndReason)}
+		return &endedError{fmt.Sprintf("session %s has ended (%s); start a new session", row.ID, row.EndReason)}
 	}
-	// Live on another host: this host cannot run in it.
-	return &endedError{fmt.Sprintf("session %s runs on host %s, not this one", id, row.HostID)}
+	return &endedError{fmt.Sprintf("session %s runs on host %s, not this one", row.ID, row.HostID)}
 }
 
 // Execute runs in in the session, after the executions queued before it.
@@ -459,24 +474,40 @@ func (m *Manager) Execute(ctx context.Context, id string, in module.ExecutionInp
 	return envID, j.res, j.err
 }
 
-// Get returns a session as stored (a live one as it is now).
+// Get returns a session as stored (a live one as it is now), if the caller
+// ctx carries may see it: a runner's key sees only the sessions it owns,
+// and one it does not own is not found, as a missing one is.
 func (m *Manager) Get(ctx context.Context, id string) (*store.Session, error) {
 	m.mu.Lock()
 	l := m.live[id]
 	m.mu.Unlock()
+	var row *store.Session
 	if l != nil {
-		row := l.snapshot()
-		return &row, nil
+		snap := l.snapshot()
+		row = &snap
+	} else {
+		var err error
+		row, err = m.st.GetSession(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, notFoundError{id}
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	row, err := m.st.GetSession(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
+	if !caller.Sees(ctx, row.Owner) {
 		return nil, notFoundError{id}
 	}
-	return row, err
+	return row, nil
 }
 
-// List lists sessions newest first.
+// List lists sessions newest first: for a runner's key, only those it owns.
 func (m *Manager) List(ctx context.Context, f store.SessionFilter) ([]store.Session, error) {
+	owner, scoped := caller.Scope(ctx)
+	if scoped && owner == "" {
+		return nil, nil // a key without an id owns nothing
+	}
+	f.Owner = owner
 	rows, err := m.st.ListSessions(ctx, f)
 	if err != nil {
 		return nil, err
@@ -494,16 +525,19 @@ func (m *Manager) List(ctx context.Context, f store.SessionFilter) ([]store.Sess
 // End ends a session (DELETE): a running execution is stopped with it.
 // Ending an ended session does nothing.
 func (m *Manager) End(ctx context.Context, id string) error {
+	row, err := m.Get(ctx, id)
+	if err != nil {
+		return err
+	}
 	m.mu.Lock()
 	l := m.live[id]
 	m.mu.Unlock()
 	if l == nil {
-		row, err := m.Get(ctx, id)
-		if err == nil && row.State != Ended {
+		if row.State != Ended {
 			// Live on another host: only that host can end it.
 			return &endedError{fmt.Sprintf("session %s runs on host %s, not this one", id, row.HostID)}
 		}
-		return err
+		return nil
 	}
 	select {
 	case l.stop <- EndDeleted:
