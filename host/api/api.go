@@ -235,6 +235,10 @@ func (s *server) problemAt(err error, at where) error {
 		return huma.Error404NotFound(err.Error())
 	case errors.Is(err, approval.ErrDecided):
 		return huma.Error409Conflict(err.Error())
+	case errors.Is(err, approval.ErrOwnExecution):
+		return huma.Error403Forbidden(err.Error())
+	case errors.Is(err, session.ErrNotOwner):
+		return huma.Error403Forbidden(err.Error(), &huma.ErrorDetail{Location: at("session"), Message: session.ErrNotOwner.Error()})
 	case errors.Is(err, services.ErrNotFound):
 		return huma.Error404NotFound(err.Error())
 	case errors.Is(err, services.ErrExists), errors.Is(err, services.ErrUnavailable):

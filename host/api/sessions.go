@@ -29,12 +29,13 @@ type Session struct {
 	MaxLifetime int64      `json:"maxLifetimeMs"`
 	CPUMs       *int64     `json:"cpuMs,omitempty" doc:"CPU time its executions used."`
 	MemoryBytes *int64     `json:"memoryBytes,omitempty" doc:"The highest peak memory of its executions."`
+	Owner       string     `json:"owner,omitempty" doc:"The id of the API key that started the session: only it runs code in the session, and a runner key sees only its own. Absent when no key did (a server without authentication)."`
 }
 
 func sessionView(r *store.Session) Session {
 	return Session{ID: r.ID, Module: r.Module, State: r.State, Ref: r.Ref, CreatedAt: r.CreatedAt, LastUsedAt: r.LastUsedAt,
 		EndedAt: r.EndedAt, EndReason: r.EndReason, IdleTimeout: r.IdleTimeoutMs, MaxLifetime: r.MaxLifetimeMs,
-		CPUMs: r.CPUMs, MemoryBytes: r.MemoryBytes}
+		CPUMs: r.CPUMs, MemoryBytes: r.MemoryBytes, Owner: r.Owner}
 }
 
 type sessionBody struct {

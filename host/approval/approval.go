@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cyrnel/cyrnel/host/caller"
 	"github.com/cyrnel/cyrnel/host/retention"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -32,6 +33,9 @@ const (
 var (
 	ErrNotFound = errors.New("approval not found")
 	ErrDecided  = errors.New("approval already decided")
+	// ErrOwnExecution: the deciding key owns the execution that asked
+	// (403); another key must decide.
+	ErrOwnExecution = errors.New("an approval cannot be decided by the key that owns the execution that asked for it")
 )
 
 // Approval is an approval as the API shows it.
@@ -45,18 +49,20 @@ type Approval struct {
 	CreatedAt  time.Time      `json:"createdAt"`
 	ExpiresAt  time.Time      `json:"expiresAt"`
 	DecidedAt  *time.Time     `json:"decidedAt,omitempty"`
+	KeyID      string         `json:"keyId,omitempty" doc:"The API key that owns the execution that asked; it cannot decide this approval. Absent when no key did (a server without authentication)."`
+	DecidedBy  string         `json:"decidedBy,omitempty" doc:"The API key that approved or denied it; absent while pending, when it expired, or on a server without authentication."`
 }
 
 func view(a *store.Approval) *Approval {
 	return &Approval{ID: a.ID, State: a.State, PID: a.PID, ServiceID: a.ServiceID, ToolID: a.ToolID, Parameters: a.Parameters,
-		CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, DecidedAt: a.DecidedAt}
+		CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, DecidedAt: a.DecidedAt, KeyID: a.KeyID, DecidedBy: a.DecidedBy}
 }
 
 // Store is what approvals need of the database.
 type Store interface {
 	InsertApproval(ctx context.Context, a *store.Approval) error
 	GetApproval(ctx context.Context, id string) (*store.Approval, error)
-	DecideApproval(ctx context.Context, id, state string, at time.Time) (bool, error)
+	DecideApproval(ctx context.Context, id, state, decidedBy string, at time.Time) (bool, error)
 	ExpirePendingApprovals(ctx context.Context, at time.Time) (int64, error)
 	ExpireOrphanApprovals(ctx context.Context, at time.Time) (int64, error)
 	ListApprovals(ctx context.Context, f store.ApprovalFilter) ([]store.Approval, error)
@@ -159,6 +165,7 @@ type Request struct {
 	ServiceID  string
 	ToolID     string
 	Parameters map[string]any // already redacted
+	KeyID      string         // the key that owns the calling execution ("": none)
 }
 
 // Wait creates an approval for req, calls created with it (to suspend the
@@ -167,7 +174,7 @@ type Request struct {
 func (m *Manager) Wait(ctx context.Context, req Request, created func(*Approval)) (*Approval, error) {
 	now := time.Now().UTC()
 	row := &store.Approval{ID: newID(now), State: Pending, PID: req.PID, ServiceID: req.ServiceID, ToolID: req.ToolID,
-		Parameters: req.Parameters, CreatedAt: now, ExpiresAt: now.Add(m.opts.TTL)}
+		Parameters: req.Parameters, CreatedAt: now, ExpiresAt: now.Add(m.opts.TTL), KeyID: req.KeyID}
 	decided := make(chan string, 1)
 	m.mu.Lock()
 	m.waiting[row.ID] = decided
@@ -191,7 +198,7 @@ func (m *Manager) Wait(ctx context.Context, req Request, created func(*Approval)
 	// Expire it unless a decision got there first; the compare-and-set in
 	// the database settles the race.
 	at := time.Now().UTC()
-	if _, err := m.st.DecideApproval(context.WithoutCancel(ctx), row.ID, Expired, at); err != nil {
+	if _, err := m.st.DecideApproval(context.WithoutCancel(ctx), row.ID, Expired, "", at); err != nil {
 		return nil, err
 	}
 	final, err := m.st.GetApproval(context.WithoutCancel(ctx), row.ID)
@@ -201,18 +208,27 @@ func (m *Manager) Wait(ctx context.Context, req Request, created func(*Approval)
 	return view(final), nil
 }
 
-// Decide approves or denies a pending approval and wakes its call.
+// Decide approves or denies a pending approval, as the caller ctx carries,
+// and wakes its call. The key that owns the execution that asked may not
+// decide (ErrOwnExecution): an agent never approves its own call.
 func (m *Manager) Decide(ctx context.Context, id string, approve bool) (*Approval, error) {
 	state := Denied
 	if approve {
 		state = Approved
 	}
-	ok, err := m.st.DecideApproval(ctx, id, state, time.Now().UTC())
+	by, _ := caller.From(ctx)
+	a, err := m.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	a, err := m.Get(ctx, id)
+	if by.KeyID != "" && by.KeyID == a.KeyID {
+		return nil, fmt.Errorf("approval %s: key %s: %w", id, by.KeyID, ErrOwnExecution)
+	}
+	ok, err := m.st.DecideApproval(ctx, id, state, by.KeyID, time.Now().UTC())
 	if err != nil {
+		return nil, err
+	}
+	if a, err = m.Get(ctx, id); err != nil {
 		return nil, err
 	}
 	if !ok {

@@ -231,6 +231,7 @@ type Call struct {
 	DurationMs float64        `json:"durationMs" doc:"From the call reaching the host to its answer, approval wait included."`
 	Source     string         `json:"source" enum:"code,api" doc:"Where the call came from: a program (run over HTTP or MCP) or POST /tools/{serviceId}/{toolId}/invoke."`
 	Parameters map[string]any `json:"parameters" doc:"The parameters, secret-bearing fields redacted."`
+	KeyID      string         `json:"keyId,omitempty" doc:"The API key behind the call: for a call from a program, the key that owns its process; for POST /tools/{serviceId}/{toolId}/invoke, the caller's. Absent when no key did (a server without authentication)."`
 }
 
 // Lister reads records.
@@ -255,7 +256,7 @@ func (w *Writer) List(ctx context.Context, st Lister, f store.ToolCallFilter) ([
 	out := make([]Call, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, Call{ID: r.ID, At: r.At, PID: r.PID, ServiceID: r.ServiceID, ToolID: r.ToolID, Policy: r.Policy,
-			ApprovalID: r.ApprovalID, Outcome: r.Outcome, Status: r.Status, DurationMs: r.DurationMs, Source: r.Source, Parameters: r.Parameters})
+			ApprovalID: r.ApprovalID, Outcome: r.Outcome, Status: r.Status, DurationMs: r.DurationMs, Source: r.Source, Parameters: r.Parameters, KeyID: r.KeyID})
 	}
 	return out, more, nil
 }

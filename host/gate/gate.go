@@ -12,6 +12,7 @@ import (
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/audit"
+	"github.com/cyrnel/cyrnel/host/caller"
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/services"
@@ -43,9 +44,12 @@ type Invoker interface {
 	Invoke(ctx context.Context, in module.InvokeInput) (any, error)
 }
 
-// Processes are told about suspensions: the process manager.
+// Processes are told about suspensions and say who owns an execution: the
+// process manager.
 type Processes interface {
 	Suspend(pid int64, approval any) (resume func())
+	// Owner is the key id that owns the live execution pid ("": none).
+	Owner(pid int64) string
 }
 
 // Recorder takes audit records: the audit writer.
@@ -68,12 +72,17 @@ type Gate struct {
 }
 
 // Invoke makes a call from src. in.EID names the calling process (0: none).
+// The call is the key's that owns the calling execution, or else the key
+// of the caller ctx carries.
 func (g *Gate) Invoke(ctx context.Context, src Source, in module.InvokeInput) (any, error) {
 	start := time.Now()
 	rec := store.ToolCall{At: start.UTC(), ServiceID: in.ServiceID, ToolID: in.ToolID, Source: string(src)}
 	if in.EID > 0 {
 		pid := in.EID
 		rec.PID = &pid
+		rec.KeyID = g.Processes.Owner(pid)
+	} else if c, ok := caller.From(ctx); ok {
+		rec.KeyID = c.KeyID
 	}
 	decision := g.Policies.Decide(in.ServiceID, in.ToolID)
 	rec.Policy = string(decision)
@@ -113,7 +122,7 @@ func (g *Gate) call(ctx context.Context, src Source, in module.InvokeInput, deci
 func (g *Gate) approve(ctx context.Context, in module.InvokeInput, rec *store.ToolCall) error {
 	var resume, resumeClock func()
 	pid := in.EID
-	a, err := g.Approvals.Wait(ctx, approval.Request{PID: &pid, ServiceID: in.ServiceID, ToolID: in.ToolID, Parameters: rec.Parameters},
+	a, err := g.Approvals.Wait(ctx, approval.Request{PID: &pid, ServiceID: in.ServiceID, ToolID: in.ToolID, Parameters: rec.Parameters, KeyID: rec.KeyID},
 		func(a *approval.Approval) {
 			id := a.ID
 			rec.ApprovalID = &id

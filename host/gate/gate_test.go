@@ -33,12 +33,16 @@ func (t *tools) Invoke(_ context.Context, in module.InvokeInput) (any, error) {
 	return map[string]any{"status": 200, "body": "ok"}, nil
 }
 
-// processes records suspensions and hands each approval to the test.
+// processes records suspensions and hands each approval to the test; the
+// key that owns each execution is owners'.
 type processes struct {
 	approvals chan *approval.Approval
+	owners    map[int64]string
 	mu        sync.Mutex
 	suspended int // suspensions not yet resumed
 }
+
+func (p *processes) Owner(pid int64) string { return p.owners[pid] }
 
 func (p *processes) Suspend(pid int64, a any) func() {
 	p.mu.Lock()
