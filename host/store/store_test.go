@@ -189,7 +189,7 @@ func TestPreparedWritesMatchBun(t *testing.T) {
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			for i, p := range []Process{
-				{Code: "c'ode", State: "queued", TimeoutMs: 5, CreatedAt: at, Runs: 1, HostID: "h"},
+				{Code: "c'ode", State: "queued", TimeoutMs: 5, CreatedAt: at, Runs: 1, HostID: "h", Owner: "key_runner"},
 				{Ref: "r", Code: "é", State: "idle", ExitState: &exit, Reason: "exception", Error: "boom", TimeoutMs: 9,
 					EnvConfig: map[string]any{"k": []any{1.0, "two"}}, Environment: "python", Output: map[string]any{"o": map[string]any{"n": nil}},
 					Stdout: "out\n", Stderr: "err", StdoutTruncated: true, OutputTruncated: true, Runs: 3, CreatedAt: at,
@@ -247,7 +247,7 @@ func sameRows(t *testing.T, st *Store, what string, a, b int64) {
 	raw := "SELECT quote(ref) || quote(code) || quote(state) || quote(exit_state) || quote(reason) || quote(error) || quote(timeout_ms) || " +
 		"quote(env_config) || quote(environment) || quote(output) || quote(stdout) || quote(stderr) || quote(stdout_truncated) || " +
 		"quote(stderr_truncated) || quote(output_truncated) || quote(runs) || quote(host_id) || quote(created_at) || " +
-		"quote(started_at) || quote(finished_at) || quote(duration_ms) || quote(cpu_ms) || quote(peak_memory_bytes) FROM processes WHERE pid = ?"
+		"quote(started_at) || quote(finished_at) || quote(duration_ms) || quote(cpu_ms) || quote(peak_memory_bytes) || quote(session) || quote(owner) FROM processes WHERE pid = ?"
 	if !st.local {
 		raw = "SELECT row_to_json(p)::jsonb - 'pid' FROM processes p WHERE pid = $1"
 	}
@@ -406,6 +406,8 @@ func TestListingsUseThePartialIndexes(t *testing.T) {
 		{ProcessFilter{State: "suspended", Limit: 10}, "processes_live_idx"},
 		{ProcessFilter{Ref: "nightly", Limit: 10}, "processes_ref_idx"},
 		{ProcessFilter{Ref: "nightly", State: "idle", BeforePID: 100, Limit: 10}, "processes_ref_idx"},
+		{ProcessFilter{Owner: "key_a", Limit: 10}, "processes_owner_idx"},
+		{ProcessFilter{Owner: "key_a", BeforePID: 100, Limit: 10}, "processes_owner_idx"},
 	} {
 		var ps []Process
 		rows, err := st.DB.QueryContext(ctx, "EXPLAIN QUERY PLAN "+st.listQuery(&ps, c.filter).String())
