@@ -14,6 +14,7 @@ import (
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/audit"
+	"github.com/cyrnel/cyrnel/host/caller"
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/services"
@@ -335,6 +336,56 @@ func TestOutcomes(t *testing.T) {
 		}
 		if got != c.outcome || gotStatus != c.status {
 			t.Errorf("outcome(%v, %v) = %s %d, want %s %d", c.res, c.err, got, gotStatus, c.outcome, c.status)
+		}
+	}
+}
+
+// TestCallsCarryTheirKey: a program's call is the key's that owns its
+// process, whoever the context says is asking, and so is the approval it
+// waits on, which that key cannot decide; a call from the API is its
+// caller's; a call without a key has none.
+func TestCallsCarryTheirKey(t *testing.T) {
+	t.Parallel()
+	as := func(key string, role caller.Role) context.Context {
+		return caller.With(context.Background(), caller.Caller{KeyID: key, Roles: []caller.Role{role}})
+	}
+	f := newGate(t, policy.Ask, time.Hour)
+	f.procs.owners = map[int64]string{7: "key_a"}
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.g.Invoke(as("key_other", caller.Admin), FromCode, call(7))
+		done <- err
+	}()
+	a := <-f.procs.approvals
+	if a.KeyID != "key_a" {
+		t.Fatalf("the approval names %q, want the process's owner", a.KeyID)
+	}
+	if _, err := f.mgr.Decide(as("key_a", caller.Admin), a.ID, true); !errors.Is(err, approval.ErrOwnExecution) {
+		t.Fatalf("the owner decides: %v", err)
+	}
+	if _, err := f.mgr.Decide(as("key_approver", caller.Approver), a.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if rec := f.audit.only(t); rec.KeyID != "key_a" {
+		t.Fatalf("the program's call recorded as %q's", rec.KeyID)
+	}
+
+	f = newGate(t, policy.Allow, time.Hour)
+	for _, c := range []struct {
+		ctx  context.Context
+		want string
+	}{{as("key_b", caller.Runner), "key_b"}, {context.Background(), ""}} {
+		if _, err := f.g.Invoke(c.ctx, FromAPI, call(0)); err != nil {
+			t.Fatal(err)
+		}
+		f.audit.mu.Lock()
+		rec := f.audit.recs[len(f.audit.recs)-1]
+		f.audit.mu.Unlock()
+		if rec.KeyID != c.want {
+			t.Fatalf("a call from the API recorded as %q's, want %q", rec.KeyID, c.want)
 		}
 	}
 }
