@@ -10,7 +10,9 @@ import (
 // what nobody owns) and lists its own.
 func TestSeesAndScope(t *testing.T) {
 	t.Parallel()
-	as := func(key string, roles ...Role) context.Context { return With(context.Background(), Caller{KeyID: key, Roles: roles}) }
+	as := func(key string, roles ...Role) context.Context {
+		return With(context.Background(), Caller{KeyID: key, Roles: roles})
+	}
 	for _, c := range []struct {
 		name   string
 		ctx    context.Context
