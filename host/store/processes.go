@@ -268,7 +268,7 @@ type ProcessFilter struct {
 	State     string
 	ExitState string
 	Ref       string
-	Owner     string // only the processes of this key ("": everyone's)
+	Owner     string // only the processes of this runner key ("": everyone's; never the bootstrap admin key)
 	BeforePID int64  // 0: from the newest
 	Limit     int64
 }
@@ -309,7 +309,9 @@ func (s *Store) listQuery(ps *[]Process, f ProcessFilter) *bun.SelectQuery {
 		q = q.Where("ref = ?", f.Ref).Where("ref <> ''")
 	}
 	if f.Owner != "" {
-		q = q.Where("owner = ?", f.Owner).Where("owner <> ''")
+		// The index leaves out what the bootstrap admin key owns, whose
+		// listings are never scoped (docs/decisions.md, "Owners").
+		q = q.Where("owner = ?", f.Owner).Where("owner <> ''").Where("owner <> 'bootstrap'")
 	}
 	if f.BeforePID > 0 {
 		q = q.Where("pid < ?", f.BeforePID)

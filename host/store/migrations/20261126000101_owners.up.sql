@@ -4,9 +4,11 @@
 -- where no key acted (the host itself, or a server without authentication).
 ALTER TABLE processes ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 --bun:split
--- A runner's listing reads its own processes newest first; rows nobody owns
--- stay out of the index.
-CREATE INDEX processes_owner_idx ON processes (owner, pid) WHERE owner <> '';
+-- A runner's listing reads its own processes newest first. Only listings of
+-- runner keys are scoped, so rows nobody owns and rows of the bootstrap admin
+-- key (DESIGN §13; a host used with that key alone) stay out of the index and
+-- their inserts cost no page of it.
+CREATE INDEX processes_owner_idx ON processes (owner, pid) WHERE owner <> '' AND owner <> 'bootstrap';
 --bun:split
 ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 --bun:split
