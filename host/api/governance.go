@@ -133,7 +133,7 @@ func (s *server) registerGovernance(api huma.API) {
 		huma.Register(api, huma.Operation{
 			OperationID: d.id, Method: http.MethodPost, Path: "/approvals/{id}/" + d.verb, Tags: tags,
 			Summary:     map[bool]string{true: "Approve: the waiting call goes ahead", false: "Deny: the waiting call raises ToolError"}[d.approve],
-			Errors:      []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict},
+			Errors:      []int{http.StatusNotFound, http.StatusConflict},
 			Description: "A decided or expired approval answers 409. The key that owns the execution that asked cannot decide it (403): another key must. The deciding key is recorded as decidedBy.",
 		}, func(ctx context.Context, in *approvalPath) (*approvalBody, error) {
 			a, err := s.Approvals.Decide(ctx, in.ID, d.approve)

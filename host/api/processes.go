@@ -103,7 +103,7 @@ func textResponses(what string) map[string]*huma.Response {
 func (s *server) registerProcesses(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "createProcess", Method: http.MethodPost, Path: "/processes", Tags: []string{"processes"},
-		Summary: "Create a process", DefaultStatus: http.StatusCreated, MaxBodyBytes: 8 << 20, Errors: []int{http.StatusForbidden, http.StatusConflict, http.StatusInsufficientStorage},
+		Summary: "Create a process", DefaultStatus: http.StatusCreated, MaxBodyBytes: 8 << 20, Errors: []int{http.StatusConflict, http.StatusInsufficientStorage},
 		Description: "Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. " +
 			"Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.",
 	}, func(ctx context.Context, in *createProcessInput) (*processBody, error) {
