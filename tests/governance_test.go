@@ -80,6 +80,7 @@ type toolCall struct {
 	Status     *int           `json:"status"`
 	Source     string         `json:"source"`
 	Parameters map[string]any `json:"parameters"`
+	KeyID      string         `json:"keyId"`
 }
 
 type toolCallList struct {
@@ -97,6 +98,8 @@ type approvalView struct {
 	Parameters map[string]any `json:"parameters"`
 	ExpiresAt  time.Time      `json:"expiresAt"`
 	DecidedAt  *time.Time     `json:"decidedAt"`
+	KeyID      string         `json:"keyId"`
+	DecidedBy  string         `json:"decidedBy"`
 }
 
 // noSecrets fails when a raw body holds a secret.
