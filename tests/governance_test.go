@@ -317,6 +317,13 @@ func approvalOf(t *testing.T, h *host, code string, timeoutMs int) (int64, appro
 	return 0, a
 }
 
+// reviewer is the host seen through a new approver key: the programs of
+// these tests run as the bootstrap key, which never decides its own calls.
+func reviewer(h *host) *host {
+	h.t.Helper()
+	return h.withKey(h.newKey("reviewer", "approver").Key)
+}
+
 func (h *host) wait(pid int64) proc {
 	h.t.Helper()
 	var p proc
@@ -331,6 +338,9 @@ func TestApprovals(t *testing.T) {
 	t.Parallel()
 	h, up := governed(t, "")
 	setPolicies(t, h, "allow", [2]string{"petstore.getPetById", "ask"}, [2]string{"petstore.deletePet", "ask"})
+	// The programs run as the bootstrap key, which may not decide its own
+	// calls: another key decides.
+	rv := reviewer(h)
 	tryCall := "try:\n    r = cyrnel.services.petstore.%s\n    print('result', r['status'])\nexcept cyrnel.ToolError as e:\n    print('ToolError:', e)"
 
 	t.Run("approve", func(t *testing.T) {
@@ -359,12 +369,12 @@ func TestApprovals(t *testing.T) {
 		}
 		before := up.count()
 		var got approvalView
-		if st, _ := h.do("POST", "/approvals/"+a.ID+"/approve", nil, &got); st != 200 || got.State != "approved" || got.DecidedAt == nil {
+		if st, _ := rv.do("POST", "/approvals/"+a.ID+"/approve", nil, &got); st != 200 || got.State != "approved" || got.DecidedAt == nil {
 			t.Fatalf("approve: %d %+v", st, got)
 		}
 		for _, verb := range []string{"approve", "deny"} {
 			var prob problem
-			if st, _ := h.do("POST", "/approvals/"+a.ID+"/"+verb, nil, &prob); st != 409 {
+			if st, _ := rv.do("POST", "/approvals/"+a.ID+"/"+verb, nil, &prob); st != 409 {
 				t.Fatalf("second decision (%s): %d %+v", verb, st, prob)
 			}
 		}
@@ -395,7 +405,7 @@ func TestApprovals(t *testing.T) {
 		noSecrets(t, "an approval", raw)
 		// Listed and denied with the CLI.
 		srv := []string{"--server", h.base}
-		key := []string{"CYRNEL_API_KEY=" + h.key}
+		key := []string{"CYRNEL_API_KEY=" + rv.key}
 		r := cli(t, t.TempDir(), "", key, append([]string{"approvals"}, srv...)...)
 		if r.code != 0 || !strings.Contains(r.stdout, a.ID) || !strings.Contains(r.stdout, "petstore.deletePet") || strings.Contains(r.stdout, headerSecret) {
 			t.Fatalf("cyrnel approvals: %+v", r)
@@ -436,7 +446,7 @@ func TestApprovals(t *testing.T) {
 		if h.do("GET", "/approvals/"+a.ID, nil, &got); got.State != "expired" {
 			t.Fatalf("approval of a killed process: %+v", got)
 		}
-		if st, _ := h.do("POST", "/approvals/"+a.ID+"/approve", nil, nil); st != 409 {
+		if st, _ := rv.do("POST", "/approvals/"+a.ID+"/approve", nil, nil); st != 409 {
 			t.Fatalf("approving an expired approval: %d", st)
 		}
 		if up.count() != before {
@@ -473,7 +483,7 @@ func TestApprovals(t *testing.T) {
 			t.Fatalf("approvals of two concurrent calls: %+v", listed)
 		}
 		for _, a := range listed.Items {
-			if st, _ := h.do("POST", "/approvals/"+a.ID+"/approve", nil, nil); st != 200 {
+			if st, _ := rv.do("POST", "/approvals/"+a.ID+"/approve", nil, nil); st != 200 {
 				t.Fatalf("approve %s: %d", a.ID, st)
 			}
 		}
@@ -506,7 +516,7 @@ func TestApprovalFromMCP(t *testing.T) {
 	if up.count() != 0 {
 		t.Fatal("the call went out before its approval")
 	}
-	if st, _ := h.do("POST", "/approvals/"+out.Pending[0].ID+"/approve", nil, nil); st != 200 {
+	if st, _ := reviewer(h).do("POST", "/approvals/"+out.Pending[0].ID+"/approve", nil, nil); st != 200 {
 		t.Fatalf("approve: %d", st)
 	}
 	if p := h.wait(out.PID); p.exit() != "success" || p.Output["s"] != 200.0 || up.count() != 1 {
@@ -545,7 +555,7 @@ func TestTypeScriptSuspendedTimeDoesNotCount(t *testing.T) {
 	pid, a := approvalOf(t, h, `const r = await cyrnel.services.petstore.tools.getPetById.invoke({ petId: 5 }); console.log("result", r.status);`, timeoutMs)
 	// The decision comes well past the timeout: this wait is the test.
 	time.Sleep(2 * timeoutMs * time.Millisecond)
-	if st, _ := h.do("POST", "/approvals/"+a.ID+"/approve", nil, nil); st != 200 {
+	if st, _ := reviewer(h).do("POST", "/approvals/"+a.ID+"/approve", nil, nil); st != 200 {
 		t.Fatalf("approve: %d", st)
 	}
 	if p := h.wait(pid); p.exit() != "success" || !strings.Contains(p.Stdout, "result 200") || up.count() != 1 {
@@ -558,6 +568,7 @@ func TestRestartWhileSuspended(t *testing.T) {
 	dir := t.TempDir()
 	h, up := governed(t, dir)
 	setPolicies(t, h, "ask")
+	rv := reviewer(h)
 	pid, a := approvalOf(t, h, "cyrnel.services.petstore.getPetById(petId=1)", 0)
 	// A crash, not a shutdown: nothing gets to tidy up.
 	h.cmd.Process.Kill()
@@ -572,7 +583,7 @@ func TestRestartWhileSuspended(t *testing.T) {
 	if h2.do("GET", "/approvals/"+a.ID, nil, &got); got.State != "expired" {
 		t.Fatalf("approval after a restart: %+v", got)
 	}
-	if st, _ := h2.do("POST", "/approvals/"+a.ID+"/approve", nil, nil); st != 409 {
+	if st, _ := h2.withKey(rv.key).do("POST", "/approvals/"+a.ID+"/approve", nil, nil); st != 409 {
 		t.Fatalf("approving after a restart: %d", st)
 	}
 	if up.count() != 0 {
