@@ -522,7 +522,7 @@ func TestUnkeyableLookupsFindNothing(t *testing.T) {
 						t.Errorf("lookup %d of %q: %v, want not found", i+1, key, err)
 					}
 				}
-				if ok, err := st.DecideApproval(ctx, key, "approved", time.Now()); ok || err != nil {
+				if ok, err := st.DecideApproval(ctx, key, "approved", "", time.Now()); ok || err != nil {
 					t.Errorf("decide %q: %v %v", key, ok, err)
 				}
 			}
