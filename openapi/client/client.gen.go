@@ -912,10 +912,16 @@ func (e ListToolsParamsEnabled) Valid() bool {
 type Approval struct {
 	CreatedAt time.Time  `json:"createdAt"`
 	DecidedAt *time.Time `json:"decidedAt,omitempty"`
-	ExpiresAt time.Time  `json:"expiresAt"`
+
+	// DecidedBy The API key that approved or denied it; absent while pending, when it expired, or on a server without authentication.
+	DecidedBy *string   `json:"decidedBy,omitempty"`
+	ExpiresAt time.Time `json:"expiresAt"`
 
 	// Id Opaque id (apr_…).
 	Id string `json:"id"`
+
+	// KeyId The API key that owns the execution that asked; it cannot decide this approval. Absent when no key did (a server without authentication).
+	KeyId *string `json:"keyId,omitempty"`
 
 	// Parameters The call's parameters, secret-bearing fields redacted.
 	Parameters map[string]interface{} `json:"parameters"`
@@ -934,10 +940,16 @@ type ApprovalState string
 type ApprovalEvent struct {
 	CreatedAt time.Time  `json:"createdAt"`
 	DecidedAt *time.Time `json:"decidedAt,omitempty"`
-	ExpiresAt time.Time  `json:"expiresAt"`
+
+	// DecidedBy The API key that approved or denied it; absent while pending, when it expired, or on a server without authentication.
+	DecidedBy *string   `json:"decidedBy,omitempty"`
+	ExpiresAt time.Time `json:"expiresAt"`
 
 	// Id Opaque id (apr_…).
 	Id string `json:"id"`
+
+	// KeyId The API key that owns the execution that asked; it cannot decide this approval. Absent when no key did (a server without authentication).
+	KeyId *string `json:"keyId,omitempty"`
 
 	// Parameters The call's parameters, secret-bearing fields redacted.
 	Parameters map[string]interface{} `json:"parameters"`
@@ -970,9 +982,12 @@ type Call struct {
 	At time.Time `json:"at"`
 
 	// DurationMs From the call reaching the host to its answer, approval wait included.
-	DurationMs float64     `json:"durationMs"`
-	Id         int64       `json:"id"`
-	Outcome    CallOutcome `json:"outcome"`
+	DurationMs float64 `json:"durationMs"`
+	Id         int64   `json:"id"`
+
+	// KeyId The API key behind the call: for a call from a program, the key that owns its process; for POST /tools/{serviceId}/{toolId}/invoke, the caller's. Absent when no key did (a server without authentication).
+	KeyId   *string     `json:"keyId,omitempty"`
+	Outcome CallOutcome `json:"outcome"`
 
 	// Parameters The parameters, secret-bearing fields redacted.
 	Parameters map[string]interface{} `json:"parameters"`
@@ -1271,6 +1286,9 @@ type ExitEvent struct {
 	// OutputTruncated The structured output went past its cap: keys that would have grown it further were dropped.
 	OutputTruncated bool `json:"outputTruncated"`
 
+	// Owner The id of the API key that created the process; a runner key sees only its own. Absent when no key did (a server without authentication).
+	Owner *string `json:"owner,omitempty"`
+
 	// PeakMemoryBytes Peak memory of the latest execution's whole process tree, in bytes, as the host measured it; null when unknown or before it ends.
 	PeakMemoryBytes *int64 `json:"peakMemoryBytes"`
 
@@ -1482,6 +1500,9 @@ type Process struct {
 	// OutputTruncated The structured output went past its cap: keys that would have grown it further were dropped.
 	OutputTruncated bool `json:"outputTruncated"`
 
+	// Owner The id of the API key that created the process; a runner key sees only its own. Absent when no key did (a server without authentication).
+	Owner *string `json:"owner,omitempty"`
+
 	// PeakMemoryBytes Peak memory of the latest execution's whole process tree, in bytes, as the host measured it; null when unknown or before it ends.
 	PeakMemoryBytes *int64 `json:"peakMemoryBytes"`
 
@@ -1574,6 +1595,9 @@ type ProcessSummary struct {
 
 	// OutputTruncated The structured output went past its cap: keys that would have grown it further were dropped.
 	OutputTruncated bool `json:"outputTruncated"`
+
+	// Owner The id of the API key that created the process; a runner key sees only its own. Absent when no key did (a server without authentication).
+	Owner *string `json:"owner,omitempty"`
 
 	// PeakMemoryBytes Peak memory of the latest execution's whole process tree, in bytes, as the host measured it; null when unknown or before it ends.
 	PeakMemoryBytes *int64 `json:"peakMemoryBytes"`
@@ -1719,9 +1743,12 @@ type Session struct {
 	MemoryBytes *int64 `json:"memoryBytes,omitempty"`
 
 	// Module The environment its interpreter runs.
-	Module string       `json:"module"`
-	Ref    *string      `json:"ref,omitempty"`
-	State  SessionState `json:"state"`
+	Module string `json:"module"`
+
+	// Owner The id of the API key that started the session: only it runs code in the session, and a runner key sees only its own. Absent when no key did (a server without authentication).
+	Owner *string      `json:"owner,omitempty"`
+	Ref   *string      `json:"ref,omitempty"`
+	State SessionState `json:"state"`
 }
 
 // SessionState defines model for Session.State.
@@ -2129,14 +2156,14 @@ type ClientInterface interface {
 
 	// ApproveApproval Approve: the waiting call goes ahead
 	//
-	// A decided or expired approval answers 409.
+	// A decided or expired approval answers 409. The key that owns the execution that asked cannot decide it (403): another key must. The deciding key is recorded as decidedBy.
 	//
 	// Corresponds with POST /approvals/{id}/approve (the `ApproveApproval` operationId).
 	ApproveApproval(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DenyApproval Deny: the waiting call raises ToolError
 	//
-	// A decided or expired approval answers 409.
+	// A decided or expired approval answers 409. The key that owns the execution that asked cannot decide it (403): another key must. The deciding key is recorded as decidedBy.
 	//
 	// Corresponds with POST /approvals/{id}/deny (the `DenyApproval` operationId).
 	DenyApproval(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2314,7 +2341,7 @@ type ClientInterface interface {
 
 	// CreateProcessWithBody Create a process
 	//
-	// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
+	// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2323,7 +2350,7 @@ type ClientInterface interface {
 
 	// CreateProcess Create a process
 	//
-	// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
+	// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2710,7 +2737,7 @@ func (c *Client) GetApproval(ctx context.Context, id string, reqEditors ...Reque
 
 // ApproveApproval Approve: the waiting call goes ahead
 //
-// A decided or expired approval answers 409.
+// A decided or expired approval answers 409. The key that owns the execution that asked cannot decide it (403): another key must. The deciding key is recorded as decidedBy.
 //
 // Corresponds with POST /approvals/{id}/approve (the `ApproveApproval` operationId).
 func (c *Client) ApproveApproval(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2727,7 +2754,7 @@ func (c *Client) ApproveApproval(ctx context.Context, id string, reqEditors ...R
 
 // DenyApproval Deny: the waiting call raises ToolError
 //
-// A decided or expired approval answers 409.
+// A decided or expired approval answers 409. The key that owns the execution that asked cannot decide it (403): another key must. The deciding key is recorded as decidedBy.
 //
 // Corresponds with POST /approvals/{id}/deny (the `DenyApproval` operationId).
 func (c *Client) DenyApproval(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3145,7 +3172,7 @@ func (c *Client) ListProcesses(ctx context.Context, params *ListProcessesParams,
 
 // CreateProcessWithBody Create a process
 //
-// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
+// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3164,7 +3191,7 @@ func (c *Client) CreateProcessWithBody(ctx context.Context, contentType string, 
 
 // CreateProcess Create a process
 //
-// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
+// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6840,7 +6867,7 @@ type ClientWithResponsesInterface interface {
 
 	// ApproveApprovalWithResponse Approve: the waiting call goes ahead
 	//
-	// A decided or expired approval answers 409.
+	// A decided or expired approval answers 409. The key that owns the execution that asked cannot decide it (403): another key must. The deciding key is recorded as decidedBy.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6849,7 +6876,7 @@ type ClientWithResponsesInterface interface {
 
 	// DenyApprovalWithResponse Deny: the waiting call raises ToolError
 	//
-	// A decided or expired approval answers 409.
+	// A decided or expired approval answers 409. The key that owns the execution that asked cannot decide it (403): another key must. The deciding key is recorded as decidedBy.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7055,7 +7082,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateProcessWithBodyWithResponse Create a process
 	//
-	// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
+	// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7064,7 +7091,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateProcessWithResponse Create a process
 	//
-	// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
+	// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11615,7 +11642,7 @@ func (c *ClientWithResponses) GetApprovalWithResponse(ctx context.Context, id st
 
 // ApproveApprovalWithResponse Approve: the waiting call goes ahead
 //
-// A decided or expired approval answers 409.
+// A decided or expired approval answers 409. The key that owns the execution that asked cannot decide it (403): another key must. The deciding key is recorded as decidedBy.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -11630,7 +11657,7 @@ func (c *ClientWithResponses) ApproveApprovalWithResponse(ctx context.Context, i
 
 // DenyApprovalWithResponse Deny: the waiting call raises ToolError
 //
-// A decided or expired approval answers 409.
+// A decided or expired approval answers 409. The key that owns the execution that asked cannot decide it (403): another key must. The deciding key is recorded as decidedBy.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -11980,7 +12007,7 @@ func (c *ClientWithResponses) ListProcessesWithResponse(ctx context.Context, par
 
 // CreateProcessWithBodyWithResponse Create a process
 //
-// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
+// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11995,7 +12022,7 @@ func (c *ClientWithResponses) CreateProcessWithBodyWithResponse(ctx context.Cont
 
 // CreateProcessWithResponse Create a process
 //
-// Stores the code and, unless autorun is false, runs it in the active environment. With waitMs the response is held until the process is idle or the wait ends. 507 when the database's disk is full: nothing is stored and nothing runs.
+// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
