@@ -1,14 +1,17 @@
 package tests
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -191,5 +194,90 @@ func TestFullDisk(t *testing.T) {
 	var p proc
 	if st, _ := h.do("POST", "/processes", map[string]any{"code": fill, "waitMs": 30000}, &p); st != http.StatusCreated || p.exit() != "success" {
 		t.Fatalf("after the deletes a program runs again: %d %+v", st, p)
+	}
+}
+
+// TestCrashWhilePrinting: a host SIGKILLed while a program prints keeps what
+// a client following the program had read, but for the last flush interval
+// (a second, process.FlushInterval: what the README tells clients), and the
+// next start ends the program host_restart and removes the dead host's
+// cgroups.
+func TestCrashWhilePrinting(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	h := start(t, dir)
+	var p proc
+	h.do("POST", "/processes", map[string]any{"code": "import time\nfor i in range(400):\n    print(i, flush=True)\n    time.sleep(0.05)", "timeoutMs": 60000}, &p)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/processes/%d/events", h.base, p.PID), nil)
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	type line struct {
+		n  int
+		at time.Time
+	}
+	var read []line
+	var pending string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() && len(read) < 80 {
+		data, ok := strings.CutPrefix(sc.Text(), "data:")
+		if !ok {
+			continue
+		}
+		var ev struct {
+			Text string `json:"text"`
+		}
+		if json.Unmarshal([]byte(strings.TrimSpace(data)), &ev) != nil || ev.Text == "" {
+			continue
+		}
+		pending += ev.Text
+		for {
+			l, rest, ok := strings.Cut(pending, "\n")
+			if !ok {
+				break
+			}
+			pending = rest
+			if n, err := strconv.Atoi(l); err == nil {
+				read = append(read, line{n, time.Now()})
+			}
+		}
+	}
+	pid := h.cmd.Process.Pid
+	h.cmd.Process.Signal(syscall.SIGKILL)
+	killed := time.Now()
+	<-h.exited
+
+	h2 := start(t, dir)
+	var after proc
+	h2.do("GET", fmt.Sprintf("/processes/%d", p.PID), nil, &after)
+	if after.State != "idle" || after.reason() != "host_restart" {
+		t.Fatalf("after the restart: %+v", after)
+	}
+	stored := map[int]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(after.Stdout), "\n") {
+		if n, err := strconv.Atoi(l); err == nil {
+			stored[n] = true
+		}
+	}
+	// What the client had read more than two flush intervals before the
+	// kill (one interval, and one for a late tick on a loaded machine) was
+	// stored.
+	for _, l := range read {
+		if killed.Sub(l.at) > 2*time.Second && !stored[l.n] {
+			t.Fatalf("line %d, read %v before the crash, is not stored (stored %d lines, read %d)", l.n, killed.Sub(l.at), len(stored), len(read))
+		}
+	}
+	if len(read) < 80 {
+		t.Fatalf("control: the client read %d lines before the crash", len(read))
+	}
+	left, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/cyrnel-sbx-%d-*", pid))
+	if len(left) > 0 {
+		t.Fatalf("the dead host's cgroups are left after the next start: %v", left)
 	}
 }

@@ -449,23 +449,26 @@ func (cg *cgroups) forkRefused() bool {
 // that left the process group.
 func (cg *cgroups) killAll() {
 	for _, dir := range cg.dirs() {
-		for range 100 { // each pass kills what it saw; forks in flight need another
-			b, err := os.ReadFile(dir + "/cgroup.procs")
-			if err != nil || len(strings.TrimSpace(string(b))) == 0 {
-				break
-			}
-			for _, f := range strings.Fields(string(b)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					_ = syscall.Kill(pid, syscall.SIGKILL) // already gone is fine
-				}
+		killIn(dir)
+	}
+}
+
+// killIn SIGKILLs the processes of the cgroup dir until none is left.
+func killIn(dir string) {
+	for range 100 { // each pass kills what it saw; forks in flight need another
+		b, err := os.ReadFile(dir + "/cgroup.procs")
+		if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+			return
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL) // already gone is fine
 			}
 		}
 	}
 }
 
-// remove deletes the cgroups. A cgroup can be removed once its last process
-// is reaped; the kernel may still be finishing that, so busy is retried for
-// a short while.
+// remove deletes the cgroups.
 func (cg *cgroups) remove() error {
 	var errs []error
 	for _, f := range []**os.File{&cg.peak, &cg.usage} {
@@ -475,26 +478,35 @@ func (cg *cgroups) remove() error {
 		}
 	}
 	for _, dir := range cg.dirs() {
-		deadline := time.Now().Add(2 * time.Second)
-		for {
-			err := os.Remove(dir)
-			if err == nil || errors.Is(err, os.ErrNotExist) {
-				break
-			}
-			if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
-				errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		errs = append(errs, removeCgroup(dir))
 	}
 	return errors.Join(errs...)
 }
 
+// removeCgroup deletes the cgroup dir. A cgroup can be removed once its
+// last process is reaped; the kernel may still be finishing that, so busy
+// is retried for a short while.
+func removeCgroup(dir string) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := os.Remove(dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("remove cgroup: %w", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // sweepCgroups removes the sandbox cgroups in dirs left behind by hosts that
-// died before cleaning up (their sandboxes died with them: Pdeathsig). A
-// cgroup whose host pid is alive, or that still holds a process, stays.
+// died before cleaning up. Their sandboxes die with them (Pdeathsig), but
+// not at once: what a dead host's cgroup still holds is killed, and the
+// cgroup removed once the kernel has reaped it. A cgroup whose host pid is
+// alive stays.
 func sweepCgroups(dirs ...string) {
+	var dead []string
 	for _, dir := range dirs {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
@@ -507,9 +519,13 @@ func sweepCgroups(dirs ...string) {
 				continue
 			}
 			if syscall.Kill(pid, 0) == syscall.ESRCH {
-				_ = os.Remove(filepath.Join(dir, e.Name())) // busy: not ours to force
+				dead = append(dead, filepath.Join(dir, e.Name()))
 			}
 		}
+	}
+	for _, dir := range dead {
+		killIn(dir)
+		_ = removeCgroup(dir) // what stays busy is tried again at the next start
 	}
 }
 
