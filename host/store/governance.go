@@ -190,21 +190,31 @@ func (s *Store) ListToolCalls(ctx context.Context, f ToolCallFilter) ([]ToolCall
 // PruneToolCalls keeps at most keep records (the newest) and none older
 // than before (zero: no age bound).
 func (s *Store) PruneToolCalls(ctx context.Context, keep int64, before time.Time) error {
+	if err := s.pruneLog(ctx, (*ToolCall)(nil), keep, before); err != nil {
+		return fmt.Errorf("prune tool calls: %w", err)
+	}
+	return nil
+}
+
+// pruneLog bounds a table that only grows, whose rows have an increasing
+// id and an "at" time: at most keep rows (the newest; 0: no count bound),
+// none older than before (zero: no age bound).
+func (s *Store) pruneLog(ctx context.Context, model any, keep int64, before time.Time) error {
 	if keep > 0 {
 		var cut int64
-		err := s.DB.NewSelect().Model((*ToolCall)(nil)).Column("id").Order("id DESC").Offset(keep).Limit(1).Scan(ctx, &cut)
+		err := s.DB.NewSelect().Model(model).Column("id").Order("id DESC").Offset(keep).Limit(1).Scan(ctx, &cut)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("prune tool calls: %w", err)
+			return err
 		}
 		if cut > 0 {
-			if _, err := s.DB.NewDelete().Model((*ToolCall)(nil)).Where("id <= ?", cut).Exec(ctx); err != nil {
-				return fmt.Errorf("prune tool calls: %w", err)
+			if _, err := s.DB.NewDelete().Model(model).Where("id <= ?", cut).Exec(ctx); err != nil {
+				return err
 			}
 		}
 	}
 	if !before.IsZero() {
-		if _, err := s.DB.NewDelete().Model((*ToolCall)(nil)).Where("at < ?", before).Exec(ctx); err != nil {
-			return fmt.Errorf("prune tool calls: %w", err)
+		if _, err := s.DB.NewDelete().Model(model).Where("at < ?", before).Exec(ctx); err != nil {
+			return err
 		}
 	}
 	return nil

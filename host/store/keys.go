@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -133,22 +131,8 @@ func (s *Store) ListChanges(ctx context.Context, f ChangeFilter) ([]Change, erro
 // PruneChanges keeps at most keep changes (the newest; 0: no count bound)
 // and none older than before (zero: no age bound).
 func (s *Store) PruneChanges(ctx context.Context, keep int64, before time.Time) error {
-	if keep > 0 {
-		var cut int64
-		err := s.DB.NewSelect().Model((*Change)(nil)).Column("id").Order("id DESC").Offset(keep).Limit(1).Scan(ctx, &cut)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("prune changes: %w", err)
-		}
-		if cut > 0 {
-			if _, err := s.DB.NewDelete().Model((*Change)(nil)).Where("id <= ?", cut).Exec(ctx); err != nil {
-				return fmt.Errorf("prune changes: %w", err)
-			}
-		}
-	}
-	if !before.IsZero() {
-		if _, err := s.DB.NewDelete().Model((*Change)(nil)).Where("at < ?", before).Exec(ctx); err != nil {
-			return fmt.Errorf("prune changes: %w", err)
-		}
+	if err := s.pruneLog(ctx, (*Change)(nil), keep, before); err != nil {
+		return fmt.Errorf("prune changes: %w", err)
 	}
 	return nil
 }
