@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cyrnel/cyrnel/host/pgtest"
 )
 
 // median of durations, in milliseconds.
@@ -360,7 +362,7 @@ func BenchmarkTypeScriptExecution(b *testing.B) {
 // (a backend reports its statistics at the latest when it exits). Run with
 // -benchtime 1x.
 func BenchmarkScaleOut(b *testing.B) {
-	url := postgresURL(b)
+	url := pgtest.URL(b)
 	admin, err := sql.Open("pgx", url)
 	if err != nil {
 		b.Fatal(err)

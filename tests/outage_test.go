@@ -87,7 +87,7 @@ func post(h *host, code string) answer {
 // through one host take effect on the others within 3 s of its return.
 func TestDatabaseOutageDuringLoad(t *testing.T) {
 	t.Parallel()
-	outage, url := pgtest.NewOutage(t, pgtest.Schema(t))
+	outage, url := pgtest.NewOutage(t, pgtest.Schema(t, pgtest.URL(t)))
 	env := []string{"CYRNEL_DB_URL=" + url, "CYRNEL_SECRETS_KEY=" + newSecretsKey(t),
 		"CYRNEL_API_KEY=" + newSecretsKey(t), "CYRNEL_LEASE_TTL=5s"}
 	hs := make([]*host, 3)

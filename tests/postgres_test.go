@@ -1,11 +1,9 @@
 package tests
 
 import (
-	"database/sql"
 	"fmt"
-	"os"
-	"strings"
-	"time"
+
+	"github.com/cyrnel/cyrnel/host/pgtest"
 
 	"testing"
 
@@ -17,8 +15,8 @@ import (
 // where it can install PostgreSQL).
 func TestPostgresBackedHost(t *testing.T) {
 	t.Parallel()
-	url := postgresURL(t)
-	h := start(t, "", "CYRNEL_DB_URL="+freshSchema(t, url), "CYRNEL_SECRETS_KEY="+newSecretsKey(t))
+	url := pgtest.URL(t)
+	h := start(t, "", "CYRNEL_DB_URL="+pgtest.Schema(t, url), "CYRNEL_SECRETS_KEY="+newSecretsKey(t))
 	p := h.run("print('on postgres')\ncyrnel.output({'ok': True})", nil)
 	if p.exit() != "success" || p.Stdout != "on postgres\n" || p.Output["ok"] != true {
 		t.Fatalf("%+v", p)
@@ -42,42 +40,4 @@ func TestPostgresBackedHost(t *testing.T) {
 	if st, _ := h.do("POST", "/processes", map[string]any{"code": "x = 1\x00"}, &prob); st != 422 || prob.Errors[0].Location != "body.code" {
 		t.Fatalf("NUL in code: %d %+v", st, prob)
 	}
-}
-
-// freshSchema makes a schema of its own for this test in the database at url
-// and returns the URL that uses it; it is dropped afterwards.
-func freshSchema(t testing.TB, url string) string {
-	t.Helper()
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := fmt.Sprintf("cyrnel_test_%d", time.Now().UnixNano())
-	if _, err := db.Exec("CREATE SCHEMA " + name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		db.Exec("DROP SCHEMA " + name + " CASCADE")
-		db.Close()
-	})
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	return url + sep + "search_path=" + name
-}
-
-// postgresURL is the database the PostgreSQL tests use (`make test` provides
-// one where it can). Without one the test fails, unless CYRNEL_TEST_NO_POSTGRES
-// says why this machine has none.
-func postgresURL(t testing.TB) string {
-	t.Helper()
-	if url := os.Getenv("CYRNEL_TEST_POSTGRES_URL"); url != "" {
-		return url
-	}
-	if reason := os.Getenv("CYRNEL_TEST_NO_POSTGRES"); reason != "" {
-		t.Skipf("no PostgreSQL to test against (CYRNEL_TEST_NO_POSTGRES: %s)", reason)
-	}
-	t.Fatal("CYRNEL_TEST_POSTGRES_URL is not set; run `make test`, or set CYRNEL_TEST_NO_POSTGRES=<why>")
-	return ""
 }

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cyrnel/cyrnel/host/pgtest"
 )
 
 // newSecretsKey is a fresh CYRNEL_SECRETS_KEY.
@@ -30,14 +32,14 @@ func newSecretsKey(t testing.TB) string {
 // and the secrets key, each with its own data directory.
 func startCluster(t testing.TB, n int, extra ...string) []*host {
 	t.Helper()
-	return startClusterOn(t, postgresURL(t), n, extra...)
+	return startClusterOn(t, pgtest.URL(t), n, extra...)
 }
 
 // startClusterOn is startCluster on the database at url.
 func startClusterOn(t testing.TB, url string, n int, extra ...string) []*host {
 	t.Helper()
 	env := append([]string{
-		"CYRNEL_DB_URL=" + freshSchema(t, url),
+		"CYRNEL_DB_URL=" + pgtest.Schema(t, url),
 		"CYRNEL_SECRETS_KEY=" + newSecretsKey(t),
 		"CYRNEL_API_KEY=" + newSecretsKey(t),
 	}, extra...)
@@ -286,7 +288,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // with another key, refuses to start and says to share CYRNEL_SECRETS_KEY.
 func TestScaleOutSecretsKey(t *testing.T) {
 	t.Parallel()
-	db := "CYRNEL_DB_URL=" + freshSchema(t, postgresURL(t))
+	db := "CYRNEL_DB_URL=" + pgtest.Schema(t, pgtest.URL(t))
 	first := start(t, "", db, "CYRNEL_SECRETS_KEY="+newSecretsKey(t))
 	first.stop()
 	for name, env := range map[string][]string{

@@ -17,7 +17,7 @@ import (
 // schemaURL is a fresh schema of the test database, migrated.
 func schemaURL(t *testing.T) (string, *store.Store) {
 	t.Helper()
-	url := pgtest.Schema(t)
+	url := pgtest.Schema(t, pgtest.URL(t))
 	st, err := store.Open(context.Background(), url, "")
 	if err != nil {
 		t.Fatal(err)

@@ -33,12 +33,12 @@ func URL(t testing.TB) string {
 	return ""
 }
 
-// Schema makes a schema of its own in the test database, dropped after the
-// test, and returns the URL that uses it: tests sharing the database never
-// meet (nor hear each other's notifications, whose channel is per schema).
-func Schema(t testing.TB) string {
+// Schema makes a schema of its own in the database at base (URL(t) for the
+// test database), dropped after the test, and returns the URL that uses it:
+// tests sharing the database never meet (nor hear each other's
+// notifications, whose channel is per schema).
+func Schema(t testing.TB, base string) string {
 	t.Helper()
-	base := URL(t)
 	db, err := sql.Open("pgx", base)
 	if err != nil {
 		t.Fatal(err)

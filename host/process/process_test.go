@@ -663,7 +663,7 @@ func TestShutdownWaitsForACreateBetweenInsertAndLaunch(t *testing.T) {
 func TestAResultOutlivesADatabaseOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	outage, url := pgtest.NewOutage(t, pgtest.Schema(t))
+	outage, url := pgtest.NewOutage(t, pgtest.Schema(t, pgtest.URL(t)))
 	st, err := store.Open(ctx, url, "")
 	if err != nil {
 		t.Fatal(err)

@@ -2,11 +2,11 @@ package store
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cyrnel/cyrnel/host/pgtest"
 )
 
 // pgSchema makes a fresh schema in the test database and returns the URL
@@ -18,30 +18,7 @@ func pgSchema(t *testing.T) string {
 	if url == "" {
 		t.Skip("no PostgreSQL (CYRNEL_TEST_NO_POSTGRES)")
 	}
-	return freshSchema(t, url)
-}
-
-// freshSchema makes a schema of its own in the database at url, so tests
-// sharing the database never meet, and returns the URL that uses it.
-func freshSchema(t *testing.T, url string) string {
-	t.Helper()
-	db, _, err := connect(url, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := fmt.Sprintf("cyrnel_test_%d", time.Now().UnixNano())
-	if _, err := db.ExecContext(context.Background(), "CREATE SCHEMA "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		db.ExecContext(context.Background(), "DROP SCHEMA "+name+" CASCADE")
-		db.Close()
-	})
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	return url + sep + "search_path=" + name
+	return pgtest.Schema(t, url)
 }
 
 // Hosts starting at once all migrate the same fresh schema: the advisory

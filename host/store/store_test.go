@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cyrnel/cyrnel/host/pgtest"
 )
 
 // stores yields a fresh SQLite store and, when CYRNEL_TEST_POSTGRES_URL
@@ -25,7 +27,7 @@ func stores(t *testing.T) map[string]*Store {
 	t.Cleanup(func() { st.Close() })
 	out["sqlite"] = st
 	if url := postgresURL(t); url != "" {
-		pg, err := Open(ctx, freshSchema(t, url), "")
+		pg, err := Open(ctx, pgtest.Schema(t, url), "")
 		if err != nil {
 			t.Fatal(err)
 		}
