@@ -87,20 +87,8 @@ func post(h *host, code string) answer {
 // through one host take effect on the others within 3 s of its return.
 func TestDatabaseOutageDuringLoad(t *testing.T) {
 	t.Parallel()
-	outage, url := pgtest.NewOutage(t, pgtest.Schema(t, pgtest.URL(t)))
-	env := []string{"CYRNEL_DB_URL=" + url, "CYRNEL_SECRETS_KEY=" + newSecretsKey(t),
-		"CYRNEL_API_KEY=" + newSecretsKey(t), "CYRNEL_LEASE_TTL=5s"}
-	hs := make([]*host, 3)
-	var wg sync.WaitGroup
-	for i := range hs {
-		wg.Go(func() { hs[i] = start(t, "", env...) })
-	}
-	wg.Wait()
-	for _, h := range hs {
-		if h == nil {
-			t.FailNow()
-		}
-	}
+	outage, url := pgtest.NewOutage(t, pgtest.URL(t))
+	hs := startClusterOn(t, url, 3, "CYRNEL_LEASE_TTL=5s")
 	a, b, c := hs[0], hs[1], hs[2]
 
 	// A program on A that outlives both outages: it must survive them.
