@@ -5,20 +5,14 @@ package mcp
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/process"
-	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/session"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -73,19 +67,21 @@ type Deps struct {
 	Sessions     Sessions
 }
 
-// New returns the Streamable HTTP handler. It is stateless: each request
-// gets a server built for it, so run_code's description always carries the
-// docs of the environment active at that moment.
-func New(d Deps) http.Handler {
+// New returns the Streamable HTTP endpoint. Its sessions end after
+// o.SessionIdle without a request, with DELETE /mcp, or with Close.
+func New(d Deps, o Options) *Handler {
 	d.Log = slog.New(quiet{d.Log.Handler()})
-	cache := mcp.NewSchemaCache()
-	return mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
-		return d.server(r.Context(), cache)
-	}, &mcp.StreamableHTTPOptions{Stateless: true, Logger: d.Log})
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = 256
+	}
+	if o.SessionIdle <= 0 {
+		o.SessionIdle = 30 * time.Minute
+	}
+	return newHandler(d.server(), o, d.Log)
 }
 
-// quiet passes on warnings and errors only: stateless, the SDK logs a
-// session's connection and disconnection at info for every request.
+// quiet passes on warnings and errors only: the SDK logs every session's
+// connection and disconnection at info.
 type quiet struct{ slog.Handler }
 
 func (q quiet) Enabled(ctx context.Context, l slog.Level) bool {
@@ -99,21 +95,34 @@ func (q quiet) WithGroup(name string) slog.Handler { return quiet{q.Handler.With
 const instructions = `cyrnel runs short programs in a sandbox. Write a program, run it with run_code, and read its structured output, stdout and stderr.
 Programs reach external APIs only through tools: find them with search_tools (includeDocs shows how to call each), then call them from the program.`
 
-func (d Deps) server(ctx context.Context, cache *mcp.SchemaCache) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "cyrnel", Version: d.Version}, &mcp.ServerOptions{
-		Instructions: instructions, Logger: d.Log, SchemaCache: cache,
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
-	})
-	runDesc := "Run a program in cyrnel's active environment and return how it ended (exitState, reason, error), " +
+// runDesc is run_code's description: what it does and the guide of the
+// environment active now.
+func (d Deps) runDesc(ctx context.Context) string {
+	desc := "Run a program in cyrnel's active environment and return its pid, state and, once it has ended, how it ended (exitState, reason, error), " +
 		"its structured output (what it passed to cyrnel.output), stdout and stderr. " +
 		"Every run starts fresh unless it names a session (create_session): a session keeps globals, imports and files between runs. " +
-		"Displays (cyrnel.display(obj), figures left open, the value of a final expression) come back as images and text."
+		"Displays (cyrnel.display(obj), figures left open, the value of a final expression) come back as images and text. " +
+		"Cancelling the call (or dropping its connection) kills the program. " +
+		"If a tool call of the program needs a human approval (tool policy ask), run_code returns at once with state \"suspended\", no exitState and the pending approvals: " +
+		"a person decides them (HTTP API or cyrnel approvals), and wait_process with the pid returns the result."
 	if docs, err := d.environmentDocs(ctx); err == nil {
-		runDesc += "\n\n" + docs
+		return desc + "\n\n" + docs
 	} else {
-		runDesc += " (The environment's guide is unavailable: " + err.Error() + ")"
+		return desc + " (The environment's guide is unavailable: " + err.Error() + ")"
 	}
-	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: runDesc}, d.runCode)
+}
+
+func (d Deps) server() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "cyrnel", Version: d.Version}, &mcp.ServerOptions{
+		Instructions: instructions, Logger: d.Log,
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: "Run a program (the description tools/list gives carries the environment's guide)."}, d.runCode)
+	mcp.AddTool(s, &mcp.Tool{Name: "wait_process", Description: waitDesc}, d.waitProcess)
+	mcp.AddTool(s, &mcp.Tool{Name: "kill_process", Description: "Stop a program run_code started (by its pid) and return how it ended."}, d.killProcess)
+	// The active environment can change while a session lasts: tools/list
+	// describes run_code with the guide of the environment active then.
+	s.AddReceivingMiddleware(d.freshRunDesc)
 	if d.Sessions != nil {
 		mcp.AddTool(s, &mcp.Tool{
 			Name: "create_session",
@@ -137,6 +146,22 @@ func (d Deps) server(ctx context.Context, cache *mcp.SchemaCache) *mcp.Server {
 		Description: "How to call one tool from a program in the active environment, with its parameters and result (Markdown).",
 	}, d.toolDocs)
 	return s
+}
+
+func (d Deps) freshRunDesc(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		if list, ok := res.(*mcp.ListToolsResult); ok && err == nil {
+			for i, t := range list.Tools {
+				if t.Name == "run_code" {
+					fresh := *t
+					fresh.Description = d.runDesc(ctx)
+					list.Tools[i] = &fresh
+				}
+			}
+		}
+		return res, err
+	}
 }
 
 func (d Deps) environmentDocs(ctx context.Context) (string, error) {
@@ -180,190 +205,6 @@ func (d Deps) endSession(ctx context.Context, _ *mcp.CallToolRequest, in endSess
 		return nil, nil, fmt.Errorf("end_session: %w", err)
 	}
 	return text("session " + in.Session + " ended"), nil, nil
-}
-
-type runInput struct {
-	Session   string `json:"session,omitempty" jsonschema:"run in this session (create_session): its state persists between runs"`
-	Code      string `json:"code" jsonschema:"the program"`
-	TimeoutMs int64  `json:"timeoutMs,omitempty" jsonschema:"execution timeout in milliseconds (default 30000)"`
-}
-
-type runOutput struct {
-	PID        int64          `json:"pid" jsonschema:"process id (GET /processes/{pid} on the HTTP API)"`
-	ExitState  string         `json:"exitState" jsonschema:"success, failed, timeout or canceled"`
-	Reason     string         `json:"reason" jsonschema:"why it ended: completed, exception, timeout, killed, memory_limit, output_limit, …"`
-	Error      string         `json:"error,omitempty" jsonschema:"why it failed, e.g. ValueError: boom"`
-	Output     map[string]any `json:"output" jsonschema:"the structured output: the merge of what the program passed to cyrnel.output"`
-	Stdout     string         `json:"stdout"`
-	Stderr     string         `json:"stderr"`
-	DurationMs int64          `json:"durationMs"`
-	// Pending: the program is suspended on these approvals (it has not
-	// ended; exitState is empty).
-	Pending []any `json:"pendingApprovals,omitempty" jsonschema:"approvals the program waits on: it is suspended until someone decides them"`
-}
-
-// waitGrace is how long past its own timeout a run may take to be reported
-// (the environment stops it at the timeout) before it is killed.
-const waitGrace = 10 * time.Second
-
-func (d Deps) runCode(ctx context.Context, _ *mcp.CallToolRequest, in runInput) (*mcp.CallToolResult, runOutput, error) {
-	if strings.TrimSpace(in.Code) == "" {
-		return nil, runOutput{}, errors.New("run_code: code is empty")
-	}
-	p, err := d.Processes.Create(ctx, process.CreateInput{Code: in.Code, Ref: "mcp", TimeoutMs: in.TimeoutMs, Autorun: true, Session: in.Session})
-	if err != nil {
-		return nil, runOutput{}, fmt.Errorf("run_code: %w", argument(err))
-	}
-	pending, err := d.untilApproval(ctx, p.PID, time.Duration(p.TimeoutMs)*time.Millisecond+waitGrace)
-	if err == nil && len(pending) > 0 {
-		// This endpoint is stateless, so it cannot ask the client
-		// (elicitation needs a session): say who must decide, and how.
-		out := runOutput{PID: p.PID, Output: map[string]any{}, Pending: pending}
-		return text(pendingText(p.PID, pending)), out, nil
-	}
-	if err == nil {
-		p, err = d.Processes.Wait(ctx, p.PID, 0)
-	}
-	if err == nil && p.State != process.Idle {
-		err = errors.New("the process did not end in time")
-	}
-	if err != nil {
-		// The caller gave up (or the run hung): do not leave it running.
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, kerr := d.Processes.Kill(kctx, p.PID); kerr != nil && !errors.Is(kerr, process.ErrConflict) {
-			d.Log.Warn("mcp: kill after a failed wait", "pid", p.PID, "err", kerr)
-		}
-		return nil, runOutput{}, fmt.Errorf("run_code: process %d: %w", p.PID, err)
-	}
-	out := runOutput{PID: p.PID, Error: p.Error, Output: p.Output, Stdout: p.Stdout, Stderr: p.Stderr}
-	if p.ExitState != nil {
-		out.ExitState = *p.ExitState
-	}
-	if p.Reason != nil {
-		out.Reason = *p.Reason
-	}
-	if p.DurationMs != nil {
-		out.DurationMs = *p.DurationMs
-	}
-	if out.Output == nil {
-		out.Output = map[string]any{}
-	}
-	res := text(summarize(out))
-	res.IsError = out.ExitState != "success"
-	displays, err := d.Processes.Displays(ctx, p.PID)
-	if err != nil {
-		return nil, runOutput{}, fmt.Errorf("run_code: process %d: %w", p.PID, err)
-	}
-	res.Content = append(res.Content, displayContent(displays)...)
-	return res, out, nil
-}
-
-// argument names a bad input as the tool's argument: run_code's arguments
-// carry the names the process gives its fields (code, timeoutMs).
-func argument(err error) error {
-	var fe *schema.FieldError
-	if errors.As(err, &fe) {
-		return fmt.Errorf("invalid argument %w", err)
-	}
-	return err
-}
-
-// displayContent turns displays into MCP content: an image where the bundle
-// has one, else its text.
-func displayContent(ds []process.Display) []mcp.Content {
-	var out []mcp.Content
-	for _, disp := range ds {
-		img := false
-		for _, mime := range []string{"image/png", "image/jpeg"} {
-			if b, err := base64.StdEncoding.DecodeString(disp.Data[mime]); err == nil && len(b) > 0 {
-				out = append(out, &mcp.ImageContent{Data: b, MIMEType: mime})
-				img = true
-				break
-			}
-		}
-		if t, ok := disp.Data["text/plain"]; ok && !img {
-			out = append(out, &mcp.TextContent{Text: disp.Kind + ": " + t})
-		}
-	}
-	return out
-}
-
-// untilApproval follows a process until it ends (nil) or one of its tool
-// calls waits on an approval (the approvals waiting then).
-func (d Deps) untilApproval(ctx context.Context, pid int64, limit time.Duration) ([]any, error) {
-	replay, next, stop, err := d.Processes.Follow(ctx, pid)
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	var pending []any
-	for _, ev := range replay {
-		if ev.Type == process.EventApproval {
-			pending = append(pending, ev.Approval)
-		}
-	}
-	if len(pending) > 0 || next == nil {
-		return pending, nil
-	}
-	timer := time.NewTimer(limit)
-	defer timer.Stop()
-	for {
-		select {
-		case ev, ok := <-next:
-			if !ok {
-				// Ended, or this follower lagged: Wait tells which.
-				p, err := d.Processes.Wait(ctx, pid, limit)
-				if err != nil {
-					return nil, err
-				}
-				if p.State == process.Idle {
-					return nil, nil
-				}
-				return nil, errors.New("lost track of the process")
-			}
-			if ev.Type == process.EventApproval {
-				return []any{ev.Approval}, nil
-			}
-		case <-timer.C:
-			return nil, errors.New("the process did not end in time")
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-func pendingText(pid int64, pending []any) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "process %d is suspended: a tool call needs a human approval (tool policy ask).\n", pid)
-	for _, a := range pending {
-		j, _ := json.Marshal(a)
-		fmt.Fprintf(&b, "approval: %s\n", j)
-	}
-	b.WriteString("Ask the operator to decide it: POST /approvals/{id}/approve or /deny on the HTTP API, or `cyrnel approvals approve|deny ID`. " +
-		"The program then goes on (or the call raises ToolError); read its result at GET /processes/{pid}. Unanswered, the approval expires.")
-	return b.String()
-}
-
-// summarize is run_code's text content, for clients that read text rather
-// than structured content.
-func summarize(o runOutput) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "exit: %s (%s)", o.ExitState, o.Reason)
-	if o.Error != "" {
-		fmt.Fprintf(&b, ": %s", o.Error)
-	}
-	if len(o.Output) > 0 {
-		j, _ := json.Marshal(o.Output)
-		fmt.Fprintf(&b, "\noutput: %s", j)
-	}
-	if o.Stdout != "" {
-		fmt.Fprintf(&b, "\nstdout:\n%s", o.Stdout)
-	}
-	if o.Stderr != "" {
-		fmt.Fprintf(&b, "\nstderr:\n%s", o.Stderr)
-	}
-	return b.String()
 }
 
 func (d Deps) envDocs(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/caller"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/schema"
 )
@@ -141,8 +143,9 @@ func connect(t *testing.T, d Deps) *mcp.ClientSession {
 	if d.Log == nil {
 		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	srv := httptest.NewServer(New(d))
-	t.Cleanup(srv.Close)
+	h := New(d, Options{})
+	srv := httptest.NewServer(asKey(h, "k1"))
+	t.Cleanup(func() { h.Close(); srv.Close() })
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
 	s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL, MaxRetries: -1}, nil)
 	if err != nil {
@@ -165,6 +168,15 @@ func call(t *testing.T, s *mcp.ClientSession, name string, args map[string]any) 
 		}
 	}
 	return res, b.String()
+}
+
+// asKey serves h as host/api does for a runner key: authenticated, with
+// the caller in the request's context.
+func asKey(h http.Handler, id string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set("Authorization", "Bearer "+id)
+		h.ServeHTTP(w, r.WithContext(caller.With(r.Context(), caller.Caller{KeyID: id, Roles: []caller.Role{caller.Runner}})))
+	})
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -221,7 +233,7 @@ func TestRunCodeReportsPendingApprovals(t *testing.T) {
 		t.Errorf("isError %v, killed %v, text %q", res.IsError, killed, text)
 	}
 	got, _ := res.StructuredContent.(map[string]any)
-	if fmt.Sprint(got["pendingApprovals"]) != "[map[id:apr_1 serviceId:pets toolId:addPet]]" {
+	if fmt.Sprint(got["pendingApprovals"]) != "[map[id:apr_1 serviceId:pets toolId:addPet]]" || got["state"] != "suspended" || got["exitState"] != nil || !strings.Contains(text, "wait_process with pid 1") {
 		t.Errorf("structured %v", got)
 	}
 }
@@ -286,7 +298,7 @@ func TestRunCodeDescriptionCarriesTheGuide(t *testing.T) {
 			}
 		}
 		slices.Sort(names)
-		if fmt.Sprint(names) != "[environment_docs run_code search_tools tool_docs]" {
+		if fmt.Sprint(names) != "[environment_docs kill_process run_code search_tools tool_docs wait_process]" {
 			t.Errorf("tools %v", names)
 		}
 		res, text := call(t, s, "environment_docs", nil)

@@ -119,6 +119,7 @@ type Server struct {
 	egress  *egress.Guard
 	keys    *keys.Manager
 	changes *changes.Log
+	mcp     *mcp.Handler
 }
 
 // ErrInsecure is returned when asked to listen beyond loopback unprotected.
@@ -275,7 +276,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 		procs.SetRelay(cl)
 		cl.Start(clusterHandlers(st, procs, approvals, policies, reg, svcs))
 	}
-	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}, Sessions: sessions})
+	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}, Sessions: sessions}, mcp.Options{})
 	hosts := origins.New(cfg.AllowedHosts)
 	keyring := keys.New(log.With("component", "keys"), st, record, keys.Options{Bootstrap: cfg.APIKey, BootstrapSince: keySince(keyFile)})
 	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, Keys: keyring, Changes: record, Processes: procs, Environment: reg, Modules: reg, Services: svcs, Tools: svcs, Sessions: sessions, MCP: mcpHandler, Hosts: hosts,
@@ -284,7 +285,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	// (and its authentication): they hold no data.
 	handler = console.Handler(handler)
 	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, audit: auditor, approvals: approvals, gate: g, modules: reg, services: svcs, cluster: cl, handler: handler, hosts: hosts, egress: guard,
-		keys: keyring, changes: record}, nil
+		keys: keyring, changes: record, mcp: mcpHandler}, nil
 }
 
 // keySince is when the bootstrap key was made, as GET /keys shows it: the
@@ -365,6 +366,9 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	// their processes are killed below.
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Shutdown(sctx) }()
+	// MCP sessions hold event streams open: end them so Shutdown need not
+	// wait them out.
+	s.mcp.Close()
 	if s.cluster != nil {
 		// One of several hosts: running programs get half the shutdown
 		// time to finish before they are ended (host_shutdown), so a
@@ -407,6 +411,7 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 func (s *Server) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	s.mcp.Close()
 	_ = s.procs.Shutdown(ctx)
 	_ = s.sessions.Shutdown(ctx)
 	if s.cluster != nil {
