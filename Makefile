@@ -36,7 +36,7 @@ run: build ## run the server on its embedded defaults (SQLite in ./cyrnel-data, 
 	./$(BIN) serve
 
 .PHONY: test
-test: deps lint ts-check py-check test-db browser datascience ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the Python runtime's type check, the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one; the console in Chromium), then each fuzz target briefly
+test: deps lint ts-check mcp-conformance py-check test-db browser datascience ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the Python runtime's type check, the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one; the console in Chromium), then each fuzz target briefly
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -191,6 +191,18 @@ ts-check: $(TS_CHECK)/node_modules/.package-lock.json ## type-check a TypeScript
 $(TS_CHECK)/node_modules/.package-lock.json: $(TS_CHECK)/package-lock.json
 	@command -v npm >/dev/null || { echo "npm (Node.js) is required for the TypeScript client check"; exit 1; }
 	cd $(TS_CHECK) && npm ci --no-audit --no-fund --loglevel=error
+
+# The official MCP conformance suite and the Node.js it needs (22; the suite
+# uses fs.globSync), both pinned in package-lock.json and installed from the
+# npm registry. TestMCPConformance (tests/) runs it against the built server.
+MCP_CONFORMANCE := tests/testdata/mcp-conformance
+
+.PHONY: mcp-conformance
+mcp-conformance: $(MCP_CONFORMANCE)/node_modules/.package-lock.json ## install the pinned MCP conformance suite (npm) that TestMCPConformance runs against the server
+
+$(MCP_CONFORMANCE)/node_modules/.package-lock.json: $(MCP_CONFORMANCE)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm (Node.js) is required to install the MCP conformance suite"; exit 1; }
+	cd $(MCP_CONFORMANCE) && npm ci --no-audit --no-fund --loglevel=error
 
 .PHONY: fmt
 fmt: ## format the Go code
