@@ -73,8 +73,8 @@ func (m *rawMCP) post(msg string) (int, string, string) {
 func rawSession(t *testing.T, h *host, key string) *rawMCP {
 	t.Helper()
 	m := &rawMCP{t: t, h: h, key: key}
-	if code, _, body := m.post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`); code != 200 || m.session == "" {
-		t.Fatalf("initialize: %d %s (session %q)", code, body, m.session)
+	if code, _, body := m.post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`); code != 200 {
+		t.Fatalf("initialize: %d %s", code, body)
 	}
 	if code, _, body := m.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`); code != http.StatusAccepted {
 		t.Fatalf("initialized: %d %s", code, body)
@@ -323,7 +323,7 @@ func TestMCPProtocolErrors(t *testing.T) {
 	if _, ok := caps["tools"]; !ok || len(caps) != 1 {
 		t.Fatalf("capabilities %v, want tools only", caps)
 	}
-	if !bytes.Contains([]byte(body), []byte(`"protocolVersion":"2025-06-18"`)) {
-		t.Fatalf("initialize: %s", body)
+	if !bytes.Contains([]byte(body), []byte(`"protocolVersion":"2025-06-18"`)) || fresh.session == "" {
+		t.Fatalf("initialize: %s (session %q)", body, fresh.session)
 	}
 }
