@@ -27,6 +27,8 @@ type Handler struct {
 	sdk     http.Handler
 	server  *mcp.Server
 	max     int
+	closing context.Context // ends with Close: the calls in flight end too
+	close   context.CancelFunc
 	mu      sync.Mutex
 	pending map[string]context.Context // a POST's token → its context, while it is served
 }
@@ -49,6 +51,7 @@ var answered = map[string]bool{
 
 func newHandler(s *mcp.Server, o Options, log *slog.Logger) *Handler {
 	h := &Handler{server: s, max: o.MaxSessions, pending: map[string]context.Context{}}
+	h.closing, h.close = context.WithCancel(context.Background())
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
 		&mcp.StreamableHTTPOptions{Logger: log, SessionTimeout: o.SessionIdle})
 	// A session belongs to the key that opened it: the SDK refuses its id
@@ -64,9 +67,10 @@ func newHandler(s *mcp.Server, o Options, log *slog.Logger) *Handler {
 	return h
 }
 
-// Close ends every session; their calls' contexts end, which kills the
-// programs they run.
+// Close ends every call in flight (which kills the programs they run) and
+// every session. A session's own Close waits for its calls to return.
 func (h *Handler) Close() {
+	h.close()
 	for ss := range h.server.Sessions() {
 		ss.Close()
 	}
@@ -157,19 +161,22 @@ func rpcError(w http.ResponseWriter, status int, id jsonrpc.ID, code int64, msg 
 // notifications/cancelled or the session closes (the SDK's own context).
 func (h *Handler) bindCalls(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if method != "tools/call" || req.GetExtra() == nil {
-			return next(ctx, method, req)
-		}
-		h.mu.Lock()
-		httpCtx := h.pending[req.GetExtra().Header.Get(requestHeader)]
-		h.mu.Unlock()
-		if httpCtx == nil {
+		if method != "tools/call" {
 			return next(ctx, method, req)
 		}
 		ctx, cancel := context.WithCancelCause(ctx)
 		defer cancel(nil)
-		stop := context.AfterFunc(httpCtx, func() { cancel(errors.New("the HTTP request of the call ended")) })
+		stop := context.AfterFunc(h.closing, func() { cancel(errors.New("the MCP endpoint is closing")) })
 		defer stop()
+		if extra := req.GetExtra(); extra != nil {
+			h.mu.Lock()
+			httpCtx := h.pending[extra.Header.Get(requestHeader)]
+			h.mu.Unlock()
+			if httpCtx != nil {
+				stop := context.AfterFunc(httpCtx, func() { cancel(errors.New("the HTTP request of the call ended")) })
+				defer stop()
+			}
+		}
 		return next(ctx, method, req)
 	}
 }

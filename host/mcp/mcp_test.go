@@ -23,7 +23,8 @@ import (
 )
 
 // fakeProcesses runs nothing: Create answers with pid 1, Follow with
-// replay and then live (closed after), Wait with final.
+// replay and then live (closed after; never, when running is set: the
+// program runs until killed), Wait with final. Kill is told on kills.
 type fakeProcesses struct {
 	mu        sync.Mutex
 	createErr error
@@ -34,6 +35,8 @@ type fakeProcesses struct {
 	created   []process.CreateInput
 	waited    []time.Duration
 	killed    []int64
+	running   chan struct{} // closed by Follow when set
+	kills     chan int64    // told each kill when set
 }
 
 func (f *fakeProcesses) Create(_ context.Context, in process.CreateInput) (*process.Process, error) {
@@ -62,6 +65,9 @@ func (f *fakeProcesses) Kill(_ context.Context, pid int64) (*process.Process, er
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.killed = append(f.killed, pid)
+	if f.kills != nil {
+		f.kills <- pid
+	}
 	return &process.Process{ProcessSummary: process.ProcessSummary{PID: pid}}, nil
 }
 
@@ -77,6 +83,10 @@ func (f *fakeProcesses) Follow(context.Context, int64) ([]process.Event, <-chan 
 	next := make(chan process.Event, len(f.live))
 	for _, ev := range f.live {
 		next <- ev
+	}
+	if f.running != nil {
+		close(f.running)
+		return f.replay, next, func() {}, nil
 	}
 	close(next)
 	return f.replay, next, func() {}, nil
