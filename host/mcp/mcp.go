@@ -105,11 +105,11 @@ func (d Deps) runDesc(ctx context.Context) string {
 		"Cancelling the call (or dropping its connection) kills the program. " +
 		"If a tool call of the program needs a human approval (tool policy ask), run_code returns at once with state \"suspended\", no exitState and the pending approvals: " +
 		"a person decides them (HTTP API or cyrnel approvals), and wait_process with the pid returns the result."
-	if docs, err := d.environmentDocs(ctx); err == nil {
-		return desc + "\n\n" + docs
-	} else {
+	docs, err := d.environmentDocs(ctx)
+	if err != nil {
 		return desc + " (The environment's guide is unavailable: " + err.Error() + ")"
 	}
+	return desc + "\n\n" + docs
 }
 
 func (d Deps) server() *mcp.Server {
