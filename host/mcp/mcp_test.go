@@ -216,7 +216,7 @@ func TestRunCodeReportsHowItEnded(t *testing.T) {
 		t.Errorf("text %q", text)
 	}
 	got, _ := res.StructuredContent.(map[string]any)
-	if got["pid"] != 1.0 || got["exitState"] != "success" || got["durationMs"] != 12.0 || got["stdout"] != "hello\n" {
+	if got["pid"] != 1.0 || got["state"] != "idle" || got["exitState"] != "success" || got["durationMs"] != 12.0 || got["stdout"] != "hello\n" {
 		t.Errorf("structured %v", got)
 	}
 
@@ -374,4 +374,33 @@ func ids(t *testing.T, res *mcp.CallToolResult) []string {
 		out = append(out, m["serviceId"].(string)+"."+m["toolId"].(string))
 	}
 	return out
+}
+
+// TestWaitAndKillProcess: wait_process waits as long as asked (30 s by
+// default, at most 10 min) and reports a program still running as such,
+// not as an error; kill_process kills and reports how it ended.
+func TestWaitAndKillProcess(t *testing.T) {
+	t.Parallel()
+	procs := &fakeProcesses{final: process.Process{ProcessSummary: process.ProcessSummary{PID: 3, State: process.Suspended}}}
+	s := connect(t, Deps{Processes: procs, Environments: fakeEnvironments{}, Tools: &fakeTools{}})
+	res, text := call(t, s, "wait_process", map[string]any{"pid": 3})
+	if got, _ := res.StructuredContent.(map[string]any); res.IsError || got["state"] != "suspended" || got["exitState"] != nil || !strings.Contains(text, "process 3 is suspended") {
+		t.Errorf("waiting on a suspended program: isError %v %v %q", res.IsError, got, text)
+	}
+	call(t, s, "wait_process", map[string]any{"pid": 3, "timeoutMs": 5000})
+	call(t, s, "wait_process", map[string]any{"pid": 3, "timeoutMs": 99999999})
+	if _, waited, _ := procs.seen(); fmt.Sprint(waited) != "[30s 5s 10m0s]" {
+		t.Errorf("waited %v", waited)
+	}
+	if res, text := call(t, s, "wait_process", map[string]any{"pid": 3, "timeoutMs": -1}); !res.IsError || !strings.Contains(text, "timeoutMs") {
+		t.Errorf("a negative timeout: isError %v %q", res.IsError, text)
+	}
+
+	procs.mu.Lock()
+	procs.final = process.Process{ProcessSummary: process.ProcessSummary{PID: 3, State: process.Idle, ExitState: ptr("canceled"), Reason: ptr("killed")}}
+	procs.mu.Unlock()
+	res, text = call(t, s, "kill_process", map[string]any{"pid": 3})
+	if _, _, killed := procs.seen(); !res.IsError || !strings.HasPrefix(text, "exit: canceled (killed)") || !slices.Equal(killed, []int64{3}) {
+		t.Errorf("kill_process: isError %v %q, killed %v", res.IsError, text, killed)
+	}
 }
