@@ -299,7 +299,7 @@ func TestMCPProtocolErrors(t *testing.T) {
 		return v
 	}
 	code, ct, body := m.post(`{"jsonrpc":"2.0","id":5,"method":"tools/list"`)
-	if v := decode("malformed", body); code != 400 || ct != "application/json" || v.Error == nil || v.Error.Code != -32700 || v.ID != nil {
+	if v := decode("malformed", body); code != 400 || ct != "application/json" || v.Error == nil || v.Error.Code != -32700 || !strings.Contains(body, `"id":null`) {
 		t.Fatalf("malformed body: %d %s %s", code, ct, body)
 	}
 	code, ct, body = m.post(`{"jsonrpc":"1.0","id":6,"method":"tools/list"}`)

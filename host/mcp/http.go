@@ -85,17 +85,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			rpcError(w, http.StatusRequestEntityTooLarge, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "the request body is over 4 MiB")
+			rpcError(w, http.StatusRequestEntityTooLarge, nil, jsonrpc.CodeInvalidRequest, "the request body is over 4 MiB")
 			return
 		}
-		rpcError(w, http.StatusBadRequest, jsonrpc.ID{}, jsonrpc.CodeParseError, "reading the request body: "+err.Error())
+		rpcError(w, http.StatusBadRequest, nil, jsonrpc.CodeParseError, "reading the request body: "+err.Error())
 		return
 	}
 	if !h.check(w, body) {
 		return
 	}
 	if r.Header.Get("Mcp-Session-Id") == "" && h.full() {
-		rpcError(w, http.StatusServiceUnavailable, jsonrpc.ID{}, jsonrpc.CodeInternalError, "too many MCP sessions: end one (DELETE /mcp with its Mcp-Session-Id) or retry later")
+		rpcError(w, http.StatusServiceUnavailable, nil, jsonrpc.CodeInternalError, "too many MCP sessions: end one (DELETE /mcp with its Mcp-Session-Id) or retry later")
 		return
 	}
 	token := rand.Text()
@@ -118,7 +118,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // A batch (a JSON array) is left to the SDK.
 func (h *Handler) check(w http.ResponseWriter, body []byte) bool {
 	if !json.Valid(body) {
-		rpcError(w, http.StatusBadRequest, jsonrpc.ID{}, jsonrpc.CodeParseError, "parse error: the body is not JSON")
+		rpcError(w, http.StatusBadRequest, nil, jsonrpc.CodeParseError, "parse error: the body is not JSON")
 		return false
 	}
 	if b := bytes.TrimSpace(body); len(b) > 0 && b[0] == '[' {
@@ -126,11 +126,11 @@ func (h *Handler) check(w http.ResponseWriter, body []byte) bool {
 	}
 	msg, err := jsonrpc.DecodeMessage(body)
 	if err != nil {
-		rpcError(w, http.StatusBadRequest, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "invalid request: "+err.Error())
+		rpcError(w, http.StatusBadRequest, nil, jsonrpc.CodeInvalidRequest, "invalid request: "+err.Error())
 		return false
 	}
 	if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() && !answered[req.Method] {
-		rpcError(w, http.StatusOK, req.ID, jsonrpc.CodeMethodNotFound, "method not found: "+req.Method+" (this server offers tools only)")
+		rpcError(w, http.StatusOK, req.ID.Raw(), jsonrpc.CodeMethodNotFound, "method not found: "+req.Method+" (this server offers tools only)")
 		return false
 	}
 	return true
@@ -145,8 +145,14 @@ func (h *Handler) full() bool {
 	return n >= h.max
 }
 
-func rpcError(w http.ResponseWriter, status int, id jsonrpc.ID, code int64, msg string) {
-	b, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: code, Message: msg}})
+// rpcError answers with a JSON-RPC error. id is the request's, or nil
+// (null) when it could not be read, as JSON-RPC 2.0 requires.
+func rpcError(w http.ResponseWriter, status int, id any, code int64, msg string) {
+	b, err := json.Marshal(struct {
+		JSONRPC string         `json:"jsonrpc"`
+		ID      any            `json:"id"`
+		Error   *jsonrpc.Error `json:"error"`
+	}{"2.0", id, &jsonrpc.Error{Code: code, Message: msg}})
 	if err != nil {
 		http.Error(w, msg, status)
 		return
