@@ -23,6 +23,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/server"
 	"github.com/cyrnel/cyrnel/host/session"
+	"github.com/cyrnel/cyrnel/host/tracing"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -112,6 +113,10 @@ Environment variables (a flag, when given, wins over its variable):
   CYRNEL_PROCESS_MAX_MB
                        finished processes past the newest this many MiB are deleted (default 1024; -1: no bound)
   CYRNEL_LOG_LEVEL     debug, info, warn or error (default info)
+  CYRNEL_LOG_FORMAT    text or json (as --log-format, default text)
+  CYRNEL_METRICS_ADDR  serve GET /metrics without authentication on this address too (as --metrics-addr)
+  OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, OTEL_*
+                       OpenTelemetry tracing, off unless one of the first two is set (docs/operating.md)
 `
 
 func serve(args []string) error {
@@ -122,6 +127,8 @@ func serve(args []string) error {
 	fs.String("log-level", "", "log level (env CYRNEL_LOG_LEVEL, default info)")
 	var pythons cli.Strings
 	fs.Var(&pythons, "python", "a Python interpreter module configs may name, a name on PATH or a path; repeatable, the first is the default; no other runs (env CYRNEL_PYTHON, ':'-separated; default python3)")
+	fs.String("log-format", "", "log format: text or json lines (env CYRNEL_LOG_FORMAT, default text)")
+	fs.String("metrics-addr", "", "also serve GET /metrics, without authentication, on this address (env CYRNEL_METRICS_ADDR)")
 	fs.String("max-sessions", "", "sessions (long-lived interpreters) this host runs at once; more are refused with 429 (env CYRNEL_MAX_SESSIONS, default 16)")
 	fs.String("allowed-hosts", "", "comma-separated host names (or addresses) requests may name in Host and a browser's Origin, besides the loopback names and the listen address's; * allows any (env CYRNEL_ALLOWED_HOSTS)")
 	insecure := fs.Bool("insecure", false, "allow listening on a non-loopback address without CYRNEL_API_KEY")
@@ -139,7 +146,7 @@ func serve(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve takes no arguments, got %q", fs.Args())
 	}
-	log, err := cli.NewLogger(cli.Setting(fs, "log-level", "CYRNEL_LOG_LEVEL", "info"))
+	log, err := cli.NewLogger(cli.Setting(fs, "log-level", "CYRNEL_LOG_LEVEL", "info"), cli.Setting(fs, "log-format", "CYRNEL_LOG_FORMAT", "text"))
 	if err != nil {
 		return err
 	}
@@ -188,11 +195,16 @@ func serve(args []string) error {
 		Version:          version,
 		Limits:           limits,
 		Announce:         true,
+		MetricsAddr:      cli.Setting(fs, "metrics-addr", "CYRNEL_METRICS_ADDR", ""),
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.Tracing, err = tracing.FromEnv(ctx, version); err != nil {
+		return err
+	}
 	srv, err := server.New(ctx, log, cfg)
 	if err != nil {
+		cfg.Tracing.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // already failing
 		return err
 	}
 	return srv.Serve(ctx, nil)

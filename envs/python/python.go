@@ -297,6 +297,18 @@ func (e *Env) Status() map[string]any {
 	return st
 }
 
+// Workers counts the pool's workers and the template's restarts.
+func (e *Env) Workers() worker.Counts {
+	e.mu.Lock()
+	r, forking := e.runner, e.forking
+	e.mu.Unlock()
+	c := r.Counts()
+	if forking != nil {
+		c.TemplateRestarts = forking.Restarts()
+	}
+	return c
+}
+
 // Teardown kills what is still running, empties the pool and removes the
 // extracted runtime.
 func (e *Env) Teardown(ctx context.Context) error {

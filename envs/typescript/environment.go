@@ -228,6 +228,13 @@ func (e *Environment) Teardown(ctx context.Context) error {
 	return r.Stop(ctx)
 }
 
+// Workers counts the pool's workers.
+func (e *Environment) Workers() worker.Counts {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.runner.Counts()
+}
+
 // Status reports the environment's load and sandbox for GET /environment.
 func (e *Environment) Status() map[string]any {
 	e.mu.Lock()

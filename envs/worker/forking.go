@@ -21,6 +21,7 @@ type Forking struct {
 	mu     sync.Mutex // held while a template starts: launches wait for it
 	tpl    *sandbox.Template
 	closed bool
+	starts int64 // templates started
 }
 
 // ChooseForking returns a forking launcher for the template argv when the
@@ -83,7 +84,15 @@ func (f *Forking) template(ctx context.Context) (*sandbox.Template, error) {
 		return nil, err
 	}
 	f.tpl = tpl
+	f.starts++
 	return tpl, nil
+}
+
+// Restarts counts the templates started after the first.
+func (f *Forking) Restarts() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return max(f.starts-1, 0)
 }
 
 // Close drains the template: it forks no more, and ends once its last child

@@ -180,6 +180,22 @@ func (r *Runner) Status() map[string]any {
 	return map[string]any{"running": r.running, "queued": r.waiting - r.running, "concurrency": r.cfg.Concurrency, "pool": r.pool.Stats()}
 }
 
+// Counts are an environment's workers by state, and how often its template
+// was started again (the host's metrics).
+type Counts struct {
+	Ready, Starting, Busy int
+	TemplateRestarts      int64
+}
+
+// Counts reports the pool's workers by state.
+func (r *Runner) Counts() Counts {
+	if r == nil {
+		return Counts{}
+	}
+	st := r.pool.Stats()
+	return Counts{Ready: st.Ready, Starting: st.Spawning, Busy: st.Lent}
+}
+
 // Stop kills what still runs, waits for it and its workers, and empties
 // the pool, no longer than ctx allows. A second Stop does nothing.
 func (r *Runner) Stop(ctx context.Context) error {

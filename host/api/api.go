@@ -65,6 +65,12 @@ type Deps struct {
 	Sandbox modules.HostSandbox
 	// Changes is the record of configuration changes.
 	Changes Changes
+	// Metrics serves GET /metrics behind authentication (the admin role) (nil: no route).
+	Metrics http.Handler
+	// Requests counts requests by route template (nil: not counted).
+	Requests RequestObserver
+	// Tracing, when its provider is set, traces each request.
+	Tracing Tracing
 }
 
 type server struct {
@@ -89,6 +95,10 @@ func New(d Deps) (http.Handler, huma.API) {
 		writeProblem(w, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed here")
 	})
 	s := &server{d}
+	traced := d.Tracing.Provider != nil
+	if d.Requests != nil || traced {
+		r.Use(observe(r, d.Requests, traced))
+	}
 	if d.Hosts != nil {
 		r.Use(checkHosts(r, d.Hosts))
 	}
@@ -114,8 +124,14 @@ func New(d Deps) (http.Handler, huma.API) {
 	if d.MCP != nil {
 		r.Handle("/mcp", d.MCP)
 	}
+	if d.Metrics != nil {
+		r.Method(http.MethodGet, "/metrics", d.Metrics)
+	}
 	nullEnums(api.OpenAPI())
 	declareAuth(api.OpenAPI())
+	if traced {
+		return traceRequests(r, d.Tracing), api
+	}
 	return r, api
 }
 

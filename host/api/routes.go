@@ -108,6 +108,10 @@ var (
 		"DELETE /keys/{id}":           adminOnly,
 		"GET /changes":                adminOnly,
 
+		// The Prometheus exposition (also unauthenticated on the operator's
+		// --metrics-addr listener, when set).
+		"GET /metrics": adminOnly,
+
 		// The MCP endpoint, whatever the method (it answers those it
 		// does not speak itself).
 		"* /mcp": runner,

@@ -336,3 +336,10 @@ func newID(t time.Time) string {
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("apr_%016x%s", t.UnixNano(), hex.EncodeToString(b[:]))
 }
+
+// Pending counts the calls on this host waiting on an approval.
+func (m *Manager) Pending() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.waiting)
+}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,6 +42,13 @@ type Store interface {
 	// removes and returns a host's requests.
 	RequestKill(ctx context.Context, hostID string, pid int64) error
 	TakeKills(ctx context.Context, hostID string) ([]int64, error)
+	// HostsAlive counts the hosts whose lease has not run out.
+	HostsAlive(ctx context.Context) (int, error)
+}
+
+// Observer is told how late notifications arrive (host/metrics).
+type Observer interface {
+	NotificationLag(d time.Duration)
 }
 
 // Handlers are what this host does with what the others say.
@@ -65,8 +73,9 @@ type Handlers struct {
 
 // Options tune a Cluster.
 type Options struct {
-	TTL  time.Duration // 0: DefaultTTL
-	Sync time.Duration // 0: DefaultSync
+	TTL      time.Duration // 0: DefaultTTL
+	Sync     time.Duration // 0: DefaultSync
+	Observer Observer      // nil: not observed
 }
 
 // message is what travels on the channel.
@@ -77,6 +86,9 @@ type message struct {
 	Host  string        `json:"host,omitempty"` // kill: the runner
 	PID   int64         `json:"pid,omitempty"`
 	ID    string        `json:"id,omitempty"` // decided: the approval
+	// At is when it was sent (Unix nanoseconds, the sender's clock), for
+	// the notification lag.
+	At int64 `json:"at,omitempty"`
 }
 
 // Cluster is this host's membership.
@@ -87,6 +99,9 @@ type Cluster struct {
 	opts    Options
 	store   Store
 	channel string
+	// alive counts the hosts holding a lease at the last renewal (-1:
+	// unknown).
+	alive atomic.Int64
 
 	mu       sync.Mutex
 	handlers Handlers
@@ -114,6 +129,7 @@ func New(ctx context.Context, log *slog.Logger, url, hostID string, st Store, o 
 		o.Sync = DefaultSync
 	}
 	c := &Cluster{log: log, url: url, host: hostID, opts: o, store: st, kick: make(chan struct{}, 1)}
+	c.alive.Store(-1)
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect: %w", err)
@@ -136,6 +152,7 @@ func New(ctx context.Context, log *slog.Logger, url, hostID string, st Store, o 
 		c.first.Close(ctx)
 		return nil, err
 	}
+	c.countAlive(ctx)
 	// Renewing starts now: loading the configuration (an environment's
 	// interpreters) may take longer than the lease lasts.
 	rctx, cancel := context.WithCancel(context.Background())
@@ -195,8 +212,10 @@ func (c *Cluster) renew(ctx context.Context) {
 				c.log.Warn("renew the lease", "err", err)
 			}
 			reachable = time.Time{}
+			c.alive.Store(-1)
 			continue
 		}
+		c.countAlive(ctx)
 		if reachable.IsZero() {
 			reachable = time.Now()
 		}
@@ -272,6 +291,9 @@ func (c *Cluster) listenOnce(ctx context.Context, reconnected bool) error {
 		if err := json.Unmarshal([]byte(n.Payload), &msg); err != nil {
 			c.log.Warn("unreadable cluster notification", "err", err)
 			continue
+		}
+		if c.opts.Observer != nil && msg.At > 0 {
+			c.opts.Observer.NotificationLag(time.Since(time.Unix(0, msg.At)))
 		}
 		c.handle(ctx, msg)
 	}
@@ -375,7 +397,7 @@ func (c *Cluster) apply(ctx context.Context, cur map[control.Event]string) {
 
 // publish sends msg to every host (this one included, which ignores it).
 func (c *Cluster) publish(ctx context.Context, msg message) error {
-	msg.From = c.host
+	msg.From, msg.At = c.host, time.Now().UnixNano()
 	b, err := json.Marshal(msg)
 	if err != nil {
 		return err
@@ -384,6 +406,23 @@ func (c *Cluster) publish(ctx context.Context, msg message) error {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	return nil
+}
+
+// countAlive records how many hosts hold a lease (-1 when the database
+// cannot say).
+func (c *Cluster) countAlive(ctx context.Context) {
+	n, err := c.store.HostsAlive(ctx)
+	if err != nil {
+		n = -1
+	}
+	c.alive.Store(int64(n))
+}
+
+// HostsAlive is how many hosts held a lease at the last renewal; ok is
+// false when that renewal could not say.
+func (c *Cluster) HostsAlive() (n int, ok bool) {
+	v := c.alive.Load()
+	return int(v), v >= 0
 }
 
 // Notify tells the other hosts of a stored configuration change

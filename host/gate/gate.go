@@ -9,6 +9,10 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/audit"
@@ -62,6 +66,11 @@ type Approvals interface {
 	Wait(ctx context.Context, req approval.Request, created func(*approval.Approval)) (*approval.Approval, error)
 }
 
+// Observer counts tool calls (host/metrics).
+type Observer interface {
+	ToolCalled(service, tool, outcome string, took time.Duration)
+}
+
 // Gate is the one path of tool calls.
 type Gate struct {
 	Policies  *policy.Engine
@@ -69,6 +78,8 @@ type Gate struct {
 	Audit     Recorder
 	Processes Processes
 	Tools     Invoker
+	Observer  Observer     // nil: not counted
+	Tracer    trace.Tracer // nil: not traced
 }
 
 // Invoke makes a call from src. in.EID names the calling process (0: none).
@@ -89,9 +100,29 @@ func (g *Gate) Invoke(ctx context.Context, src Source, in module.InvokeInput) (a
 	// Redacted once, up front: the record and the approval carry the same
 	// copy and the adapter keeps the original.
 	rec.Parameters = audit.Redact(in.Parameters)
+	var span trace.Span
+	if g.Tracer != nil {
+		// The call's span: the upstream request (the adapter's transport)
+		// and an approval wait are its children.
+		ctx, span = g.Tracer.Start(ctx, "tool.call", trace.WithAttributes(
+			attribute.String("cyrnel.service", in.ServiceID), attribute.String("cyrnel.tool", in.ToolID),
+			attribute.String("cyrnel.source", string(src)), attribute.String("cyrnel.policy", string(decision))))
+	}
 	res, err := g.call(ctx, src, in, decision, &rec)
-	rec.DurationMs = float64(time.Since(start).Microseconds()) / 1000
+	took := time.Since(start)
+	rec.DurationMs = float64(took.Microseconds()) / 1000
 	rec.Outcome, rec.Status = outcome(res, err)
+	if g.Observer != nil {
+		g.Observer.ToolCalled(in.ServiceID, in.ToolID, rec.Outcome, took)
+	}
+	if span != nil {
+		span.SetAttributes(attribute.String("cyrnel.outcome", rec.Outcome))
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, rec.Outcome)
+		}
+		span.End()
+	}
 	// The record must be queued even when the call's context ended (a kill
 	// while suspended is exactly what the audit is for).
 	g.Audit.Record(context.WithoutCancel(ctx), rec)
@@ -122,6 +153,11 @@ func (g *Gate) call(ctx context.Context, src Source, in module.InvokeInput, deci
 func (g *Gate) approve(ctx context.Context, in module.InvokeInput, rec *store.ToolCall) error {
 	var resume, resumeClock func()
 	pid := in.EID
+	span := trace.SpanFromContext(ctx)
+	if g.Tracer != nil {
+		ctx, span = g.Tracer.Start(ctx, "approval.wait")
+		defer span.End()
+	}
 	a, err := g.Approvals.Wait(ctx, approval.Request{PID: &pid, ServiceID: in.ServiceID, ToolID: in.ToolID, Parameters: rec.Parameters, KeyID: rec.KeyID},
 		func(a *approval.Approval) {
 			id := a.ID
@@ -132,6 +168,9 @@ func (g *Gate) approve(ctx context.Context, in module.InvokeInput, rec *store.To
 	if resume != nil {
 		resume()
 		resumeClock()
+	}
+	if a != nil && g.Tracer != nil {
+		span.SetAttributes(attribute.String("cyrnel.approval", a.ID), attribute.String("cyrnel.approval_state", a.State))
 	}
 	if err != nil {
 		// Nobody can say it was approved: the call is not made.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -469,6 +470,44 @@ func (r *Registry) Status() (active *EnvStatus, draining []EnvStatus, setupErr s
 		draining = append(draining, describe(d))
 	}
 	return active, draining, r.setupErr
+}
+
+// pooled is an environment with warm workers.
+type pooled interface{ Workers() worker.Counts }
+
+// EnvWorkers are an environment instance's workers.
+type EnvWorkers struct {
+	Module string
+	worker.Counts
+}
+
+// Workers counts the workers of the active and draining environments, by
+// module (a draining instance adds to the active one of its module).
+func (r *Registry) Workers() []EnvWorkers {
+	r.mu.Lock()
+	insts := append([]*instance{}, r.draining...)
+	if r.active != nil {
+		insts = append(insts, r.active)
+	}
+	r.mu.Unlock()
+	var out []EnvWorkers
+	for _, in := range insts {
+		p, ok := in.env.(pooled)
+		if !ok {
+			continue
+		}
+		c := p.Workers()
+		i := slices.IndexFunc(out, func(w EnvWorkers) bool { return w.Module == in.id })
+		if i < 0 {
+			out = append(out, EnvWorkers{Module: in.id, Counts: c})
+			continue
+		}
+		out[i].Ready += c.Ready
+		out[i].Starting += c.Starting
+		out[i].Busy += c.Busy
+		out[i].TemplateRestarts += c.TemplateRestarts
+	}
+	return out
 }
 
 // ModuleView is a module as listed by the API.

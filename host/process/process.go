@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cyrnel/cyrnel/host/caller"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/workspace"
@@ -105,6 +107,8 @@ type Manager struct {
 	limits   Limits
 	w        *writer // every write to a process row goes through it
 	relay    Relay   // nil: one host
+	obs      Observer
+	tracer   trace.Tracer // nil: not traced
 
 	ctx    context.Context // cancelled at shutdown: kills every execution
 	cancel context.CancelFunc
@@ -135,7 +139,7 @@ func New(log *slog.Logger, st *store.Store, exec Executor, limits Limits, hostID
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	stop := make(chan struct{})
-	m := &Manager{log: log, host: hostID, st: st, exec: exec, limits: limits, w: newWriter(st),
+	m := &Manager{log: log, host: hostID, st: st, exec: exec, limits: limits, w: newWriter(st), obs: noObserver{},
 		ctx: ctx, cancel: cancel, runs: map[int64]*run{},
 		stopFlush: sync.OnceFunc(func() { close(stop) }), flushDone: make(chan struct{})}
 	go m.flushEvery(flush, stop)
@@ -310,14 +314,16 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) 
 	if err := m.admit(); err != nil {
 		return nil, err
 	}
-	if err := m.w.do(func(ctx context.Context, tx *store.Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {
+	span := m.startExecution(ctx, p)
+	if err := m.w.traced(withSpan(ctx, span), "db.process.insert", func(ctx context.Context, tx *store.Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {
 		m.wg.Done()
+		endFailed(span, err)
 		return nil, err
 	}
 	if m.beforeLaunch != nil {
 		m.beforeLaunch()
 	}
-	r := m.launch(p, in.Files)
+	r := m.launch(p, in.Files, span)
 	if in.Wait > 0 {
 		// Its own run: a short execution's final row, held, is the answer.
 		return m.await(ctx, r, in.Wait)
@@ -351,8 +357,9 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 	p.StartedAt, p.FinishedAt, p.DurationMs, p.Environment = nil, nil, nil, ""
 	p.Runs, p.HostID = p.Runs+1, m.host
 	p.CPUMs, p.PeakMemoryBytes, p.Displays = nil, nil, nil
+	span := m.startExecution(ctx, p)
 	var ok bool
-	err = m.w.do(func(ctx context.Context, tx *store.Tx) (err error) {
+	err = m.w.traced(withSpan(ctx, span), "db.process.queue", func(ctx context.Context, tx *store.Tx) (err error) {
 		ok, err = tx.TransitionProcess(ctx, p, []string{string(Idle)}, "state", "exit_state", "reason", "error",
 			"output", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "output_truncated", "started_at", "finished_at",
 			"duration_ms", "cpu_ms", "peak_memory_bytes", "environment", "runs", "host_id", "displays")
@@ -363,9 +370,10 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 	}
 	if err != nil {
 		m.wg.Done()
+		endFailed(span, err)
 		return nil, err
 	}
-	m.launch(p, nil)
+	m.launch(p, nil, span)
 	return m.view(p), nil
 }
 
@@ -385,9 +393,11 @@ func (m *Manager) admit() error {
 }
 
 // launch starts the execution of a process stored as queued, which admit
-// let in.
-func (m *Manager) launch(p *store.Process, files []module.File) *run {
+// let in, traced in span (nil: not traced).
+func (m *Manager) launch(p *store.Process, files []module.File, span trace.Span) *run {
 	r := newRun(p, m.limits.OutputBytes)
+	r.span = span
+	m.traceQueued(r)
 	// Its own context: a kill cancels it, so a kill that arrives before the
 	// environment has even seen the execution is not lost.
 	ctx, cancel := context.WithCancel(m.ctx)
@@ -404,6 +414,7 @@ func (m *Manager) launch(p *store.Process, files []module.File) *run {
 	}
 	m.runs[p.PID] = r
 	m.mu.Unlock()
+	ctx = executionContext(ctx, p.PID, span)
 	go func() {
 		defer m.wg.Done()
 		defer cancel()
@@ -434,11 +445,12 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	stopping := m.stopping
 	m.mu.Unlock()
 	p := r.result(envID, res, err, stopping)
+	sctx := withSpan(context.Background(), r.span)
 	write := func(p *store.Process) error {
 		// An earlier run's files are replaced; a first run without files
 		// costs no statement.
 		files := len(r.files) > 0 || p.Runs > 1
-		return m.w.doDurable(func(ctx context.Context, tx *store.Tx) error {
+		return m.w.tracedDurable(sctx, "db.process.finish", func(ctx context.Context, tx *store.Tx) error {
 			ok, err := tx.FinishProcess(ctx, p, live)
 			if err == nil && !ok {
 				m.log.Warn("process result arrived for a process no longer live", "pid", p.PID)
@@ -462,6 +474,7 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	m.mu.Lock()
 	delete(m.runs, r.pid)
 	m.mu.Unlock()
+	m.ended(r, p)
 	r.end(p)
 }
 

@@ -538,7 +538,7 @@ func TestLaunchAfterShutdownBegan(t *testing.T) {
 	m.mu.Lock()
 	m.stopping = true
 	m.mu.Unlock()
-	m.launch(p, nil)
+	m.launch(p, nil, nil)
 	row, err := st.GetProcess(context.Background(), p.PID)
 	if err != nil || row.State != "idle" || *row.ExitState != "canceled" || row.Reason != "host_shutdown" {
 		t.Fatalf("stored %+v %v", row, err)

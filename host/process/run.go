@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/store"
@@ -25,6 +27,11 @@ type run struct {
 	base   store.Process // the row as launched; the final row is built on it
 	done   chan struct{}
 	cancel context.CancelFunc // kills the execution
+	// span is the execution's (nil: tracing is off); phase, under mu, is
+	// its queue span, then its run span.
+	span     trace.Span
+	phase    trace.Span
+	queuedAt time.Time
 
 	mu            sync.Mutex
 	state         State
@@ -65,7 +72,7 @@ type saved struct {
 
 func newRun(p *store.Process, limit int64) *run {
 	return &run{
-		pid: p.PID, base: *p, done: make(chan struct{}), state: Queued,
+		pid: p.PID, base: *p, done: make(chan struct{}), state: Queued, queuedAt: time.Now(),
 		stdout: stream{limit: limit}, stderr: stream{limit: limit},
 		output: map[string]any{}, keySizes: map[string]int64{}, outputCap: limit, subs: map[chan Event]struct{}{},
 	}
@@ -177,6 +184,7 @@ func (m *Manager) SetState(eid int64, s module.ExecState) {
 	}
 	r.state = Running
 	r.startedAt = time.Now().UTC()
+	m.traceRunning(r)
 	r.publishLocked(Event{Type: EventState, State: Running})
 	r.mu.Unlock()
 }

@@ -5,6 +5,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -14,8 +18,10 @@ import (
 // executions share commits; a pid is handed out only once its row is
 // committed. Callers wait for their own write's outcome.
 type writer struct {
-	st    *store.Store
-	queue chan *write
+	st     *store.Store
+	queue  chan *write
+	obs    Observer
+	tracer trace.Tracer // nil: not traced
 
 	mu      sync.RWMutex // held to queue; exclusively to close the queue
 	stopped bool
@@ -44,7 +50,7 @@ const writeTimeout = 30 * time.Second
 var errWriterStopped error = &conflictError{"the host is shutting down"}
 
 func newWriter(st *store.Store) *writer {
-	w := &writer{st: st, queue: make(chan *write, maxBatch), done: make(chan struct{}), halt: make(chan struct{})}
+	w := &writer{st: st, obs: noObserver{}, queue: make(chan *write, maxBatch), done: make(chan struct{}), halt: make(chan struct{})}
 	go w.loop()
 	return w
 }
@@ -95,6 +101,40 @@ func (w *writer) doDurable(apply func(context.Context, *store.Tx) error, several
 	}
 }
 
+// traced is do in a span of ctx's trace, when tracing is on and ctx is in
+// a recorded trace (an execution's row writes).
+func (w *writer) traced(ctx context.Context, name string, apply func(context.Context, *store.Tx) error) error {
+	return w.span(ctx, name, w.do, apply)
+}
+
+// tracedDurable is doDurable as traced is do.
+func (w *writer) tracedDurable(ctx context.Context, name string, apply func(context.Context, *store.Tx) error, several bool) error {
+	return w.span(ctx, name, func(apply func(context.Context, *store.Tx) error) error { return w.doDurable(apply, several) }, apply)
+}
+
+func (w *writer) span(ctx context.Context, name string, do func(func(context.Context, *store.Tx) error) error, apply func(context.Context, *store.Tx) error) error {
+	if w.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+		return do(apply)
+	}
+	_, span := w.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("db.system.name", dbSystem(w.st))))
+	err := do(apply)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "write failed")
+	}
+	span.End()
+	return err
+}
+
+// dbSystem names the database as OpenTelemetry's conventions do.
+func dbSystem(st *store.Store) string {
+	if st.Local() {
+		return "sqlite"
+	}
+	return "postgresql"
+}
+
 // stop ends the writer once what was queued is written. A second stop is
 // harmless.
 func (w *writer) stop() {
@@ -125,7 +165,9 @@ func (w *writer) loop() {
 				break more
 			}
 		}
+		start := time.Now()
 		w.commit(batch)
+		w.obs.RowsWritten(len(batch), time.Since(start))
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/python"
 	"github.com/cyrnel/cyrnel/envs/sandbox"
@@ -32,6 +34,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/keys"
 	"github.com/cyrnel/cyrnel/host/mcp"
+	"github.com/cyrnel/cyrnel/host/metrics"
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/origins"
 	"github.com/cyrnel/cyrnel/host/policy"
@@ -40,6 +43,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/services"
 	"github.com/cyrnel/cyrnel/host/session"
 	"github.com/cyrnel/cyrnel/host/store"
+	"github.com/cyrnel/cyrnel/host/tracing"
 )
 
 // Config is the server's configuration (DESIGN §7).
@@ -82,6 +86,12 @@ type Config struct {
 	Governance Governance
 	// Sessions bounds the sessions this host runs.
 	Sessions session.Config
+	// MetricsAddr, when set, is a listener of its own serving GET /metrics
+	// without authentication (serve --metrics-addr).
+	MetricsAddr string
+	// Tracing traces requests, executions and tool calls (nil: off); the
+	// server shuts it down when it stops.
+	Tracing *tracing.Provider
 }
 
 // Governance configures tool policies, approvals and the audit (zero values
@@ -120,6 +130,8 @@ type Server struct {
 	keys    *keys.Manager
 	changes *changes.Log
 	mcp     *mcp.Handler
+	metrics *metrics.Metrics
+	tracing *tracing.Provider
 }
 
 // ErrInsecure is returned when asked to listen beyond loopback unprotected.
@@ -169,6 +181,14 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Tracing == nil {
+		cfg.Tracing = tracing.Off()
+	}
+	var tracer trace.Tracer // nil: the domain packages trace nothing
+	if cfg.Tracing.Enabled {
+		tracer = cfg.Tracing.Tracer("github.com/cyrnel/cyrnel")
+	}
+	met := metrics.New()
 	var st *store.Store
 	var cl *cluster.Cluster
 	defer func() {
@@ -209,7 +229,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	}
 	var notifier control.Notifier
 	if !st.Local() {
-		if cl, err = cluster.New(ctx, log.With("component", "cluster"), cfg.DBURL, dir.HostID, st, cluster.Options{TTL: cfg.LeaseTTL}); err != nil {
+		if cl, err = cluster.New(ctx, log.With("component", "cluster"), cfg.DBURL, dir.HostID, st, cluster.Options{TTL: cfg.LeaseTTL, Observer: met}); err != nil {
 			return nil, err
 		}
 		notifier = cl
@@ -232,7 +252,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	})
 	guard := &egress.Guard{}
 	svcs := services.New(log.With("component", "services"), st, box, plane, map[string]adapter.Adapter{
-		openapi.ID: openapi.New(openapi.Options{Guard: guard}),
+		openapi.ID: openapi.New(openapi.Options{Guard: guard, WrapTransport: upstreamTracing(cfg.Tracing)}),
 	})
 	reg.AllowUnsandboxed(cfg.AllowUnsandboxed)
 	reg.LimitTo(machine)
@@ -243,6 +263,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 		return nil, err
 	}
 	procs := process.New(log.With("component", "processes"), st, reg, cfg.Limits, dir.HostID, 0)
+	procs.Instrument(met, tracer)
 	if err = procs.Recover(ctx); err != nil {
 		return nil, err
 	}
@@ -268,7 +289,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 		return nil, err
 	}
 	procs.UseSessions(sessions)
-	g := &gate.Gate{Policies: policies, Approvals: approvals, Audit: auditor, Processes: procs, Tools: svcs}
+	g := &gate.Gate{Policies: policies, Approvals: approvals, Audit: auditor, Processes: procs, Tools: svcs, Observer: met, Tracer: tracer}
 	if err = reg.Start(ctx, &bindings{Manager: procs, tools: svcs, gate: g}, cfg.Environment); err != nil {
 		return nil, err
 	}
@@ -279,13 +300,15 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}, Sessions: sessions}, mcp.Options{})
 	hosts := origins.New(cfg.AllowedHosts)
 	keyring := keys.New(log.With("component", "keys"), st, record, keys.Options{Bootstrap: cfg.APIKey, BootstrapSince: keySince(keyFile)})
+	met.Watch(gauges(procs, reg, sessions, approvals, svcs, cl))
 	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, Keys: keyring, Changes: record, Processes: procs, Environment: reg, Modules: reg, Services: svcs, Tools: svcs, Sessions: sessions, MCP: mcpHandler, Hosts: hosts,
-		Policies: policies, Approvals: approvals, ToolCalls: toolCalls{auditor, st}, Gate: g, Ready: readiness{st, reg}, Sandbox: hostSandbox})
+		Policies: policies, Approvals: approvals, ToolCalls: toolCalls{auditor, st}, Gate: g, Ready: readiness{st, reg}, Sandbox: hostSandbox,
+		Metrics: met.Handler(), Requests: met, Tracing: requestTracing(cfg.Tracing)})
 	// The console's assets and the API reference sit in front of the API
 	// (and its authentication): they hold no data.
 	handler = console.Handler(handler)
 	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, audit: auditor, approvals: approvals, gate: g, modules: reg, services: svcs, cluster: cl, handler: handler, hosts: hosts, egress: guard,
-		keys: keyring, changes: record, mcp: mcpHandler}, nil
+		keys: keyring, changes: record, mcp: mcpHandler, metrics: met, tracing: cfg.Tracing}, nil
 }
 
 // keySince is when the bootstrap key was made, as GET /keys shows it: the
@@ -332,8 +355,17 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 		return err
 	}
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
+	msrv, err := s.serveMetrics()
+	if err != nil {
+		ln.Close()
+		s.Close()
+		return err
+	}
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
+	if msrv != nil {
+		go func() { errc <- fmt.Errorf("metrics listener: %w", msrv.serve()) }()
+	}
 	// How to use the key comes before "listening", which is what a
 	// supervisor (or a test) waits for.
 	if s.cfg.Announce {
@@ -345,12 +377,17 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 			s.log.Info(fmt.Sprintf(`every route but /health and the spec needs the API key: curl -H "Authorization: Bearer $(cat %s)" http://%s/processes`, s.keyFile, ln.Addr()), "keyFile", s.keyFile)
 		}
 	}
-	s.log.Info("cyrnel listening", "addr", ln.Addr().String(), "version", s.cfg.Version, "auth", s.cfg.APIKey != "")
+	if msrv != nil {
+		s.log.Info("metrics listening", "addr", msrv.ln.Addr().String())
+	}
+	s.log.Info("cyrnel listening", "addr", ln.Addr().String(), "version", s.cfg.Version, "auth", s.cfg.APIKey != "", "tracing", s.tracing.Enabled)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
 	select {
 	case err := <-errc:
+		srv.Close()
+		msrv.close()
 		s.Close()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
@@ -369,6 +406,8 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	// MCP sessions hold event streams open: end them so Shutdown need not
 	// wait them out.
 	s.mcp.Close()
+	// Scrapes go on until the host's own work has stopped.
+	defer msrv.close()
 	if s.cluster != nil {
 		// One of several hosts: running programs get half the shutdown
 		// time to finish before they are ended (host_shutdown), so a
@@ -401,6 +440,10 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	s.approvals.Close()
 	s.keys.Close()
 	s.changes.Close()
+	// The spans of the executions just ended go out before the host does.
+	if err := s.tracing.Shutdown(sctx); err != nil {
+		s.log.Warn("shutdown", "err", err)
+	}
 	err = s.store.Close()
 	s.dir.Close()
 	return err
@@ -423,6 +466,7 @@ func (s *Server) Close() {
 	s.approvals.Close()
 	s.keys.Close()
 	s.changes.Close()
+	_ = s.tracing.Shutdown(ctx)
 	s.store.Close()
 	s.dir.Close()
 }

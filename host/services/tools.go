@@ -173,3 +173,12 @@ func (m *Manager) ListServiceTools(ctx context.Context, serviceID string) ([]mod
 	}
 	return out, nil
 }
+
+// Has reports whether the service exists and has the tool (enabled or
+// not), from memory.
+func (m *Manager) Has(serviceID, toolID string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	l := m.live[serviceID]
+	return l != nil && l.tools[toolID] != nil
+}

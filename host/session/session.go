@@ -573,3 +573,20 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("sessions still ending: %w", ctx.Err())
 	}
 }
+
+// Counts are this host's sessions by state (ended ones are not kept).
+func (m *Manager) Counts() map[string]int {
+	m.mu.Lock()
+	counts := map[string]int{Starting: m.starting, Ready: 0, Busy: 0}
+	lives := make([]*live, 0, len(m.live))
+	for _, l := range m.live {
+		lives = append(lives, l)
+	}
+	m.mu.Unlock()
+	for _, l := range lives {
+		if s := l.snapshot().State; s != Ended {
+			counts[s]++
+		}
+	}
+	return counts
+}

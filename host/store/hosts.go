@@ -25,6 +25,15 @@ ON CONFLICT (host_id) DO UPDATE SET lease_until = EXCLUDED.lease_until`, hostID,
 	return nil
 }
 
+// HostsAlive counts the hosts whose lease has not run out. PostgreSQL only.
+func (s *Store) HostsAlive(ctx context.Context) (int, error) {
+	var n int
+	if err := s.DB.QueryRowContext(ctx, "SELECT count(*) FROM hosts WHERE lease_until > now()").Scan(&n); err != nil {
+		return 0, fmt.Errorf("count live hosts: %w", err)
+	}
+	return n, nil
+}
+
 // DropLease removes hostID's lease (a host that stopped cleanly).
 func (s *Store) DropLease(ctx context.Context, hostID string) error {
 	if _, err := s.DB.ExecContext(ctx, "DELETE FROM hosts WHERE host_id = ?", hostID); err != nil {

@@ -54,6 +54,9 @@ type Options struct {
 	// MaxResponseBytes bounds a tool call's response body (default 10 MiB);
 	// a larger one fails the call.
 	MaxResponseBytes int64
+	// WrapTransport, when set, wraps the transport of every upstream
+	// request (the host's tracing: a client span, traceparent sent).
+	WrapTransport func(http.RoundTripper) http.RoundTripper
 }
 
 // Adapter is the openapi adapter. It is safe for concurrent use.
@@ -83,15 +86,19 @@ func New(opts Options) *Adapter {
 	if opts.Guard == nil {
 		opts.Guard = &egress.Guard{}
 	}
-	return &Adapter{opts: opts, public: guardedClient(opts.Guard, false), private: guardedClient(opts.Guard, true), services: map[string]*service{}}
+	return &Adapter{opts: opts, public: guardedClient(opts, false), private: guardedClient(opts, true), services: map[string]*service{}}
 }
 
 // guardedClient dials through the guard. It knows no proxies (HTTP_PROXY
 // and friends): through a proxy the guard would judge the proxy's address,
 // not the upstream's. Exchanges run on the caller's goroutine (package h1),
 // which keeps a tool call's cost down.
-func guardedClient(g *egress.Guard, allowPrivate bool) *http.Client {
-	return &http.Client{Transport: &h1.Transport{DialContext: g.Dialer(allowPrivate).DialContext}}
+func guardedClient(opts Options, allowPrivate bool) *http.Client {
+	var rt http.RoundTripper = &h1.Transport{DialContext: opts.Guard.Dialer(allowPrivate).DialContext}
+	if opts.WrapTransport != nil {
+		rt = opts.WrapTransport(rt)
+	}
+	return &http.Client{Transport: rt}
 }
 
 // client is the client a service's calls use.

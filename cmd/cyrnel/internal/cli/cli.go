@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+
+	"github.com/cyrnel/cyrnel/host/logs"
 )
 
 // Strings is a repeatable string flag.
@@ -54,13 +56,25 @@ func Setting(fs *flag.FlagSet, name, env, def string) string {
 	return def
 }
 
-// NewLogger is a text logger on stderr at level.
-func NewLogger(level string) (*slog.Logger, error) {
+// NewLogger is a logger on stderr at level, in format text (key=value
+// lines) or json (JSON lines, for log shippers); each record logged with a
+// context carries its trace_id, span_id and pid (host/logs).
+func NewLogger(level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	var h slog.Handler
+	switch format {
+	case "text":
+		h = slog.NewTextHandler(os.Stderr, opts)
+	case "json":
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	default:
+		return nil, fmt.Errorf("log format %q: want text or json", format)
+	}
+	return slog.New(logs.NewHandler(h)), nil
 }
 
 // ErrUsage is a command line that could not be parsed; it was reported.

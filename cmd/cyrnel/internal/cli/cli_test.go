@@ -73,12 +73,18 @@ func TestParse(t *testing.T) {
 func TestNewLogger(t *testing.T) {
 	t.Parallel()
 	for _, l := range []string{"debug", "INFO", "warn", "error"} {
-		if _, err := NewLogger(l); err != nil {
+		if _, err := NewLogger(l, "text"); err != nil {
 			t.Errorf("%s: %v", l, err)
 		}
 	}
-	if _, err := NewLogger("loud"); err == nil || !strings.Contains(err.Error(), "want debug, info, warn or error") {
+	if _, err := NewLogger("loud", "text"); err == nil || !strings.Contains(err.Error(), "want debug, info, warn or error") {
 		t.Errorf("loud: %v", err)
+	}
+	if _, err := NewLogger("info", "json"); err != nil {
+		t.Errorf("json: %v", err)
+	}
+	if _, err := NewLogger("info", "xml"); err == nil || !strings.Contains(err.Error(), "want text or json") {
+		t.Errorf("xml: %v", err)
 	}
 }
 

@@ -115,7 +115,7 @@ func (h hostFlags) embedded(env, dataDir string) (*host, error) {
 	if level == "" {
 		level = "warn" // the program's output is what the terminal is for
 	}
-	log, err := NewLogger(level)
+	log, err := NewLogger(level, "text")
 	if err != nil {
 		return nil, err
 	}
