@@ -315,6 +315,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) 
 		return nil, err
 	}
 	span := m.startExecution(ctx, p)
+	p.TraceID = traceID(span)
 	if err := m.w.traced(withSpan(ctx, span), "db.process.insert", func(ctx context.Context, tx *store.Tx) error { return tx.InsertProcess(ctx, p) }); err != nil {
 		m.wg.Done()
 		endFailed(span, err)
@@ -358,11 +359,12 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 	p.Runs, p.HostID = p.Runs+1, m.host
 	p.CPUMs, p.PeakMemoryBytes, p.Displays = nil, nil, nil
 	span := m.startExecution(ctx, p)
+	p.TraceID = traceID(span)
 	var ok bool
 	err = m.w.traced(withSpan(ctx, span), "db.process.queue", func(ctx context.Context, tx *store.Tx) (err error) {
 		ok, err = tx.TransitionProcess(ctx, p, []string{string(Idle)}, "state", "exit_state", "reason", "error",
 			"output", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "output_truncated", "started_at", "finished_at",
-			"duration_ms", "cpu_ms", "peak_memory_bytes", "environment", "runs", "host_id", "displays")
+			"duration_ms", "cpu_ms", "peak_memory_bytes", "environment", "runs", "host_id", "displays", "trace_id")
 		return err
 	})
 	if err == nil && !ok {

@@ -30,6 +30,7 @@ type ProcessSummary struct {
 	Session         string         `json:"session,omitempty" doc:"The session the process runs in (POST /sessions); absent: an interpreter of its own."`
 	PeakMemoryBytes *int64         `json:"peakMemoryBytes" nullable:"true" doc:"Peak memory of the latest execution's whole process tree, in bytes, as the host measured it; null when unknown or before it ends."`
 	Owner           string         `json:"owner,omitempty" doc:"The id of the API key that created the process; a runner key sees only its own. Absent when no key did (a server without authentication)."`
+	TraceID         string         `json:"traceId,omitempty" doc:"The OpenTelemetry trace (32 hex digits) of the latest execution: the caller's when its request carried a traceparent header. Absent when tracing is off."`
 }
 
 // Process is a process with what its latest execution produced.
@@ -47,7 +48,7 @@ func viewOf(p *store.Process) *Process {
 		TimeoutMs: p.TimeoutMs, EnvConfig: p.EnvConfig, Environment: p.Environment, Runs: p.Runs,
 		StdoutTruncated: p.StdoutTruncated, StderrTruncated: p.StderrTruncated, OutputTruncated: p.OutputTruncated,
 		CreatedAt: p.CreatedAt, StartedAt: p.StartedAt, FinishedAt: p.FinishedAt, DurationMs: p.DurationMs,
-		HostID: p.HostID, CPUMs: p.CPUMs, PeakMemoryBytes: p.PeakMemoryBytes, Session: p.Session, Owner: p.Owner,
+		HostID: p.HostID, CPUMs: p.CPUMs, PeakMemoryBytes: p.PeakMemoryBytes, Session: p.Session, Owner: p.Owner, TraceID: p.TraceID,
 	}, Output: p.Output, Stdout: p.Stdout, Stderr: p.Stderr, Code: p.Code}
 	if p.Reason != "" {
 		reason := p.Reason

@@ -43,6 +43,7 @@ type Process struct {
 	Session         string         `bun:"session,notnull"`   // the session it runs in; "": its own interpreter
 	Owner           string         `bun:"owner,notnull"`     // the key id that created it; "": no key (DESIGN §13)
 	Displays        []Display      `bun:"displays,type:text,nullzero"`
+	TraceID         string         `bun:"trace_id,notnull"` // the latest execution's OpenTelemetry trace; "": none
 }
 
 // Display is one rich display of an execution (a MIME bundle).
@@ -57,12 +58,12 @@ type Display struct {
 // are encoded as bun encodes them, so bun reads the rows back unchanged.
 const processColumns = `ref, code, state, exit_state, reason, error, timeout_ms,
  env_config, environment, output, stdout, stderr, stdout_truncated, stderr_truncated, output_truncated,
- runs, host_id, created_at, started_at, finished_at, duration_ms, cpu_ms, peak_memory_bytes, session, owner`
+ runs, host_id, created_at, started_at, finished_at, duration_ms, cpu_ms, peak_memory_bytes, session, owner, trace_id`
 
-var insertProcess = "INSERT INTO processes (" + processColumns + ") VALUES (?" + strings.Repeat(", ?", 24) + ")"
+var insertProcess = "INSERT INTO processes (" + processColumns + ") VALUES (?" + strings.Repeat(", ?", 25) + ")"
 
 // sqliteInsertProcess is insertProcess giving the pid itself (pids.go).
-var sqliteInsertProcess = "INSERT INTO processes (pid, " + processColumns + ") VALUES (" + sqliteNextPID + strings.Repeat(", ?", 25) + ")"
+var sqliteInsertProcess = "INSERT INTO processes (pid, " + processColumns + ") VALUES (" + sqliteNextPID + strings.Repeat(", ?", 26) + ")"
 
 // Tx is a unit of process-row writes: every write to the processes table
 // goes through one, so a host can group concurrent writes into one commit
@@ -130,7 +131,7 @@ func (t *Tx) InsertProcess(ctx context.Context, p *Process) error {
 		args := []any{p.Ref, p.Code, p.State, p.ExitState, p.Reason, p.Error, p.TimeoutMs,
 			envConfig, p.Environment, output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated,
 			p.Runs, p.HostID, s.timeArg(&p.CreatedAt), s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs,
-			p.CPUMs, p.PeakMemoryBytes, p.Session, p.Owner}
+			p.CPUMs, p.PeakMemoryBytes, p.Session, p.Owner, p.TraceID}
 		if s.local {
 			var res sql.Result
 			if res, err = stmt.ExecContext(ctx, args...); err == nil {

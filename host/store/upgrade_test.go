@@ -66,7 +66,7 @@ func TestUpgradeToPartialIndexes(t *testing.T) {
 	states := []string{"idle", "queued", "running", "idle"}
 	for i := range 40 {
 		p := &Process{Code: "x", Ref: []string{"", "nightly"}[i%2], State: states[i%4], TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
-		if _, err := db.NewInsert().Model(p).ExcludeColumn("cpu_ms", "peak_memory_bytes", "session", "displays", "owner").Exec(ctx); err != nil { // newer columns
+		if _, err := db.NewInsert().Model(p).ExcludeColumn("cpu_ms", "peak_memory_bytes", "session", "displays", "owner", "trace_id").Exec(ctx); err != nil { // newer columns
 			t.Fatal(err)
 		}
 	}
@@ -229,9 +229,9 @@ func TestUpgradeWithoutRoomLosesNothing(t *testing.T) {
 // laterColumns are the processes' columns added by migrations after the
 // rebuild, which a database from before it does not have yet; the rebuild's
 // upgrade ends with them, as laterColumnsInfo describes them.
-var laterColumns = []string{"owner"}
+var laterColumns = []string{"owner", "trace_id"}
 
-const laterColumnsInfo = "owner TEXT notnull=1 default=\"''\" pk=0\n"
+const laterColumnsInfo = "owner TEXT notnull=1 default=\"''\" pk=0\ntrace_id TEXT notnull=1 default=\"''\" pk=0\n"
 
 // tableInfo describes the columns of a SQLite table, in order: name, type,
 // NOT NULL, default, and primary key.

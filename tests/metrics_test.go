@@ -1,0 +1,244 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// noPrometheus names why Debian's prometheus package (the server and
+// promtool) is missing; without it the tests below fail.
+const noPrometheus = "CYRNEL_TEST_NO_PROMETHEUS"
+
+// prometheusTool returns the path of a program of Debian's prometheus
+// package (prometheus, promtool).
+func prometheusTool(t *testing.T, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	if why := os.Getenv(noPrometheus); why != "" {
+		t.Skipf("no %s (%s: %s)", name, noPrometheus, why)
+	}
+	t.Fatalf("%s is required (apt-get install prometheus), or set %s=<why>", name, noPrometheus)
+	return ""
+}
+
+// kit is the operator's Prometheus kit in the repository.
+const kit = "../deploy/prometheus"
+
+func runTool(t *testing.T, dir, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(prometheusTool(t, name), args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestPrometheusKit: promtool accepts the scrape configuration, the alert
+// rules, and the rules' unit tests (each alert fires on the series that
+// should raise it).
+func TestPrometheusKit(t *testing.T) {
+	t.Parallel()
+	// The configuration names its key file beside it; promtool checks it
+	// exists, so the check runs on a copy with one.
+	dir := t.TempDir()
+	for _, f := range []string{"prometheus.yml", "alerts.yml", "alerts_test.yml"} {
+		b, err := os.ReadFile(filepath.Join(kit, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cyrnel-api-key"), []byte("key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := runTool(t, dir, "promtool", "check", "config", "prometheus.yml"); !strings.Contains(out, "SUCCESS: 6 rules found") {
+		t.Errorf("check config: %s", out)
+	}
+	if out := runTool(t, dir, "promtool", "check", "rules", "alerts.yml"); !strings.Contains(out, "SUCCESS") {
+		t.Errorf("check rules: %s", out)
+	}
+	if out := runTool(t, dir, "promtool", "test", "rules", "alerts_test.yml"); !strings.Contains(out, "SUCCESS") {
+		t.Errorf("test rules: %s", out)
+	}
+}
+
+var metricsListening = regexp.MustCompile(`msg="metrics listening" addr=(\S+)`)
+
+// scrape reads GET /metrics, with the key when one is given.
+func scrape(t *testing.T, u, key string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// freeAddr is a loopback address nothing listens on (for a program that
+// cannot be told to pick its own port and say it).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestPrometheusScrapesHost: Debian's Prometheus server scrapes a running
+// host both ways (the API's listener with the key, --metrics-addr without),
+// and a query through its HTTP API finds the executions the test ran, by
+// exit state. promtool accepts the exposition.
+func TestPrometheusScrapesHost(t *testing.T) {
+	t.Parallel()
+	server := prometheusTool(t, "prometheus")
+	h := start(t, "", "CYRNEL_API_KEY=metrics-key", "CYRNEL_METRICS_ADDR=127.0.0.1:0")
+	m := metricsListening.FindStringSubmatch(h.logs.String())
+	if m == nil {
+		t.Fatalf("no metrics listener in the log:\n%s", h.logs.String())
+	}
+	metricsAddr := m[1]
+
+	// The API's /metrics wants the key; the metrics listener does not.
+	if st, _ := scrape(t, h.base+"/metrics", ""); st != http.StatusUnauthorized {
+		t.Fatalf("GET /metrics without the key: %d", st)
+	}
+	for i := range 3 {
+		if p := h.run(fmt.Sprintf("print(%d)", i), nil); p.exit() != "success" {
+			t.Fatalf("run %d: %+v", i, p)
+		}
+	}
+	for range 2 {
+		if p := h.run("raise ValueError('no')", nil); p.exit() != "failed" || p.reason() != "exception" {
+			t.Fatalf("failing run: %+v", p)
+		}
+	}
+	st, exposition := scrape(t, "http://"+metricsAddr+"/metrics", "")
+	if st != http.StatusOK || !strings.Contains(exposition, `cyrnel_executions_total{environment="python",exit_state="success",reason="completed"} 3`) {
+		t.Fatalf("metrics listener: %d\n%s", st, exposition)
+	}
+	promtool := exec.Command(prometheusTool(t, "promtool"), "check", "metrics")
+	promtool.Stdin = strings.NewReader(exposition)
+	if out, err := promtool.CombinedOutput(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "key"), []byte(h.key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`global: {scrape_interval: 1s}
+scrape_configs:
+  - job_name: cyrnel
+    authorization: {credentials_file: %s}
+    static_configs: [{targets: [%q]}]
+  - job_name: cyrnel-metrics
+    static_configs: [{targets: [%q]}]
+`, filepath.Join(dir, "key"), strings.TrimPrefix(h.base, "http://"), metricsAddr)
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	web := freeAddr(t)
+	prom := exec.Command(server, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+web, "--log.level=warn")
+	var promLog syncBuffer
+	promLog.mu = make(chan struct{}, 1)
+	prom.Stdout, prom.Stderr = &promLog, &promLog
+	if err := prom.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		prom.Process.Kill()
+		prom.Wait()
+	})
+
+	// Prometheus answers once it has scraped both targets (1 s apart); the
+	// poll is bounded, and each round asks its query API afresh.
+	want := map[string]map[string]string{
+		"cyrnel":         {"success": "3", "failed": "2"},
+		"cyrnel-metrics": {"success": "3", "failed": "2"},
+	}
+	var got map[string]map[string]string
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got = queryByExitState(t, "http://"+web)
+		if fmt.Sprint(got) == fmt.Sprint(want) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Prometheus has %v, want %v\nprometheus log:\n%s", got, want, promLog.String())
+	}
+}
+
+// queryByExitState asks Prometheus for the executions by job and exit
+// state (nil while it cannot answer yet).
+func queryByExitState(t *testing.T, prom string) map[string]map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	q := url.Values{"query": {"sum by (job, exit_state) (cyrnel_executions_total)"}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, prom+"/api/v1/query?"+q.Encode(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil // not listening yet
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Status string `json:"status"`
+		Data   struct {
+			Result []struct {
+				Metric map[string]string `json:"metric"`
+				Value  [2]any            `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || body.Status != "success" {
+		return nil
+	}
+	out := map[string]map[string]string{}
+	for _, r := range body.Data.Result {
+		job := r.Metric["job"]
+		if out[job] == nil {
+			out[job] = map[string]string{}
+		}
+		out[job][r.Metric["exit_state"]], _ = r.Value[1].(string)
+	}
+	return out
+}

@@ -1,0 +1,196 @@
+package tests
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// receiver is an OTLP/HTTP trace receiver on loopback: it decodes what the
+// host exports with the OpenTelemetry protobuf types.
+type receiver struct {
+	*httptest.Server
+	mu    sync.Mutex
+	spans []*tracepb.Span
+	more  chan struct{} // a signal per export
+}
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{more: make(chan struct{}, 1)}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path != "/v1/traces" || req.Header.Get("Content-Type") != "application/x-protobuf" {
+			http.Error(w, "want POST /v1/traces application/x-protobuf", http.StatusBadRequest)
+			return
+		}
+		var body io.Reader = req.Body
+		if req.Header.Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(req.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			body = zr
+		}
+		b, err := io.ReadAll(body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var export coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(b, &export); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		for _, rs := range export.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				r.spans = append(r.spans, ss.Spans...)
+			}
+		}
+		r.mu.Unlock()
+		select {
+		case r.more <- struct{}{}:
+		default:
+		}
+		resp, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.Write(resp)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+// waitSpans waits (30 s at most) until every name in names has a span in
+// the trace, and returns that trace's spans by name.
+func (r *receiver) waitSpans(t *testing.T, traceID []byte, names ...string) map[string][]*tracepb.Span {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		r.mu.Lock()
+		byName := map[string][]*tracepb.Span{}
+		for _, s := range r.spans {
+			if bytes.Equal(s.TraceId, traceID) {
+				byName[s.Name] = append(byName[s.Name], s)
+			}
+		}
+		r.mu.Unlock()
+		missing := []string{}
+		for _, n := range names {
+			if len(byName[n]) == 0 {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) == 0 {
+			return byName
+		}
+		select {
+		case <-r.more:
+		case <-deadline:
+			t.Fatalf("spans %v never arrived in trace %x; have %v", missing, traceID, keys(byName))
+		}
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestTraceThroughToolCall: a caller's traceparent on POST /processes
+// continues its trace through the request, the execution, the program's
+// tool call and on to the upstream, which receives the same trace id; the
+// host exports every span of it over OTLP/HTTP, and the process shows the
+// trace id.
+func TestTraceThroughToolCall(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t)
+	up := newUpstream(t)
+	h := start(t, "", "OTEL_EXPORTER_OTLP_ENDPOINT="+rcv.URL, "OTEL_BSP_SCHEDULE_DELAY=50")
+	if st, _ := h.do("POST", "/services", map[string]any{
+		"id": "petstore", "adapter": "openapi", "source": map[string]any{"content": fixture(t, "swagger-petstore-3.0.yaml")},
+		"config": map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true},
+	}, nil); st != http.StatusCreated {
+		t.Fatalf("import: %d", st)
+	}
+
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	body, _ := json.Marshal(map[string]any{"code": "cyrnel.output({'r': cyrnel.services.petstore.getPetById(petId=7)})", "waitMs": 60000})
+	req, err := http.NewRequest(http.MethodPost, h.base+"/processes", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	req.Header.Set("traceparent", "00-"+traceID+"-"+parentID+"-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		proc
+		TraceID string `json:"traceId"`
+	}
+	json.NewDecoder(resp.Body).Decode(&p)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || p.exit() != "success" {
+		t.Fatalf("run: %d %+v", resp.StatusCode, p)
+	}
+	if p.TraceID != traceID {
+		t.Errorf("process traceId %q, want the caller's %s", p.TraceID, traceID)
+	}
+	var got struct {
+		TraceID string `json:"traceId"`
+	}
+	if h.do("GET", fmt.Sprintf("/processes/%d", p.PID), nil, &got); got.TraceID != traceID {
+		t.Errorf("stored traceId %q, want %s", got.TraceID, traceID)
+	}
+	sent := up.last(t).Header.Get("traceparent")
+	if parts := strings.Split(sent, "-"); len(parts) != 4 || parts[1] != traceID {
+		t.Fatalf("upstream got traceparent %q, want trace %s", sent, traceID)
+	}
+
+	id, _ := hex.DecodeString(traceID)
+	spans := rcv.waitSpans(t, id, "POST /processes", "execution", "execution.queue", "execution.run",
+		"db.process.insert", "db.process.finish", "tool.call", "HTTP GET")
+	one := func(name string) *tracepb.Span {
+		if n := len(spans[name]); n != 1 {
+			t.Fatalf("%d spans %q, want 1", n, name)
+		}
+		return spans[name][0]
+	}
+	request, execution, call, client := one("POST /processes"), one("execution"), one("tool.call"), one("HTTP GET")
+	if hex.EncodeToString(request.ParentSpanId) != parentID || request.Kind != tracepb.Span_SPAN_KIND_SERVER {
+		t.Errorf("request span: parent %x kind %v, want the caller's %s, server", request.ParentSpanId, request.Kind, parentID)
+	}
+	for child, parent := range map[string]*tracepb.Span{
+		"execution": request, "execution.queue": execution, "execution.run": execution, "db.process.insert": execution,
+		"db.process.finish": execution, "tool.call": execution, "HTTP GET": call,
+	} {
+		if s := one(child); !bytes.Equal(s.ParentSpanId, parent.SpanId) {
+			t.Errorf("%s: parent %x, want %s (%x)", child, s.ParentSpanId, parent.Name, parent.SpanId)
+		}
+	}
+	// The upstream's traceparent names the client span as its parent.
+	if parts := strings.Split(sent, "-"); parts[2] != hex.EncodeToString(client.SpanId) {
+		t.Errorf("upstream parent %s, want the client span %x", parts[2], client.SpanId)
+	}
+	if client.Kind != tracepb.Span_SPAN_KIND_CLIENT {
+		t.Errorf("upstream call span kind %v, want client", client.Kind)
+	}
+}
