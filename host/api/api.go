@@ -4,6 +4,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -226,10 +227,10 @@ func notInRequest(field string) string { return field }
 // problem maps a domain error to an RFC 9457 problem, with bad input located
 // as inBody. Anything unknown is a 500 whose details go to the log, not the
 // client.
-func (s *server) problem(err error) error { return s.problemAt(err, inBody) }
+func (s *server) problem(ctx context.Context, err error) error { return s.problemAt(ctx, err, inBody) }
 
 // problemAt is problem with bad input located by at.
-func (s *server) problemAt(err error, at where) error {
+func (s *server) problemAt(ctx context.Context, err error, at where) error {
 	var inv *schema.FieldError
 	var unsandboxed *modules.UnsandboxedError
 	var undeclared *modules.UndeclaredError
@@ -285,10 +286,10 @@ func (s *server) problemAt(err error, at where) error {
 		return huma.NewError(http.StatusInsufficientStorage, process.ErrFull.Error()+": delete processes or free space in the data directory")
 	}
 	if store.Unavailable(err) {
-		s.Log.Warn("the database cannot answer", "err", err)
+		s.Log.WarnContext(ctx, "the database cannot answer", "err", err)
 		return unavailable()
 	}
-	s.Log.Error("request failed", "err", err)
+	s.Log.ErrorContext(ctx, "request failed", "err", err)
 	return huma.Error500InternalServerError("internal error")
 }
 

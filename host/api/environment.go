@@ -170,7 +170,7 @@ func (s *server) registerEnvironment(api huma.API) {
 				// The request is fine; the module it names is not.
 				return nil, huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{Location: "body.module", Message: err.Error(), Value: in.Body.Module})
 			}
-			return nil, s.problemAt(err, storedConfig)
+			return nil, s.problemAt(ctx, err, storedConfig)
 		}
 		return s.environment(), nil
 	})
@@ -181,11 +181,11 @@ func (s *server) registerEnvironment(api huma.API) {
 	}, func(ctx context.Context, _ *struct{}) (*markdownBody, error) {
 		env, err := s.Environment.Active()
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		doc, err := env.Docs(ctx)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &markdownBody{ContentType: "text/markdown; charset=utf-8", Body: []byte(doc)}, nil
 	})
@@ -196,7 +196,7 @@ func (s *server) registerEnvironment(api huma.API) {
 	}, func(ctx context.Context, _ *struct{}) (*moduleList, error) {
 		ms, err := s.Modules.Modules(ctx)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		out := &moduleList{}
 		out.Body.Items = make([]moduleView, 0, len(ms))
@@ -212,7 +212,7 @@ func (s *server) registerEnvironment(api huma.API) {
 	}, func(ctx context.Context, in *moduleIDPath) (*moduleBody, error) {
 		m, err := s.Modules.Module(ctx, in.ID)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &moduleBody{toModuleView(m)}, nil
 	})
@@ -232,7 +232,7 @@ func (s *server) registerModuleSettings(api huma.API) {
 	}, func(ctx context.Context, in *patchModuleInput) (*moduleBody, error) {
 		m, err := s.Modules.SetEnabled(ctx, in.ID, in.Body.Enabled)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &moduleBody{toModuleView(m)}, nil
 	})

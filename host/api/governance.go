@@ -90,7 +90,7 @@ func (s *server) registerGovernance(api huma.API) {
 	}, func(ctx context.Context, in *putPolicyInput) (*policyBody, error) {
 		set, err := s.Policies.Put(ctx, in.Body)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &policyBody{set}, nil
 	})
@@ -105,7 +105,7 @@ func (s *server) registerGovernance(api huma.API) {
 		}
 		items, more, err := s.Approvals.List(ctx, approval.ListInput{State: in.State, PID: in.PID, Before: before, Limit: in.Limit})
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		out := &approvalList{}
 		out.Body.Items, out.Body.HasMore = orEmpty(items), more
@@ -121,7 +121,7 @@ func (s *server) registerGovernance(api huma.API) {
 	}, func(ctx context.Context, in *approvalPath) (*approvalBody, error) {
 		a, err := s.Approvals.Get(ctx, in.ID)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &approvalBody{a}, nil
 	})
@@ -138,7 +138,7 @@ func (s *server) registerGovernance(api huma.API) {
 		}, func(ctx context.Context, in *approvalPath) (*approvalBody, error) {
 			a, err := s.Approvals.Decide(ctx, in.ID, d.approve)
 			if err != nil {
-				return nil, s.problem(err)
+				return nil, s.problem(ctx, err)
 			}
 			return &approvalBody{a}, nil
 		})
@@ -156,7 +156,7 @@ func (s *server) registerGovernance(api huma.API) {
 		Summary: "The tool calls of one process, newest first",
 	}, func(ctx context.Context, in *processToolCallsInput) (*toolCallList, error) {
 		if _, err := s.Processes.Get(ctx, in.PID); err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return s.toolCalls(ctx, in.Cursor, store.ToolCallFilter{PID: in.PID, Outcome: in.Outcome, Limit: in.Limit})
 	})
@@ -176,7 +176,7 @@ func (s *server) toolCalls(ctx context.Context, cursor string, f store.ToolCallF
 	}
 	items, more, err := s.ToolCalls.List(ctx, f)
 	if err != nil {
-		return nil, s.problem(err)
+		return nil, s.problem(ctx, err)
 	}
 	out := &toolCallList{}
 	out.Body.Items, out.Body.HasMore = orEmpty(items), more

@@ -69,7 +69,7 @@ func (s *server) registerKeys(api huma.API) {
 	}, func(ctx context.Context, in *createKeyInput) (*createdKeyBody, error) {
 		k, err := s.Keys.Create(ctx, keys.CreateInput{Name: in.Body.Name, Roles: in.Body.Roles, ExpiresAt: in.Body.ExpiresAt})
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &createdKeyBody{k}, nil
 	})
@@ -84,7 +84,7 @@ func (s *server) registerKeys(api huma.API) {
 		}
 		items, more, err := s.Keys.List(ctx, keys.ListInput{Before: before, Limit: in.Limit})
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		out := &keyList{}
 		out.Body.Items, out.Body.HasMore = orEmpty(items), more
@@ -100,7 +100,7 @@ func (s *server) registerKeys(api huma.API) {
 	}, func(ctx context.Context, in *keyPath) (*keyBody, error) {
 		k, err := s.Keys.Get(ctx, in.ID)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &keyBody{k}, nil
 	})
@@ -112,7 +112,7 @@ func (s *server) registerKeys(api huma.API) {
 		Errors:      []int{http.StatusNotFound},
 	}, func(ctx context.Context, in *keyPath) (*struct{}, error) {
 		if err := s.Keys.Revoke(ctx, in.ID); err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return nil, nil
 	})
@@ -136,7 +136,7 @@ func (s *server) registerKeys(api huma.API) {
 		}
 		items, more, err := s.Changes.List(ctx, changes.ListInput{BeforeID: beforeID, Limit: in.Limit})
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		out := &changeList{}
 		out.Body.Items, out.Body.HasMore = orEmpty(items), more

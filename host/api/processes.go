@@ -117,7 +117,7 @@ func (s *server) registerProcesses(api huma.API) {
 			Wait: time.Duration(b.WaitMs) * time.Millisecond, Session: b.Session, Files: files,
 		})
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &processBody{v}, nil
 	})
@@ -132,7 +132,7 @@ func (s *server) registerProcesses(api huma.API) {
 		}
 		items, more, err := s.Processes.List(ctx, process.ListInput{State: in.State, ExitState: in.ExitState, Ref: in.Ref, BeforePID: before, Limit: in.Limit})
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		out := &processList{}
 		out.Body.Items, out.Body.HasMore = orEmpty(items), more
@@ -149,7 +149,7 @@ func (s *server) registerProcesses(api huma.API) {
 	}, func(ctx context.Context, in *pidPath) (*processBody, error) {
 		v, err := s.Processes.Get(ctx, in.PID)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &processBody{v}, nil
 	})
@@ -160,7 +160,7 @@ func (s *server) registerProcesses(api huma.API) {
 	}, func(ctx context.Context, in *waitInput) (*processBody, error) {
 		v, err := s.Processes.Wait(ctx, in.PID, time.Duration(in.TimeoutMs)*time.Millisecond)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &processBody{v}, nil
 	})
@@ -171,7 +171,7 @@ func (s *server) registerProcesses(api huma.API) {
 	}, func(ctx context.Context, in *pidPath) (*outputBody, error) {
 		v, err := s.Processes.Get(ctx, in.PID)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &outputBody{v.Output}, nil
 	})
@@ -187,7 +187,7 @@ func (s *server) registerProcesses(api huma.API) {
 		}, func(ctx context.Context, in *pidPath) (*textBody, error) {
 			v, err := s.Processes.Get(ctx, in.PID)
 			if err != nil {
-				return nil, s.problem(err)
+				return nil, s.problem(ctx, err)
 			}
 			text := map[string]string{"stdout": v.Stdout, "stderr": v.Stderr, "code": v.Code}[part.path]
 			return &textBody{ContentType: "text/plain; charset=utf-8", Body: []byte(text)}, nil
@@ -201,7 +201,7 @@ func (s *server) registerProcesses(api huma.API) {
 	}, func(ctx context.Context, in *pidPath) (*processFileList, error) {
 		files, err := s.Processes.Files(ctx, in.PID)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		out := &processFileList{}
 		out.Body.Items = files
@@ -216,7 +216,7 @@ func (s *server) registerProcesses(api huma.API) {
 	}, func(ctx context.Context, in *processFilePath) (*fileBody, error) {
 		data, err := s.Processes.File(ctx, in.PID, in.Path)
 		if err != nil {
-			return nil, s.problemAt(err, inPath)
+			return nil, s.problemAt(ctx, err, inPath)
 		}
 		return download(in.Path, data), nil
 	})
@@ -228,7 +228,7 @@ func (s *server) registerProcesses(api huma.API) {
 	}, func(ctx context.Context, in *pidPath) (*displayList, error) {
 		ds, err := s.Processes.Displays(ctx, in.PID)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		out := &displayList{}
 		out.Body.Items = ds
@@ -242,7 +242,7 @@ func (s *server) registerProcesses(api huma.API) {
 	}, func(ctx context.Context, in *pidPath) (*processBody, error) {
 		v, err := s.Processes.Kill(ctx, in.PID)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &processBody{v}, nil
 	})
@@ -255,7 +255,7 @@ func (s *server) registerProcesses(api huma.API) {
 		force := in.Body != nil && in.Body.Force
 		v, err := s.Processes.Run(ctx, in.PID, force)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &processBody{v}, nil
 	})
@@ -266,7 +266,7 @@ func (s *server) registerProcesses(api huma.API) {
 		Description: "409 unless the process is idle.",
 	}, func(ctx context.Context, in *pidPath) (*struct{}, error) {
 		if err := s.Processes.Delete(ctx, in.PID); err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return nil, nil
 	})

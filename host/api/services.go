@@ -64,7 +64,7 @@ func (s *server) registerServices(api huma.API) {
 			Config: in.Body.Config, Secrets: in.Body.Secrets,
 		})
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &serviceBody{v}, nil
 	})
@@ -74,7 +74,7 @@ func (s *server) registerServices(api huma.API) {
 	}, func(ctx context.Context, _ *struct{}) (*serviceList, error) {
 		vs, err := s.Services.List(ctx)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		out := &serviceList{}
 		out.Body.Items = orEmpty(vs)
@@ -86,7 +86,7 @@ func (s *server) registerServices(api huma.API) {
 	}, func(ctx context.Context, in *serviceIDPath) (*serviceBody, error) {
 		v, err := s.Services.Get(ctx, in.ID)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &serviceBody{v}, nil
 	})
@@ -97,7 +97,7 @@ func (s *server) registerServices(api huma.API) {
 	}, func(ctx context.Context, in *patchServiceInput) (*serviceBody, error) {
 		v, err := s.Services.SetEnabled(ctx, in.ID, in.Body.Enabled)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &serviceBody{v}, nil
 	})
@@ -107,7 +107,7 @@ func (s *server) registerServices(api huma.API) {
 		Summary: "Remove a service and its tools",
 	}, func(ctx context.Context, in *serviceIDPath) (*struct{}, error) {
 		if err := s.Services.Delete(ctx, in.ID); err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return nil, nil
 	})
@@ -118,7 +118,7 @@ func (s *server) registerServices(api huma.API) {
 	}, func(ctx context.Context, in *serviceIDPath) (*refreshBody, error) {
 		r, err := s.Services.Refresh(ctx, in.ID)
 		if err != nil {
-			return nil, s.problemAt(err, notInRequest)
+			return nil, s.problemAt(ctx, err, notInRequest)
 		}
 		return &refreshBody{r}, nil
 	})

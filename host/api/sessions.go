@@ -81,7 +81,7 @@ func (s *server) registerSessions(api huma.API) {
 		b := in.Body
 		row, err := s.Sessions.Create(ctx, session.CreateInput{Module: b.Module, EnvConfig: b.EnvConfig, IdleTimeoutMs: b.IdleTimeoutMs, MaxLifetimeMs: b.MaxLifetimeMs, Ref: b.Ref})
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &sessionBody{sessionView(row)}, nil
 	})
@@ -100,7 +100,7 @@ func (s *server) registerSessions(api huma.API) {
 		}
 		rows, err := s.Sessions.List(ctx, f)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		out := &sessionList{}
 		out.Body.Items = []Session{}
@@ -122,7 +122,7 @@ func (s *server) registerSessions(api huma.API) {
 	}, func(ctx context.Context, in *sessionPath) (*sessionBody, error) {
 		row, err := s.Sessions.Get(ctx, in.ID)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &sessionBody{sessionView(row)}, nil
 	})
@@ -133,7 +133,7 @@ func (s *server) registerSessions(api huma.API) {
 		Description: "Ends the session (reason deleted): its interpreter is killed, a running execution and those queued end with reason session_ended. Ending an ended session does nothing.",
 	}, func(ctx context.Context, in *sessionPath) (*struct{}, error) {
 		if err := s.Sessions.End(ctx, in.ID); err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return nil, nil
 	})
@@ -205,7 +205,7 @@ func (s *server) registerSessionFiles(api huma.API) {
 	}, func(ctx context.Context, in *sessionPath) (*fileList, error) {
 		files, err := s.Sessions.ListFiles(ctx, in.ID)
 		if err != nil {
-			return nil, s.problemAt(err, inPath)
+			return nil, s.problemAt(ctx, err, inPath)
 		}
 		out := &fileList{}
 		out.Body.Items = append([]session.File{}, files...)
@@ -219,7 +219,7 @@ func (s *server) registerSessionFiles(api huma.API) {
 		Errors:      []int{http.StatusConflict},
 	}, func(ctx context.Context, in *putFileInput) (*struct{}, error) {
 		if err := s.Sessions.PutFile(ctx, in.ID, in.Path, in.RawBody); err != nil {
-			return nil, s.problemAt(err, inPath)
+			return nil, s.problemAt(ctx, err, inPath)
 		}
 		return nil, nil
 	})
@@ -233,7 +233,7 @@ func (s *server) registerSessionFiles(api huma.API) {
 	}, func(ctx context.Context, in *sessionFilePath) (*fileBody, error) {
 		data, err := s.Sessions.GetFile(ctx, in.ID, in.Path)
 		if err != nil {
-			return nil, s.problemAt(err, inPath)
+			return nil, s.problemAt(ctx, err, inPath)
 		}
 		return download(in.Path, data), nil
 	})
@@ -244,7 +244,7 @@ func (s *server) registerSessionFiles(api huma.API) {
 		Errors: []int{http.StatusConflict},
 	}, func(ctx context.Context, in *sessionFilePath) (*struct{}, error) {
 		if err := s.Sessions.DeleteFile(ctx, in.ID, in.Path); err != nil {
-			return nil, s.problemAt(err, inPath)
+			return nil, s.problemAt(ctx, err, inPath)
 		}
 		return nil, nil
 	})

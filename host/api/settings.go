@@ -37,7 +37,7 @@ func (s *server) registerSettings(api huma.API, base, noun, applied string, st s
 	}, func(ctx context.Context, in *idPath) (*objectBody, error) {
 		c, err := st.Config(ctx, in.ID)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &objectBody{c}, nil
 	})
@@ -49,7 +49,7 @@ func (s *server) registerSettings(api huma.API, base, noun, applied string, st s
 	}, func(ctx context.Context, in *putObjectInput) (*objectBody, error) {
 		c, err := st.SetConfig(ctx, in.ID, in.Body)
 		if err != nil {
-			return nil, s.problemAt(err, isBody)
+			return nil, s.problemAt(ctx, err, isBody)
 		}
 		return &objectBody{c}, nil
 	})
@@ -60,7 +60,7 @@ func (s *server) registerSettings(api huma.API, base, noun, applied string, st s
 	}, func(ctx context.Context, in *idPath) (*secretsSetBody, error) {
 		set, err := st.SecretsSet(ctx, in.ID)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		out := &secretsSetBody{}
 		out.Body.Set = orEmpty(set)
@@ -74,7 +74,7 @@ func (s *server) registerSettings(api huma.API, base, noun, applied string, st s
 	}, func(ctx context.Context, in *putObjectInput) (*secretsSetBody, error) {
 		set, err := st.SetSecrets(ctx, in.ID, in.Body)
 		if err != nil {
-			return nil, s.problemAt(err, isBody)
+			return nil, s.problemAt(ctx, err, isBody)
 		}
 		out := &secretsSetBody{}
 		out.Body.Set = orEmpty(set)

@@ -97,7 +97,7 @@ func (s *server) registerTools(api huma.API) {
 		}
 		items, more, err := s.Tools.Tools(ctx, services.ToolListInput{ServiceID: in.ServiceID, Enabled: enabled, After: after, Limit: in.Limit})
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		out := &toolList{}
 		out.Body.HasMore = more
@@ -119,7 +119,7 @@ func (s *server) registerTools(api huma.API) {
 	}, func(ctx context.Context, in *toolPath) (*toolBody, error) {
 		t, err := s.Tools.Tool(ctx, in.ServiceID, in.ToolID)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return s.toolBody(t), nil
 	})
@@ -130,7 +130,7 @@ func (s *server) registerTools(api huma.API) {
 	}, func(ctx context.Context, in *patchToolInput) (*toolBody, error) {
 		t, err := s.Tools.SetToolEnabled(ctx, in.ServiceID, in.ToolID, in.Body.Enabled)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return s.toolBody(t), nil
 	})
@@ -141,17 +141,17 @@ func (s *server) registerTools(api huma.API) {
 	}, func(ctx context.Context, in *toolPath) (*markdownBody, error) {
 		t, err := s.Tools.Tool(ctx, in.ServiceID, in.ToolID)
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		env, err := s.Environment.Active()
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		doc, err := env.ToolDocs(ctx, module.ToolDocsInput{
 			ServiceID: t.ServiceID, ToolID: t.ID, Description: t.Description, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema,
 		})
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		return &markdownBody{ContentType: "text/markdown; charset=utf-8", Body: []byte(doc)}, nil
 	})
@@ -165,7 +165,7 @@ func (s *server) registerTools(api huma.API) {
 	}, func(ctx context.Context, in *invokeInput) (*invokeBody, error) {
 		res, err := s.Gate.Invoke(ctx, gate.FromAPI, module.InvokeInput{ServiceID: in.ServiceID, ToolID: in.ToolID, Parameters: in.Body.Parameters})
 		if err != nil {
-			return nil, s.problem(err)
+			return nil, s.problem(ctx, err)
 		}
 		out := &invokeBody{}
 		out.Body.Result = res
@@ -203,7 +203,7 @@ func (s *server) searchTools(ctx context.Context, in *listToolsInput, enabled *b
 	}
 	items, more, err := s.Tools.Search(ctx, services.SearchInput{Query: in.Q, ServiceID: in.ServiceID, Enabled: enabled, Offset: offset, Limit: in.Limit})
 	if err != nil {
-		return nil, s.problem(err)
+		return nil, s.problem(ctx, err)
 	}
 	out := &toolList{}
 	out.Body.HasMore = more

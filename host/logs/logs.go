@@ -38,10 +38,20 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
-	if pid := PID(ctx); pid > 0 {
+	if pid := PID(ctx); pid > 0 && !hasPID(r) {
 		r.AddAttrs(slog.Int64("pid", pid))
 	}
 	return h.next.Handle(ctx, r)
+}
+
+// hasPID: the call named the pid itself.
+func hasPID(r slog.Record) bool {
+	found := false
+	r.Attrs(func(a slog.Attr) bool {
+		found = a.Key == "pid"
+		return !found
+	})
+	return found
 }
 
 // WithAttrs is next's, wrapped.

@@ -77,6 +77,12 @@ func traceID(span trace.Span) string {
 	return ""
 }
 
+// logContext is the context of the run's log records and row writes: its
+// span and pid.
+func (r *run) logContext() context.Context {
+	return executionContext(context.Background(), r.pid, r.span)
+}
+
 // withSpan is ctx carrying span, or ctx when tracing is off.
 func withSpan(ctx context.Context, span trace.Span) context.Context {
 	if span == nil {

@@ -177,7 +177,7 @@ func (m *Manager) flushEvery(interval time.Duration, stop <-chan struct{}) {
 			go func() {
 				defer wg.Done()
 				if err := m.w.do(apply); err != nil {
-					m.log.Warn("record process progress", "pid", r.pid, "err", err)
+					m.log.WarnContext(r.logContext(), "record process progress", "pid", r.pid, "err", err)
 					return
 				}
 				ok()
@@ -447,7 +447,7 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	stopping := m.stopping
 	m.mu.Unlock()
 	p := r.result(envID, res, err, stopping)
-	sctx := withSpan(context.Background(), r.span)
+	sctx := r.logContext()
 	write := func(p *store.Process) error {
 		// An earlier run's files are replaced; a first run without files
 		// costs no statement.
@@ -455,7 +455,7 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 		return m.w.tracedDurable(sctx, "db.process.finish", func(ctx context.Context, tx *store.Tx) error {
 			ok, err := tx.FinishProcess(ctx, p, live)
 			if err == nil && !ok {
-				m.log.Warn("process result arrived for a process no longer live", "pid", p.PID)
+				m.log.WarnContext(sctx, "process result arrived for a process no longer live", "pid", p.PID)
 			}
 			if err == nil && ok && files {
 				err = tx.ReplaceProcessFiles(ctx, p.PID, r.files)
@@ -464,13 +464,13 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 		}, files)
 	}
 	if err := write(p); err != nil {
-		m.log.Error("record process result", "pid", r.pid, "err", err)
+		m.log.ErrorContext(sctx, "record process result", "pid", r.pid, "err", err)
 		failed := string(module.ExitFailed)
 		p.ExitState, p.Reason, p.Error = &failed, string(module.ReasonEnvironmentError), "the host could not store the result: "+clean(err.Error())
 		p.Output, p.Stdout, p.Stderr, p.Displays = nil, "", "", nil
 		r.files = nil
 		if err := write(p); err != nil {
-			m.log.Error("record process failure", "pid", r.pid, "err", err)
+			m.log.ErrorContext(sctx, "record process failure", "pid", r.pid, "err", err)
 		}
 	}
 	m.mu.Lock()

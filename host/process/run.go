@@ -256,7 +256,7 @@ func (m *Manager) EmitOutput(eid int64, patch map[string]json.RawMessage) {
 				if r.stderr.truncated && r.err == "" {
 					r.err = strings.TrimSuffix(note, "\n")
 				}
-				m.log.Warn("structured output over its cap; keys dropped", "pid", eid, "key", k, "bytes", size)
+				m.log.WarnContext(r.logContext(), "structured output over its cap; keys dropped", "pid", eid, "key", k, "bytes", size)
 			}
 			r.outputCut = true
 			continue
@@ -308,7 +308,7 @@ func (m *Manager) EmitDisplay(eid int64, d worker.Display) {
 			if text := r.stderr.add([]byte(note)); text != "" {
 				r.publishLocked(Event{Type: EventStderr, Text: text})
 			}
-			m.log.Warn("displays over their cap; dropped", "pid", eid, "bytes", size)
+			m.log.WarnContext(r.logContext(), "displays over their cap; dropped", "pid", eid, "bytes", size)
 		}
 		r.outputCut = true
 		return

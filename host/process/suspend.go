@@ -73,7 +73,7 @@ func (m *Manager) writeLiveState(r *run) {
 		return err
 	})
 	if err != nil {
-		m.log.Error("record process state", "pid", r.pid, "state", state, "err", err)
+		m.log.ErrorContext(r.logContext(), "record process state", "pid", r.pid, "state", state, "err", err)
 		return
 	}
 	r.mu.Lock()
