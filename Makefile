@@ -36,7 +36,7 @@ run: build ## run the server on its embedded defaults (SQLite in ./cyrnel-data, 
 	./$(BIN) serve
 
 .PHONY: test
-test: deps lint ts-check mcp-conformance py-check test-db browser datascience ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the Python runtime's type check, the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one; the console in Chromium), then each fuzz target briefly
+test: deps lint ts-check mcp-conformance py-check test-db browser datascience prometheus ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the Python runtime's type check, the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one; the console in Chromium; the metrics scraped by Prometheus), then each fuzz target briefly
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -44,6 +44,7 @@ test: deps lint ts-check mcp-conformance py-check test-db browser datascience ##
 	CYRNEL_TEST_NO_POSTGRES="$$(cat .cache/no-postgres 2>/dev/null)" \
 	CYRNEL_TEST_NO_BROWSER="$${CYRNEL_TEST_NO_BROWSER:-$$(cat .cache/no-browser 2>/dev/null)}" \
 	CYRNEL_TEST_NO_DATASCIENCE="$${CYRNEL_TEST_NO_DATASCIENCE:-$$(cat .cache/no-datascience 2>/dev/null)}" \
+	CYRNEL_TEST_NO_PROMETHEUS="$${CYRNEL_TEST_NO_PROMETHEUS:-$$(cat .cache/no-prometheus 2>/dev/null)}" \
 		$(GO) test -race -count=1 -timeout 20m ./...
 	@$(MAKE) --no-print-directory fuzz
 
@@ -99,6 +100,23 @@ browser: ## provide Chromium for the console tests (Debian, as root), or say why
 	@if ! command -v chromium >/dev/null; then \
 		why="no chromium: Debian's chromium package could not be installed (needs apt-get and root)"; \
 		echo "$$why; the console's browser tests will be skipped"; echo "$$why" > .cache/no-browser; fi
+
+# Debian's prometheus package (the server and promtool) for the metrics
+# tests: Prometheus scrapes a running host, promtool checks the exposition
+# and deploy/prometheus. Installed when missing and run as root; where that
+# cannot be done, the reason goes to .cache/no-prometheus and make test
+# passes it as CYRNEL_TEST_NO_PROMETHEUS (without it the tests fail). An
+# install that was tried and failed fails the target.
+.PHONY: prometheus
+prometheus: ## provide Prometheus and promtool for the metrics tests (Debian, as root), or say why not
+	@mkdir -p .cache; rm -f .cache/no-prometheus
+	@if ! { command -v prometheus && command -v promtool; } >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Prometheus for the metrics tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus) >.cache/prometheus-install.log 2>&1 || \
+			{ cat .cache/prometheus-install.log; echo "apt-get install prometheus failed"; exit 1; }; fi
+	@if ! { command -v prometheus && command -v promtool; } >/dev/null; then \
+		why="no prometheus/promtool: Debian's prometheus package could not be installed (needs apt-get and root)"; \
+		echo "$$why; the metrics tests that need them will be skipped"; echo "$$why" > .cache/no-prometheus; fi
 
 # Debian's numpy, pandas and matplotlib for /usr/bin/python3, the
 # data-science sessions' interpreter in the tests, installed when missing and
