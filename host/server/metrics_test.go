@@ -117,7 +117,7 @@ func TestMetricsCardinalityBounded(t *testing.T) {
 					}
 					h.call("GET", fmt.Sprintf("/processes/%d", p.PID), nil, nil)
 					h.call("GET", fmt.Sprintf("/processes/%d", 1_000_000+i), nil, nil) // 404
-					h.call("GET", "/"+name+"/"+name, nil, nil)                          // no such route
+					h.call("GET", "/"+name+"/"+name, nil, nil)                         // no such route
 					h.call("POST", "/tools/"+name+"/"+name+"/invoke", map[string]any{"parameters": map[string]any{}}, nil)
 					h.call("POST", "/tools/pets/"+name+"/invoke", map[string]any{"parameters": map[string]any{}}, nil)
 					// The API refuses unknown tools before the gate; a
