@@ -20,22 +20,44 @@ import (
 	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/services"
+	"github.com/cyrnel/cyrnel/host/tracing"
 )
 
 // BenchmarkExecutionHTTP: a trivial execution through the whole host in one
 // process (HTTP on loopback, SQLite, a sandboxed worker), for profiling the
 // warm path with -cpuprofile. Python waits for a refilled pool (untimed)
-// before each execution.
+// before each execution. The -traced runs export every span over
+// OTLP/HTTP to a loopback receiver that discards them: the cost of tracing.
 func BenchmarkExecutionHTTP(b *testing.B) {
-	b.Run("typescript", func(b *testing.B) { benchExecution(b, "typescript", `{"code":"const x: number = 1;","waitMs":10000}`) })
-	b.Run("python", func(b *testing.B) { benchExecution(b, "python", `{"code":"pass","waitMs":10000}`) })
+	const ts, py = `{"code":"const x: number = 1;","waitMs":10000}`, `{"code":"pass","waitMs":10000}`
+	b.Run("typescript", func(b *testing.B) { benchExecution(b, "typescript", ts, false) })
+	b.Run("python", func(b *testing.B) { benchExecution(b, "python", py, false) })
+	b.Run("typescript-traced", func(b *testing.B) { benchExecution(b, "typescript", ts, true) })
+	b.Run("python-traced", func(b *testing.B) { benchExecution(b, "python", py, true) })
 }
 
-func benchExecution(b *testing.B, env, request string) {
+// otlpSink is an OTLP/HTTP endpoint that takes every export and keeps
+// nothing.
+func otlpSink(b *testing.B) string {
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	b.Cleanup(sink.Close)
+	return sink.URL
+}
+
+func benchExecution(b *testing.B, env, request string, traced bool) {
 	ctx := context.Background()
-	s, err := New(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), Config{
-		Addr: "127.0.0.1:0", DataDir: b.TempDir(), Limits: process.DefaultLimits(), Environment: env, APIKey: "bench",
-	})
+	cfg := Config{Addr: "127.0.0.1:0", DataDir: b.TempDir(), Limits: process.DefaultLimits(), Environment: env, APIKey: "bench"}
+	if traced {
+		b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlpSink(b))
+		var err error
+		if cfg.Tracing, err = tracing.FromEnv(ctx, "bench"); err != nil || !cfg.Tracing.Enabled {
+			b.Fatalf("tracing: %v", err)
+		}
+	}
+	s, err := New(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
