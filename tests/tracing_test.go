@@ -9,11 +9,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -192,5 +194,52 @@ func TestTraceThroughToolCall(t *testing.T) {
 	}
 	if client.Kind != tracepb.Span_SPAN_KIND_CLIENT {
 		t.Errorf("upstream call span kind %v, want client", client.Kind)
+	}
+}
+
+// traceparentHeader sends a traceparent with every request of an MCP
+// client, as an instrumented agent does.
+type traceparentHeader struct {
+	value string
+	next  http.RoundTripper
+}
+
+func (t traceparentHeader) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("traceparent", t.value)
+	return t.next.RoundTrip(r)
+}
+
+// TestTraceThroughMCP: a traceparent on the MCP request continues the
+// caller's trace into the execution run_code starts.
+func TestTraceThroughMCP(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t)
+	h := start(t, "", "OTEL_EXPORTER_OTLP_ENDPOINT="+rcv.URL, "OTEL_BSP_SCHEDULE_DELAY=50")
+	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	c := mcp.NewClient(&mcp.Implementation{Name: "cyrnel-e2e", Version: "1"}, nil)
+	s, err := c.Connect(deadline(t), &mcp.StreamableClientTransport{
+		Endpoint:   h.base + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{h.key, traceparentHeader{"00-" + traceID + "-b7ad6b7169203331-01", http.DefaultTransport}}},
+	}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer s.Close()
+	res := structured[runResult](t, call(t, s, "run_code", map[string]any{"code": "print('hi')"}))
+	if res.ExitState != "success" {
+		t.Fatalf("run_code: %+v", res)
+	}
+	var p struct {
+		TraceID string `json:"traceId"`
+	}
+	if h.do("GET", fmt.Sprintf("/processes/%d", res.PID), nil, &p); p.TraceID != traceID {
+		t.Errorf("process traceId %q, want the MCP caller's %s", p.TraceID, traceID)
+	}
+	id, _ := hex.DecodeString(traceID)
+	spans := rcv.waitSpans(t, id, "POST /mcp", "execution")
+	parent := spans["execution"][0].ParentSpanId
+	if !slices.ContainsFunc(spans["POST /mcp"], func(s *tracepb.Span) bool { return bytes.Equal(s.SpanId, parent) }) {
+		t.Errorf("execution's parent %x is not an MCP request span", parent)
 	}
 }
