@@ -1327,6 +1327,9 @@ type ExitEvent struct {
 
 	// TimeoutMs Effective timeout of an execution, in milliseconds.
 	TimeoutMs int64 `json:"timeoutMs"`
+
+	// TraceId The OpenTelemetry trace (32 hex digits) of the latest execution: the caller's when its request carried a traceparent header. Absent when tracing is off.
+	TraceId *string `json:"traceId,omitempty"`
 }
 
 // ExitEventExitState How the latest execution ended; null before the first.
@@ -1541,6 +1544,9 @@ type Process struct {
 
 	// TimeoutMs Effective timeout of an execution, in milliseconds.
 	TimeoutMs int64 `json:"timeoutMs"`
+
+	// TraceId The OpenTelemetry trace (32 hex digits) of the latest execution: the caller's when its request carried a traceparent header. Absent when tracing is off.
+	TraceId *string `json:"traceId,omitempty"`
 }
 
 // ProcessExitState How the latest execution ended; null before the first.
@@ -1631,6 +1637,9 @@ type ProcessSummary struct {
 
 	// TimeoutMs Effective timeout of an execution, in milliseconds.
 	TimeoutMs int64 `json:"timeoutMs"`
+
+	// TraceId The OpenTelemetry trace (32 hex digits) of the latest execution: the caller's when its request carried a traceparent header. Absent when tracing is off.
+	TraceId *string `json:"traceId,omitempty"`
 }
 
 // ProcessSummaryExitState How the latest execution ended; null before the first.
