@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -241,4 +242,49 @@ func queryByExitState(t *testing.T, prom string) map[string]map[string]string {
 		out[job][r.Metric["exit_state"]], _ = r.Value[1].(string)
 	}
 	return out
+}
+
+// TestScaleOutMetrics: on PostgreSQL a host counts the hosts alive (one
+// fewer once a host is killed and its lease runs out) and how late the
+// others' notifications arrive.
+func TestScaleOutMetrics(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	hs := startCluster(t, 2, "CYRNEL_LEASE_TTL="+ttl.String())
+	a, b := hs[0], hs[1]
+	value := func(name string) string {
+		_, body := scrape(t, b.base+"/metrics", b.key)
+		for line := range strings.Lines(body) {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		return ""
+	}
+	// Polls of the host's own gauges, bounded; what changes them is the
+	// lease's clock, not the test's.
+	until := func(what string, bound time.Duration, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(bound)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %v", what, bound)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	until("two hosts alive", 2*ttl, func() bool { return value("cyrnel_hosts_alive") == "2" })
+	if st, _ := a.do("POST", "/services", map[string]any{
+		"id": "petstore", "adapter": "openapi", "source": map[string]any{"content": fixture(t, "swagger-petstore-3.0.yaml")},
+		"config": map[string]any{"serverUrl": "http://127.0.0.1:1"},
+	}, nil); st != http.StatusCreated {
+		t.Fatalf("import through a: %d", st)
+	}
+	until("b hears a's notification", 5*time.Second, func() bool {
+		n := value("cyrnel_cluster_notification_lag_seconds_count")
+		return n != "" && n != "0"
+	})
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.exited
+	until("one host alive after a is killed", 2*ttl+2*time.Second, func() bool { return value("cyrnel_hosts_alive") == "1" })
 }
