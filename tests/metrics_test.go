@@ -132,9 +132,18 @@ func TestPrometheusScrapesHost(t *testing.T) {
 	}
 	metricsAddr := m[1]
 
-	// The API's /metrics wants the key; the metrics listener does not.
+	// The API's /metrics wants an admin key; the metrics listener none.
 	if st, _ := scrape(t, h.base+"/metrics", ""); st != http.StatusUnauthorized {
-		t.Fatalf("GET /metrics without the key: %d", st)
+		t.Fatalf("GET /metrics without a key: %d", st)
+	}
+	var runner struct {
+		Key string `json:"key"`
+	}
+	if st, _ := h.do("POST", "/keys", map[string]any{"name": "agent", "roles": []string{"runner"}}, &runner); st != http.StatusCreated {
+		t.Fatalf("create a runner key: %d", st)
+	}
+	if st, _ := scrape(t, h.base+"/metrics", runner.Key); st != http.StatusForbidden {
+		t.Fatalf("GET /metrics with a runner key: %d", st)
 	}
 	for i := range 3 {
 		if p := h.run(fmt.Sprintf("print(%d)", i), nil); p.exit() != "success" {
