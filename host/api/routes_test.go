@@ -9,12 +9,12 @@ import (
 )
 
 // TestEveryRouteHasARole: every route the router answers (huma's
-// operations, the spec, /mcp) has an entry in the route table, and every
+// operations, the spec, /mcp, /metrics) has an entry in the route table, and every
 // entry names a route that exists: a route added without deciding who may
 // use it fails here.
 func TestEveryRouteHasARole(t *testing.T) {
 	t.Parallel()
-	h, a := New(Deps{MCP: http.NotFoundHandler()})
+	h, a := New(Deps{MCP: http.NotFoundHandler(), Metrics: http.NotFoundHandler()})
 	seen := map[string]bool{}
 	err := chi.Walk(h.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		seen[method+" "+route] = true
