@@ -469,7 +469,13 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 		p.ExitState, p.Reason, p.Error = &failed, string(module.ReasonEnvironmentError), "the host could not store the result: "+clean(err.Error())
 		p.Output, p.Stdout, p.Stderr, p.Displays = nil, "", "", nil
 		r.files = nil
-		if err := write(p); err != nil {
+		err := write(p)
+		if errors.Is(err, store.ErrFull) && m.st.FreeReserve() {
+			// Even the failure found no room: the room held back for
+			// deletes lets the row end, so it never stays looking alive.
+			err = write(p)
+		}
+		if err != nil {
 			m.log.ErrorContext(sctx, "record process failure", "pid", r.pid, "err", err)
 		}
 	}
