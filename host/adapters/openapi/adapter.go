@@ -24,7 +24,6 @@ import (
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/adapter"
 	"github.com/cyrnel/cyrnel/host/egress"
-	"github.com/cyrnel/cyrnel/host/h1"
 )
 
 // ID is the module id of the adapter.
@@ -89,12 +88,32 @@ func New(opts Options) *Adapter {
 	return &Adapter{opts: opts, public: guardedClient(opts, false), private: guardedClient(opts, true), services: map[string]*service{}}
 }
 
-// guardedClient dials through the guard. It knows no proxies (HTTP_PROXY
-// and friends): through a proxy the guard would judge the proxy's address,
-// not the upstream's. Exchanges run on the caller's goroutine (package h1),
-// which keeps a tool call's cost down.
+// The connections a service's calls keep alive: bounded per upstream and in
+// all, and closed after a while unused, so an upstream called once holds
+// nothing for long.
+const (
+	maxIdlePerHost = 16
+	maxIdle        = 100
+	idleTimeout    = 90 * time.Second
+)
+
+// guardedClient is net/http's client over a Transport that dials through
+// the guard. It knows no proxies (HTTP_PROXY and friends): through a proxy
+// the guard would judge the proxy's address, not the upstream's. Redirects
+// are followed by the client, so every hop is dialled through the guard.
+// Response heads are bounded by the Transport's default (10 MiB), bodies by
+// Invoke (MaxResponseBytes); each call's context bounds the whole exchange.
+// opts.WrapTransport, when set, wraps it (tracing).
 func guardedClient(opts Options, allowPrivate bool) *http.Client {
-	var rt http.RoundTripper = &h1.Transport{DialContext: opts.Guard.Dialer(allowPrivate).DialContext}
+	var rt http.RoundTripper = &http.Transport{
+		DialContext:           opts.Guard.Dialer(allowPrivate).DialContext,
+		ForceAttemptHTTP2:     true, // a custom dialer turns HTTP/2 off unless asked for
+		MaxIdleConns:          maxIdle,
+		MaxIdleConnsPerHost:   maxIdlePerHost,
+		IdleConnTimeout:       idleTimeout,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
 	if opts.WrapTransport != nil {
 		rt = opts.WrapTransport(rt)
 	}
