@@ -3,10 +3,8 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -16,34 +14,34 @@ import (
 type Process struct {
 	bun.BaseModel `bun:"table:processes"`
 
-	PID             int64          `bun:"pid,pk,autoincrement"`
-	Ref             string         `bun:"ref,notnull"`
-	Code            string         `bun:"code,notnull"`
-	State           string         `bun:"state,notnull"`
-	ExitState       *string        `bun:"exit_state"`
-	Reason          string         `bun:"reason,notnull"`
-	Error           string         `bun:"error,notnull"`
-	TimeoutMs       int64          `bun:"timeout_ms,notnull"`
-	EnvConfig       map[string]any `bun:"env_config,type:text"`
-	Environment     string         `bun:"environment,notnull"`
-	Output          map[string]any `bun:"output,type:text"`
-	Stdout          string         `bun:"stdout,notnull"`
-	Stderr          string         `bun:"stderr,notnull"`
-	StdoutTruncated bool           `bun:"stdout_truncated,notnull"`
-	StderrTruncated bool           `bun:"stderr_truncated,notnull"`
-	OutputTruncated bool           `bun:"output_truncated,notnull"`
-	Runs            int64          `bun:"runs,notnull"`
-	HostID          string         `bun:"host_id,notnull"` // the host that runs or ran it
-	CreatedAt       time.Time      `bun:"created_at,notnull"`
-	StartedAt       *time.Time     `bun:"started_at"`
-	FinishedAt      *time.Time     `bun:"finished_at"`
-	DurationMs      *int64         `bun:"duration_ms"`
-	CPUMs           *int64         `bun:"cpu_ms"`            // nil: unknown
-	PeakMemoryBytes *int64         `bun:"peak_memory_bytes"` // nil: unknown
-	Session         string         `bun:"session,notnull"`   // the session it runs in; "": its own interpreter
-	Owner           string         `bun:"owner,notnull"`     // the key id that created it; "": no key (DESIGN §13)
-	Displays        []Display      `bun:"displays,type:text,nullzero"`
-	TraceID         string         `bun:"trace_id,notnull"` // the latest execution's OpenTelemetry trace; "": none
+	PID             int64      `bun:"pid,pk,autoincrement"`
+	Ref             string     `bun:"ref,notnull"`
+	Code            string     `bun:"code,notnull"`
+	State           string     `bun:"state,notnull"`
+	ExitState       *string    `bun:"exit_state"`
+	Reason          string     `bun:"reason,notnull"`
+	Error           string     `bun:"error,notnull"`
+	TimeoutMs       int64      `bun:"timeout_ms,notnull"`
+	EnvConfig       Object     `bun:"env_config,type:text"`
+	Environment     string     `bun:"environment,notnull"`
+	Output          Object     `bun:"output,type:text"`
+	Stdout          string     `bun:"stdout,notnull"`
+	Stderr          string     `bun:"stderr,notnull"`
+	StdoutTruncated bool       `bun:"stdout_truncated,notnull"`
+	StderrTruncated bool       `bun:"stderr_truncated,notnull"`
+	OutputTruncated bool       `bun:"output_truncated,notnull"`
+	Runs            int64      `bun:"runs,notnull"`
+	HostID          string     `bun:"host_id,notnull"` // the host that runs or ran it
+	CreatedAt       time.Time  `bun:"created_at,notnull"`
+	StartedAt       *time.Time `bun:"started_at"`
+	FinishedAt      *time.Time `bun:"finished_at"`
+	DurationMs      *int64     `bun:"duration_ms"`
+	CPUMs           *int64     `bun:"cpu_ms"`            // nil: unknown
+	PeakMemoryBytes *int64     `bun:"peak_memory_bytes"` // nil: unknown
+	Session         string     `bun:"session,notnull"`   // the session it runs in; "": its own interpreter
+	Owner           string     `bun:"owner,notnull"`     // the key id that created it; "": no key (DESIGN §13)
+	TraceID         string     `bun:"trace_id,notnull"`  // the latest execution's OpenTelemetry trace; "": none
+	Displays        Displays   `bun:"displays,type:text,nullzero"`
 }
 
 // Display is one rich display of an execution (a MIME bundle).
@@ -51,19 +49,6 @@ type Display struct {
 	Kind string            `json:"kind"`
 	Data map[string]string `json:"data"`
 }
-
-// The two writes every execution makes (insert, final row) are prepared
-// statements: bun inlines arguments, so each statement would be parsed
-// anew, which on SQLite was a third of each write's cost. Their arguments
-// are encoded as bun encodes them, so bun reads the rows back unchanged.
-const processColumns = `ref, code, state, exit_state, reason, error, timeout_ms,
- env_config, environment, output, stdout, stderr, stdout_truncated, stderr_truncated, output_truncated,
- runs, host_id, created_at, started_at, finished_at, duration_ms, cpu_ms, peak_memory_bytes, session, owner, trace_id`
-
-var insertProcess = "INSERT INTO processes (" + processColumns + ") VALUES (?" + strings.Repeat(", ?", 25) + ")"
-
-// sqliteInsertProcess is insertProcess giving the pid itself (pids.go).
-var sqliteInsertProcess = "INSERT INTO processes (pid, " + processColumns + ") VALUES (" + sqliteNextPID + strings.Repeat(", ?", 26) + ")"
 
 // Tx is a unit of process-row writes: every write to the processes table
 // goes through one, so a host can group concurrent writes into one commit
@@ -77,7 +62,6 @@ type Tx struct {
 // WriteProcesses runs fn in one transaction and commits it if fn returns
 // nil. A full disk is reported as ErrFull.
 func (s *Store) WriteProcesses(ctx context.Context, fn func(context.Context, *Tx) error) error {
-	ctx = s.hot(ctx)
 	tx, err := s.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return s.classify(fmt.Errorf("begin: %w", err))
@@ -96,42 +80,15 @@ func (s *Store) WriteProcesses(ctx context.Context, fn func(context.Context, *Tx
 // and COMMIT round trips on the path of a lone execution. A full disk is
 // reported as ErrFull.
 func (s *Store) WriteProcess(ctx context.Context, fn func(context.Context, *Tx) error) error {
-	return s.classify(fn(s.hot(ctx), &Tx{s: s, db: s.DB}))
-}
-
-// stmt is the store's prepared statement for query, bound to the
-// transaction if there is one.
-func (t *Tx) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
-	stmt, err := t.s.prepared(ctx, query)
-	if err != nil || t.tx == nil {
-		return stmt, err
-	}
-	return t.tx.StmtContext(ctx, stmt), nil
+	return s.classify(fn(ctx, &Tx{s: s, db: s.DB}))
 }
 
 // InsertProcess stores p and fills in the pid the database assigned.
 func (t *Tx) InsertProcess(ctx context.Context, p *Process) error {
-	envConfig, err := jsonText(p.EnvConfig)
-	if err != nil {
-		return fmt.Errorf("insert process: env config: %w", err)
-	}
-	output, err := jsonText(p.Output)
-	if err != nil {
-		return fmt.Errorf("insert process: output: %w", err)
-	}
 	s := t.s
-	// SQLite says the pid without RETURNING, whose result set costs the
-	// driver a few microseconds more; PostgreSQL needs it.
-	query := sqliteInsertProcess
-	if !s.local {
-		query = insertProcess + " RETURNING pid"
-	}
-	stmt, err := t.stmt(ctx, query)
+	stmt, err := s.stmt(ctx, t.tx, s.insertSQL())
 	if err == nil {
-		args := []any{p.Ref, p.Code, p.State, p.ExitState, p.Reason, p.Error, p.TimeoutMs,
-			envConfig, p.Environment, output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated,
-			p.Runs, p.HostID, s.timeArg(&p.CreatedAt), s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs,
-			p.CPUMs, p.PeakMemoryBytes, p.Session, p.Owner, p.TraceID}
+		args := s.args(p, s.writes.insert)
 		if s.local {
 			var res sql.Result
 			if res, err = stmt.ExecContext(ctx, args...); err == nil {
@@ -147,57 +104,27 @@ func (t *Tx) InsertProcess(ctx context.Context, p *Process) error {
 	return nil
 }
 
-// FinishProcess writes the result of p's execution (state, exit state,
-// reason, error, environment, output, streams, their truncation flags,
-// timing and usage) only if the stored state is one of from and the row is
-// still that execution's (runs is p.Runs), and reports
-// whether the row changed: TransitionProcess for the write that ends every
-// execution.
+// FinishProcess writes the result of p's execution (finishColumns: state,
+// exit state, reason, error, environment, output, streams, their
+// truncation flags, timing, usage and displays) only if the stored state is
+// one of from and the row is still that execution's (runs is p.Runs), and
+// reports whether the row changed: TransitionRun for the write that ends
+// every execution.
 func (t *Tx) FinishProcess(ctx context.Context, p *Process, from []string) (bool, error) {
 	if len(from) == 0 {
 		return false, fmt.Errorf("finish process %d: no state to finish it from", p.PID)
 	}
-	output, err := jsonText(p.Output)
-	if err != nil {
-		return false, fmt.Errorf("finish process %d: output: %w", p.PID, err)
-	}
-	var displays any
-	if len(p.Displays) > 0 {
-		b, err := json.Marshal(p.Displays)
-		if err != nil {
-			return false, fmt.Errorf("finish process %d: displays: %w", p.PID, err)
-		}
-		displays = string(b)
-	}
-	stmt, err := t.stmt(ctx, finishQuery(len(from)))
+	s := t.s
+	stmt, err := s.stmt(ctx, t.tx, s.finishSQL(len(from)))
 	if err != nil {
 		return false, fmt.Errorf("finish process %d: %w", p.PID, err)
 	}
-	s := t.s
-	args := []any{p.State, p.ExitState, p.Reason, p.Error, p.Environment,
-		output, p.Stdout, p.Stderr, p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated,
-		s.timeArg(p.StartedAt), s.timeArg(p.FinishedAt), p.DurationMs, p.CPUMs, p.PeakMemoryBytes, displays, p.PID, p.Runs}
+	args := append(s.args(p, s.writes.finish), p.PID, p.Runs)
 	for _, st := range from {
 		args = append(args, st)
 	}
 	res, err := stmt.ExecContext(ctx, args...)
 	return changedOne(res, err, "finish process %d", p.PID)
-}
-
-// finishQuery is FinishProcess's statement for n states to finish from.
-func finishQuery(n int) string {
-	return `UPDATE processes SET state = ?, exit_state = ?, reason = ?, error = ?, environment = ?,
- output = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?, output_truncated = ?,
- started_at = ?, finished_at = ?, duration_ms = ?, cpu_ms = ?, peak_memory_bytes = ?, displays = ?
- WHERE pid = ? AND runs = ? AND ` + oneOf("state", n)
-}
-
-// oneOf is "column = ? OR …" for n values. SQLite codes "IN (?, ?, ?)"
-// with three or more values as an ephemeral table, which the pure-Go
-// SQLite opens and closes with an mmap and a munmap on every execution of
-// the statement (~20 µs of each execution's final write).
-func oneOf(column string, n int) string {
-	return "(" + column + " = ?" + strings.Repeat(" OR "+column+" = ?", n-1) + ")"
 }
 
 // Progress is what a live execution produced since its last progress write.
@@ -213,18 +140,11 @@ type Progress struct {
 // reports whether it did. The stored streams grow by what is appended only,
 // so the cost of a write is what changed, not what accumulated.
 func (t *Tx) AppendProgress(ctx context.Context, p *Progress) (bool, error) {
-	output, err := jsonText(p.Output)
-	if err != nil {
-		return false, fmt.Errorf("progress of process %d: output: %w", p.PID, err)
-	}
-	stmt, err := t.stmt(ctx, `UPDATE processes SET stdout = stdout || ?, stderr = stderr || ?, output = ?,
- stdout_truncated = ?, stderr_truncated = ?, output_truncated = ?
- WHERE pid = ? AND runs = ? AND state IN ('queued', 'running', 'suspended', 'terminating')`)
-	if err != nil {
-		return false, fmt.Errorf("progress of process %d: %w", p.PID, err)
-	}
-	res, err := stmt.ExecContext(ctx, p.Stdout, p.Stderr, output,
-		p.StdoutTruncated, p.StderrTruncated, p.OutputTruncated, p.PID, p.Runs)
+	row := &Process{Output: p.Output, StdoutTruncated: p.StdoutTruncated, StderrTruncated: p.StderrTruncated, OutputTruncated: p.OutputTruncated}
+	res, err := t.db.NewUpdate().Model(row).Column("output", "stdout_truncated", "stderr_truncated", "output_truncated").
+		Set("stdout = stdout || ?", p.Stdout).Set("stderr = stderr || ?", p.Stderr).
+		Where("pid = ?", p.PID).Where("runs = ?", p.Runs).
+		Where("state IN ('queued', 'running', 'suspended', 'terminating')").Exec(ctx)
 	return changedOne(res, err, "progress of process %d", p.PID)
 }
 
@@ -238,24 +158,6 @@ func changedOne(res sql.Result, err error, what string, pid int64) (bool, error)
 		return false, fmt.Errorf(what+": %w", pid, err)
 	}
 	return n == 1, nil
-}
-
-// jsonText encodes a JSON column's value as bun does (a nil map is "null").
-func jsonText(v map[string]any) (string, error) {
-	b, err := json.Marshal(v)
-	return string(b), err
-}
-
-// timeArg encodes a time column's value: on SQLite as the text bun writes
-// (UTC, microseconds), on PostgreSQL as a time the driver binds.
-func (s *Store) timeArg(t *time.Time) any {
-	switch {
-	case t == nil:
-		return nil
-	case s.local:
-		return t.UTC().Format("2006-01-02 15:04:05.999999-07:00")
-	}
-	return *t
 }
 
 // GetProcess reads one process.

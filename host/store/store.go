@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -72,84 +71,15 @@ const sqliteFull = 13
 
 // Store is the database handle shared by the host's services.
 type Store struct {
-	DB    *bun.DB
-	local bool // embedded SQLite
+	DB     *bun.DB
+	local  bool // embedded SQLite
+	writes *processWrites
 	// reserve is the file holding room for deletes on a full disk (SQLite
 	// in the data directory only; "" otherwise).
 	reserve string
 	// damaged is set once a statement finds the SQLite database corrupt:
 	// Healthy reports it until the host restarts (and Open refuses).
 	damaged atomic.Bool
-
-	mu    sync.Mutex
-	stmts map[string]*sql.Stmt // prepared, by their text with ? placeholders
-}
-
-// prepared returns the statement for query, written with ? placeholders,
-// preparing it the first time. The queries are the store's own, so the set
-// is small and fixed.
-func (s *Store) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if stmt, ok := s.stmts[query]; ok {
-		return stmt, nil
-	}
-	text := orFail(query)
-	if !s.local {
-		text = numberPlaceholders(query)
-	}
-	stmt, err := s.DB.DB.PrepareContext(s.hot(ctx), text)
-	if err != nil {
-		return nil, fmt.Errorf("prepare: %w", err)
-	}
-	s.stmts[query] = stmt
-	return stmt, nil
-}
-
-// orFail makes one of the store's prepared writes (each changes one row)
-// INSERT OR FAIL or UPDATE OR FAIL on SQLite. For a one-row statement FAIL
-// ends as ABORT does (the constraints are checked before the row is
-// written), but SQLite then opens no statement journal inside a
-// transaction, which the pure-Go SQLite allocates (64 KiB) with an mmap and
-// munmap per statement: a grouped write cost more than a lone one. Any
-// other error inside a transaction (a full disk) rolls the whole
-// transaction back, and the writer then retries each write alone.
-func orFail(query string) string {
-	for _, verb := range []string{"INSERT ", "UPDATE "} {
-		if rest, ok := strings.CutPrefix(query, verb); ok {
-			return verb + "OR FAIL " + rest
-		}
-	}
-	return query
-}
-
-// numberPlaceholders turns ? placeholders into PostgreSQL's $1, $2, ….
-func numberPlaceholders(query string) string {
-	var b strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-// hot is the context for a statement on the execution path. On SQLite a
-// statement is local and its lock waits are bounded by the busy timeout,
-// while a cancellable context costs the driver a goroutine per statement to
-// watch it (and database/sql another per result set), tens of microseconds
-// per execution. Deadlines go with cancellation, so waiting for one of the
-// pool's connections is unbounded; statements hold them only briefly.
-// PostgreSQL statements keep their context.
-func (s *Store) hot(ctx context.Context) context.Context {
-	if s.local {
-		return context.WithoutCancel(ctx)
-	}
-	return ctx
 }
 
 // ErrCorrupt is returned by Open when SQLite finds the database damaged.
@@ -188,7 +118,7 @@ func Open(ctx context.Context, dbURL, dataDir string, opts ...Options) (*Store, 
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{DB: db, local: db.Dialect().Name() == dialect.SQLite, stmts: map[string]*sql.Stmt{}}
+	s := &Store{DB: db, local: db.Dialect().Name() == dialect.SQLite}
 	where := redact(dbURL)
 	if dbURL == "" {
 		where = filepath.Join(dataDir, sqliteFile)
@@ -213,6 +143,10 @@ func Open(ctx context.Context, dbURL, dataDir string, opts ...Options) (*Store, 
 		return nil, err
 	}
 	if err := s.syncToolSearch(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if s.writes, err = newProcessWrites(s); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -368,7 +302,7 @@ func (s *Store) migrate(ctx context.Context, tmpl dialectSQL) error {
 	if err := ms.Discover(sub); err != nil {
 		return fmt.Errorf("discover migrations: %w", err)
 	}
-	ms.Add(processesWithoutAutoincrement)
+	ms.Add(processesWithAutoincrement)
 	m := migrate.NewMigrator(s.DB, ms, migrate.WithTemplateData(tmpl), migrate.WithMarkAppliedOnSuccess(true))
 	if !s.local {
 		// Several hosts may start at once: bun's lock row fails the
@@ -410,12 +344,5 @@ func (s *Store) Local() bool { return s.local }
 
 // Close closes the prepared statements and the database.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var errs []error
-	for q, stmt := range s.stmts {
-		errs = append(errs, stmt.Close())
-		delete(s.stmts, q)
-	}
-	return errors.Join(append(errs, s.DB.Close())...)
+	return errors.Join(append(s.writes.close(), s.DB.Close())...)
 }

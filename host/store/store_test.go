@@ -179,92 +179,6 @@ func TestServicesModulesSettingsOnEveryDialect(t *testing.T) {
 	}
 }
 
-// TestPreparedWritesMatchBun: the prepared insert and finish store exactly
-// what bun's own queries store for the same process (SQLite keeps times and
-// JSON as text, so an encoding bun did not write would read back wrong or
-// not at all).
-func TestPreparedWritesMatchBun(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	at := time.Date(2026, 11, 22, 8, 48, 9, 984089123, time.FixedZone("x", 3600))
-	exit, dur := "failed", int64(7)
-	for name, st := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			for i, p := range []Process{
-				{Code: "c'ode", State: "queued", TimeoutMs: 5, CreatedAt: at, Runs: 1, HostID: "h", Owner: "key_runner"},
-				{Ref: "r", Code: "é", State: "idle", ExitState: &exit, Reason: "exception", Error: "boom", TimeoutMs: 9,
-					EnvConfig: map[string]any{"k": []any{1.0, "two"}}, Environment: "python", Output: map[string]any{"o": map[string]any{"n": nil}},
-					Stdout: "out\n", Stderr: "err", StdoutTruncated: true, OutputTruncated: true, Runs: 3, CreatedAt: at,
-					StartedAt: &at, FinishedAt: &at, DurationMs: &dur},
-			} {
-				viaBun, prepared := p, p
-				if _, err := st.DB.NewInsert().Model(&viaBun).Returning("pid").Exec(ctx); err != nil {
-					t.Fatal(err)
-				}
-				write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, &prepared) })
-				sameRows(t, st, fmt.Sprintf("insert %d", i), viaBun.PID, prepared.PID)
-
-				// Finish both with the other example's result.
-				q := []Process{{State: "idle", Reason: "completed"}, {State: "idle", ExitState: &exit, Reason: "exception", Error: "x",
-					Environment: "typescript", Output: map[string]any{"a": 1.0}, Stdout: "s", Stderr: "e", StderrTruncated: true,
-					StartedAt: &at, FinishedAt: &at, DurationMs: &dur}}[1-i]
-				q.PID = viaBun.PID
-				if _, err := st.DB.NewUpdate().Model(&q).Column("state", "exit_state", "reason", "error", "environment", "output",
-					"stdout", "stderr", "stdout_truncated", "stderr_truncated", "output_truncated", "started_at", "finished_at", "duration_ms").
-					WherePK().Exec(ctx); err != nil {
-					t.Fatal(err)
-				}
-				q.PID, q.Runs = prepared.PID, p.Runs
-				if ok, err := inTx(st, func(tx *Tx) (bool, error) { return tx.FinishProcess(ctx, &q, []string{"queued", "idle"}) }); !ok || err != nil {
-					t.Fatalf("finish: %v %v", ok, err)
-				}
-				sameRows(t, st, fmt.Sprintf("finish %d", i), viaBun.PID, prepared.PID)
-				if ok, err := inTx(st, func(tx *Tx) (bool, error) { return tx.FinishProcess(ctx, &q, []string{"running"}) }); ok || err != nil {
-					t.Fatalf("finish from a state the row is not in: %v %v", ok, err)
-				}
-			}
-		})
-	}
-}
-
-// sameRows fails unless two process rows hold the same values, pid aside,
-// both as bun reads them and as the database stores them.
-func sameRows(t *testing.T, st *Store, what string, a, b int64) {
-	t.Helper()
-	ctx := context.Background()
-	pa, err := st.GetProcess(ctx, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := st.GetProcess(ctx, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb.PID = pa.PID
-	ja, _ := json.Marshal(pa)
-	jb, _ := json.Marshal(pb)
-	if string(ja) != string(jb) {
-		t.Errorf("%s: bun read back\n%s\nafter bun's write but\n%s\nafter the prepared one", what, ja, jb)
-	}
-	raw := "SELECT quote(ref) || quote(code) || quote(state) || quote(exit_state) || quote(reason) || quote(error) || quote(timeout_ms) || " +
-		"quote(env_config) || quote(environment) || quote(output) || quote(stdout) || quote(stderr) || quote(stdout_truncated) || " +
-		"quote(stderr_truncated) || quote(output_truncated) || quote(runs) || quote(host_id) || quote(created_at) || " +
-		"quote(started_at) || quote(finished_at) || quote(duration_ms) || quote(cpu_ms) || quote(peak_memory_bytes) || quote(session) || quote(owner) FROM processes WHERE pid = ?"
-	if !st.local {
-		raw = "SELECT row_to_json(p)::jsonb - 'pid' FROM processes p WHERE pid = $1"
-	}
-	var ra, rb string
-	if err := st.DB.DB.QueryRowContext(ctx, raw, a).Scan(&ra); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.DB.DB.QueryRowContext(ctx, raw, b).Scan(&rb); err != nil {
-		t.Fatal(err)
-	}
-	if ra != rb {
-		t.Errorf("%s: stored\n%s\nby bun but\n%s\nby the prepared statement", what, ra, rb)
-	}
-}
-
 // TestProgressAppendsToItsOwnExecution: progress and the final write land
 // on a live row of the same run only, so a late write can neither reopen a
 // finished process nor land on its next run.
@@ -443,42 +357,6 @@ func postgresURL(t *testing.T) string {
 		t.Fatal("CYRNEL_TEST_POSTGRES_URL is not set; run `make test`, or set CYRNEL_TEST_NO_POSTGRES=<why> to test SQLite only")
 	}
 	return url
-}
-
-// TestHotWritesOpenNoTemporaryTable: the two writes every execution makes
-// must not make SQLite open an ephemeral table (an mmap and a munmap in the
-// pure-Go SQLite, each time), as "state IN (…)" with four states did.
-func TestHotWritesOpenNoTemporaryTable(t *testing.T) {
-	t.Parallel()
-	st, err := Open(context.Background(), "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	for name, q := range map[string]string{
-		"insert":                        insertProcess,
-		"finish":                        finishQuery(4),
-		"control (IN with four states)": strings.Replace(finishQuery(4), oneOf("state", 4), "state IN (?, ?, ?, ?)", 1),
-	} {
-		rows, err := st.DB.DB.Query("EXPLAIN "+orFail(q), make([]any, strings.Count(q, "?"))...)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var ephemeral bool
-		for rows.Next() {
-			var addr, p1, p2, p3 int
-			var op string
-			var p4, p5, comment any
-			if err := rows.Scan(&addr, &op, &p1, &p2, &p3, &p4, &p5, &comment); err != nil {
-				t.Fatal(err)
-			}
-			ephemeral = ephemeral || op == "OpenEphemeral"
-		}
-		rows.Close()
-		if want := strings.HasPrefix(name, "control"); ephemeral != want {
-			t.Errorf("%s: opens an ephemeral table: %v, want %v", name, ephemeral, want)
-		}
-	}
 }
 
 // TestPidsAreNeverGivenTwice: deleting the newest process does not give

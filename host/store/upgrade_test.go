@@ -114,21 +114,69 @@ func TestUpgradeToPartialIndexes(t *testing.T) {
 	}
 }
 
-// TestUpgradeRebuildsProcessesWithoutAutoincrement: a SQLite database from
-// before keeps its processes and their files through the rebuild, pids go
-// on past every pid given before (the deleted newest one too), foreign keys
-// still cascade, and a second run of the rebuild changes nothing.
-func TestUpgradeRebuildsProcessesWithoutAutoincrement(t *testing.T) {
+// handPIDDatabase opens the SQLite database at url as the version that
+// gave pids by hand left it: every SQL migration, then its rebuild of the
+// processes table without AUTOINCREMENT, with the pid floor a delete
+// trigger raises.
+func handPIDDatabase(t *testing.T, url string) *bun.DB {
+	t.Helper()
+	db := oldDatabase(t, url, "~")
+	ctx := context.Background()
+	var schema string
+	if err := db.QueryRowContext(ctx, "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'processes'").Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{
+		"PRAGMA foreign_keys = OFF",
+		strings.Replace(strings.Replace(schema, " AUTOINCREMENT", "", 1), "CREATE TABLE processes", "CREATE TABLE processes_rebuilt", 1),
+		"INSERT INTO processes_rebuilt SELECT * FROM processes",
+		"CREATE TABLE process_pid_floor (one INTEGER PRIMARY KEY CHECK (one = 1), pid BIGINT NOT NULL)",
+		"INSERT INTO process_pid_floor (one, pid) VALUES (1, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'processes'), 0))",
+		"DROP TABLE processes",
+		"ALTER TABLE processes_rebuilt RENAME TO processes",
+		"CREATE INDEX processes_ref_idx ON processes (ref, pid) WHERE ref <> ''",
+		"CREATE INDEX processes_live_idx ON processes (state, pid) WHERE state <> 'idle' AND state <> 'queued'",
+		"CREATE TRIGGER processes_pid_floor AFTER DELETE ON processes BEGIN UPDATE process_pid_floor SET pid = max(pid, OLD.pid); END",
+		"PRAGMA foreign_keys = ON",
+	} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return db
+}
+
+// insertHandPID stores a process as the hand-pid version did: one past the
+// largest pid stored and the floor.
+func insertHandPID(t *testing.T, db bun.IDB, p *Process) {
+	t.Helper()
+	_, err := db.NewInsert().Model(p).
+		Value("pid", "(SELECT max(coalesce(max(pid), 0), (SELECT pid FROM process_pid_floor)) + 1 FROM processes)").
+		Returning("pid").Exec(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUpgradeBringsBackAutoincrement: a SQLite database whose pids were
+// given by hand keeps its processes, their files and its indexes through
+// the rebuild; pids go on past every pid given before (the deleted newest
+// one too, which only the floor remembered); foreign keys still cascade;
+// and a second run of the rebuild changes nothing.
+func TestUpgradeBringsBackAutoincrement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := "sqlite://" + t.TempDir() + "/cyrnel.db"
-	db := oldDatabase(t, url, processesWithoutAutoincrement.Name)
+	db := handPIDDatabase(t, url)
 	var pids []int64
 	for range 3 {
 		p := &Process{Code: "x", State: "idle", TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
-		if _, err := db.NewInsert().Model(p).ExcludeColumn(laterColumns...).Exec(ctx); err != nil {
-			t.Fatal(err)
-		}
+		insertHandPID(t, db, p)
 		pids = append(pids, p.PID)
 	}
 	file := &ProcessFile{PID: pids[1], Path: "out.csv", Size: 3, ModifiedAt: time.Now(), Content: []byte("a,b")}
@@ -151,7 +199,7 @@ func TestUpgradeRebuildsProcessesWithoutAutoincrement(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close()
-	columns := tableInfo(t, db, "processes")
+	columns, indexes := tableInfo(t, db, "processes"), indexesOf(t, db)
 	db.Close()
 
 	st, err := Open(ctx, url, "")
@@ -160,11 +208,15 @@ func TestUpgradeRebuildsProcessesWithoutAutoincrement(t *testing.T) {
 	}
 	defer st.Close()
 	var schema string
-	if err := st.DB.QueryRowContext(ctx, "SELECT sql FROM sqlite_schema WHERE name = 'processes'").Scan(&schema); err != nil || strings.Contains(schema, "AUTOINCREMENT") {
-		t.Fatalf("processes after the upgrade: %q (%v)", schema, err)
+	if err := st.DB.QueryRowContext(ctx, "SELECT group_concat(sql, ';') FROM sqlite_schema WHERE name IN ('processes', 'process_pid_floor', 'processes_pid_floor')").Scan(&schema); err != nil ||
+		!strings.Contains(schema, "AUTOINCREMENT") || strings.Contains(schema, "floor") {
+		t.Fatalf("after the upgrade: %q (%v)", schema, err)
 	}
-	if got := tableInfo(t, st.DB, "processes"); got != columns+laterColumnsInfo {
+	if got := tableInfo(t, st.DB, "processes"); got != columns {
 		t.Fatalf("columns after the rebuild and the migrations after it:\n%s\nbefore:\n%s", got, columns)
+	}
+	if got := indexesOf(t, st.DB); got != indexes {
+		t.Fatalf("indexes after the rebuild:\n%s\nbefore:\n%s", got, indexes)
 	}
 	for _, pid := range pids[:2] {
 		if _, err := st.GetProcess(ctx, pid); err != nil {
@@ -190,6 +242,31 @@ func TestUpgradeRebuildsProcessesWithoutAutoincrement(t *testing.T) {
 	}
 }
 
+// TestUpgradeOfAnEmptyHandPIDDatabase: with no process stored, the floor
+// alone says which pids were given: the first pid comes after it.
+func TestUpgradeOfAnEmptyHandPIDDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := "sqlite://" + t.TempDir() + "/cyrnel.db"
+	db := handPIDDatabase(t, url)
+	for range 2 {
+		p := &Process{Code: "x", State: "idle", TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
+		insertHandPID(t, db, p)
+	}
+	if _, err := db.NewDelete().Model((*Process)(nil)).Where("TRUE").Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	st, err := Open(ctx, url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if pid := newIdleProcess(t, st); pid != 3 {
+		t.Fatalf("first pid after the upgrade %d, want 3", pid)
+	}
+}
+
 // TestUpgradeWithoutRoomLosesNothing: a SQLite database with no room for
 // the copy of its processes refuses the upgrade as full, stays as it was,
 // and upgrades once it has room.
@@ -197,12 +274,10 @@ func TestUpgradeWithoutRoomLosesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := t.TempDir() + "/cyrnel.db"
-	db := oldDatabase(t, "sqlite://"+path, processesWithoutAutoincrement.Name)
+	db := handPIDDatabase(t, "sqlite://"+path)
 	for range 20 {
 		p := &Process{Code: "x", State: "idle", Stdout: strings.Repeat("o", 64<<10), TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
-		if _, err := db.NewInsert().Model(p).ExcludeColumn(laterColumns...).Exec(ctx); err != nil {
-			t.Fatal(err)
-		}
+		insertHandPID(t, db, p)
 	}
 	var pages int64
 	if err := db.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
@@ -224,14 +299,21 @@ func TestUpgradeWithoutRoomLosesNothing(t *testing.T) {
 	if ps, err := st.ListProcesses(ctx, ProcessFilter{Limit: 100}); err != nil || len(ps) != 20 {
 		t.Fatalf("%d processes after the upgrade (%v), want 20", len(ps), err)
 	}
+	if pid := newIdleProcess(t, st); pid != 21 {
+		t.Fatalf("first pid after the upgrade %d, want 21", pid)
+	}
 }
 
-// laterColumns are the processes' columns added by migrations after the
-// rebuild, which a database from before it does not have yet; the rebuild's
-// upgrade ends with them, as laterColumnsInfo describes them.
-var laterColumns = []string{"owner", "trace_id"}
-
-const laterColumnsInfo = "owner TEXT notnull=1 default=\"''\" pk=0\ntrace_id TEXT notnull=1 default=\"''\" pk=0\n"
+// indexesOf lists the processes table's indexes as SQLite stores them.
+func indexesOf(t *testing.T, db bun.IDB) string {
+	t.Helper()
+	var s string
+	if err := db.QueryRowContext(context.Background(),
+		"SELECT group_concat(sql, ';\n') FROM (SELECT sql FROM sqlite_schema WHERE tbl_name = 'processes' AND type = 'index' AND sql IS NOT NULL ORDER BY name)").Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 // tableInfo describes the columns of a SQLite table, in order: name, type,
 // NOT NULL, default, and primary key.
