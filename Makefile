@@ -12,19 +12,21 @@ BIN := bin/cyrnel
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# $(INSTALL) PKG…: installs Debian packages with apt-get, as root. It fails
+# the recipe when it cannot (not root, no apt-get) or when apt-get fails,
+# showing apt-get's output: a missing part is never turned into a skip.
+INSTALL = $(SHELL) -c '\
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+		echo "missing: $$* (make installs it with apt-get as root on Debian; install it yourself here)"; exit 1; fi; \
+	echo "installing $$*"; mkdir -p .cache; \
+	if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$$@"; } >.cache/apt.log 2>&1; then \
+		cat .cache/apt.log; echo "apt-get install $$* failed"; exit 1; fi' install
+
 .PHONY: deps
 deps: ## check for (and on Debian, install) what builds and tests need: Go, Python 3, a C compiler for -race
 	@command -v $(GO) >/dev/null || { echo "Go is required: https://go.dev/dl/"; exit 1; }
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3 is required"; exit 1; }
-	@command -v "$$($(GO) env CC)" >/dev/null || { \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			apt-get update -qq && apt-get install -y -qq gcc libc6-dev >/dev/null; \
-		else echo "a C compiler is required for the race detector (apt-get install gcc)"; exit 1; fi; }
-	@/usr/bin/python3 -c 'import numpy, pandas' 2>/dev/null || { \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			echo "installing python3-numpy and python3-pandas (preload tests and benchmarks)"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-numpy python3-pandas >/dev/null; \
-		else echo "no numpy/pandas for /usr/bin/python3 (needs Debian and root): the preload test and benchmark will skip"; fi; }
+	@command -v "$$($(GO) env CC)" >/dev/null || $(INSTALL) gcc libc6-dev
 	@$(GO) mod download
 
 .PHONY: build
@@ -36,16 +38,13 @@ run: build ## run the server on its embedded defaults (SQLite in ./cyrnel-data, 
 	./$(BIN) serve
 
 .PHONY: test
-test: deps lint ts-check mcp-conformance py-check test-db browser datascience prometheus ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the Python runtime's type check, the whole suite with the race detector (on SQLite, and PostgreSQL when test-db could provide one; the console in Chromium; the metrics scraped by Prometheus), then each fuzz target briefly
+test: deps lint ts-check mcp-conformance py-check test-db browser datascience prometheus ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the Python runtime's type check, the whole suite with the race detector on SQLite and PostgreSQL (the console in Chromium; the metrics scraped by Prometheus), listing every skipped test and failing on one whose reason is not in tests/skips.allow, then each fuzz target briefly
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	CYRNEL_TEST_POSTGRES_URL="$$(cat .cache/postgres-url 2>/dev/null)" \
-	CYRNEL_TEST_NO_POSTGRES="$$(cat .cache/no-postgres 2>/dev/null)" \
-	CYRNEL_TEST_NO_BROWSER="$${CYRNEL_TEST_NO_BROWSER:-$$(cat .cache/no-browser 2>/dev/null)}" \
-	CYRNEL_TEST_NO_DATASCIENCE="$${CYRNEL_TEST_NO_DATASCIENCE:-$$(cat .cache/no-datascience 2>/dev/null)}" \
-	CYRNEL_TEST_NO_PROMETHEUS="$${CYRNEL_TEST_NO_PROMETHEUS:-$$(cat .cache/no-prometheus 2>/dev/null)}" \
-		$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) build -o .cache/bin/skipcheck ./tests/skipcheck
+	set -o pipefail; CYRNEL_TEST_POSTGRES_URL="$${CYRNEL_TEST_POSTGRES_URL:-$$(cat .cache/postgres-url)}" \
+		$(GO) test -json -race -count=1 -timeout 20m ./... | .cache/bin/skipcheck -allow tests/skips.allow
 	@$(MAKE) --no-print-directory fuzz
 
 # Each fuzz target (a func Fuzz… in a _test.go file) runs for FUZZTIME; the
@@ -80,58 +79,34 @@ lint: $(GOLANGCI) ## golangci-lint: goimports, vet, staticcheck, unused, and the
 py-check: ## type-check the Python runtime with mypy (strict; installs Debian's python3-mypy where it can)
 	@mypy=""; for py in $(PYTHON) /usr/bin/python3; do \
 		if $$py -m mypy --version >/dev/null 2>&1; then mypy="$$py -m mypy"; break; fi; done; \
-	if [ -z "$$mypy" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing mypy (python3-mypy) for the Python runtime's type check"; \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-mypy) >/dev/null 2>&1 || true; \
-		/usr/bin/python3 -m mypy --version >/dev/null 2>&1 && mypy="/usr/bin/python3 -m mypy"; fi; \
-	if [ -z "$$mypy" ]; then echo "mypy is required to check python/cyrnel: apt-get install python3-mypy, or pip install mypy"; exit 1; fi; \
+	if [ -z "$$mypy" ]; then \
+		$(INSTALL) python3-mypy || { echo "mypy is required to check python/cyrnel: apt-get install python3-mypy, or pip install mypy"; exit 1; }; \
+		mypy="/usr/bin/python3 -m mypy"; fi; \
 	$$mypy
 
 # Chromium for the console's browser tests, installed from Debian's package
-# when missing and run as root. Where that cannot be done, the reason goes to
-# .cache/no-browser and make test passes it as CYRNEL_TEST_NO_BROWSER, the tests'
-# named opt-out (without it a missing browser fails them).
+# when missing (as root). Where that cannot be done the target fails: the
+# console tests need it.
 .PHONY: browser
-browser: ## provide Chromium for the console tests (Debian, as root), or say why not
-	@mkdir -p .cache; rm -f .cache/no-browser
-	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing Chromium for the console tests"; \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 || true; fi
-	@if ! command -v chromium >/dev/null; then \
-		why="no chromium: Debian's chromium package could not be installed (needs apt-get and root)"; \
-		echo "$$why; the console's browser tests will be skipped"; echo "$$why" > .cache/no-browser; fi
+browser: ## provide Chromium for the console tests (Debian, as root), or fail saying why
+	@command -v chromium >/dev/null || { $(INSTALL) chromium && command -v chromium >/dev/null; }
 
 # Debian's prometheus package (the server and promtool) for the metrics
-# tests: Prometheus scrapes a running host, promtool checks the exposition
-# and deploy/prometheus. Installed when missing and run as root; where that
-# cannot be done, the reason goes to .cache/no-prometheus and make test
-# passes it as CYRNEL_TEST_NO_PROMETHEUS (without it the tests fail). An
-# install that was tried and failed fails the target.
+# tests, installed when missing (as root). Where that cannot be done the
+# target fails.
+PROMETHEUS_CHECK := { command -v prometheus && command -v promtool; } >/dev/null
 .PHONY: prometheus
-prometheus: ## provide Prometheus and promtool for the metrics tests (Debian, as root), or say why not
-	@mkdir -p .cache; rm -f .cache/no-prometheus
-	@if ! { command -v prometheus && command -v promtool; } >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing Prometheus for the metrics tests"; \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus) >.cache/prometheus-install.log 2>&1 || \
-			{ cat .cache/prometheus-install.log; echo "apt-get install prometheus failed"; exit 1; }; fi
-	@if ! { command -v prometheus && command -v promtool; } >/dev/null; then \
-		why="no prometheus/promtool: Debian's prometheus package could not be installed (needs apt-get and root)"; \
-		echo "$$why; the metrics tests that need them will be skipped"; echo "$$why" > .cache/no-prometheus; fi
+prometheus: ## provide Prometheus and promtool for the metrics tests (Debian, as root), or fail saying why
+	@$(PROMETHEUS_CHECK) || { $(INSTALL) prometheus && $(PROMETHEUS_CHECK); }
 
 # Debian's numpy, pandas and matplotlib for /usr/bin/python3, the
-# data-science sessions' interpreter in the tests, installed when missing and
-# run as root. Where that cannot be done, the reason goes to
-# .cache/no-datascience and make test passes it as CYRNEL_TEST_NO_DATASCIENCE
-# (without it the data-science tests fail).
+# data-science sessions' interpreter in the tests (and the preload
+# benchmarks'), installed when missing (as root). Where that cannot be done
+# the target fails.
+DATASCIENCE_CHECK := /usr/bin/python3 -c 'import numpy, pandas, matplotlib' >/dev/null 2>&1
 .PHONY: datascience
-datascience: ## provide python3-numpy, python3-pandas and python3-matplotlib for the data-science tests (Debian, as root), or say why not
-	@mkdir -p .cache; rm -f .cache/no-datascience
-	@if ! /usr/bin/python3 -c 'import numpy, pandas, matplotlib' >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing python3-numpy python3-pandas python3-matplotlib for the data-science tests"; \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-numpy python3-pandas python3-matplotlib) >/dev/null 2>&1 || true; fi
-	@if ! /usr/bin/python3 -c 'import numpy, pandas, matplotlib' >/dev/null 2>&1; then \
-		why="no data-science interpreter: /usr/bin/python3 lacks numpy, pandas or matplotlib and Debian's packages could not be installed (needs apt-get and root)"; \
-		echo "$$why; the data-science tests will be skipped"; echo "$$why" > .cache/no-datascience; fi
+datascience: ## provide python3-numpy, python3-pandas and python3-matplotlib for the data-science tests (Debian, as root), or fail saying why
+	@$(DATASCIENCE_CHECK) || { $(INSTALL) python3-numpy python3-pandas python3-matplotlib && $(DATASCIENCE_CHECK); }
 
 # The API reference's renderer, vendored so /docs works offline: Redoc's
 # standalone bundle (MIT) from the npm registry, with its licenses. Its one
@@ -145,30 +120,28 @@ vendor-redoc: ## re-vendor Redoc $(REDOC_VERSION) (npm) into host/console/assets
 		sed -i 's|src:"https://cdn.redoc.ly/redoc/logo-mini.svg"|src:"data:,"|' host/console/assets/vendor/redoc/redoc.standalone.js && \
 		rm -rf $$tmp
 
-# PostgreSQL for the scale-out tests: a local cluster, installed from Debian's
-# packages when missing and run as root. Where that cannot be done the tests
-# run on SQLite only and say so.
+# PostgreSQL for the tests: CYRNEL_TEST_POSTGRES_URL when set, else a local
+# cluster, installed from Debian's packages when missing and run as root;
+# its URL goes to .cache/postgres-url. Where neither can be had the target
+# fails.
 PG_TEST_URL := postgres://cyrnel:cyrnel@127.0.0.1:5432/cyrnel_test?sslmode=disable
 .PHONY: test-db
-test-db: ## provide a local PostgreSQL for the tests (Debian, as root), or say why not
-	@mkdir -p .cache; rm -f .cache/postgres-url .cache/no-postgres
-	@if ! ls /etc/postgresql/*/main >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing PostgreSQL for the scale-out tests"; \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) >/dev/null 2>&1 || true; fi
-	@if ls /etc/postgresql/*/main >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-		ver=$$(ls /etc/postgresql | sort -V | tail -1); \
-		pg_ctlcluster $$ver main start 2>/dev/null || true; \
-		for i in $$(seq 50); do su postgres -c "pg_isready -q" && break; sleep 0.2; done; \
-		su postgres -c "psql -tAc \"SELECT 1 FROM pg_roles WHERE rolname='cyrnel'\"" | grep -q 1 || \
-			su postgres -c "psql -qc \"CREATE USER cyrnel PASSWORD 'cyrnel' SUPERUSER\""; \
-		su postgres -c "psql -tAc \"SELECT 1 FROM pg_database WHERE datname='cyrnel_test'\"" | grep -q 1 || \
-			su postgres -c "createdb -O cyrnel cyrnel_test"; \
-		echo '$(PG_TEST_URL)' > .cache/postgres-url; \
-	else echo "no local PostgreSQL (needs Debian and root): PostgreSQL tests will be skipped"; \
-		echo "make test-db could not install PostgreSQL (needs Debian and root)" > .cache/no-postgres; fi
+test-db: ## provide a PostgreSQL for the tests (CYRNEL_TEST_POSTGRES_URL, or a local one on Debian as root), or fail saying why
+	@mkdir -p .cache; rm -f .cache/postgres-url
+	@if [ -n "$$CYRNEL_TEST_POSTGRES_URL" ]; then echo "tests use CYRNEL_TEST_POSTGRES_URL"; exit 0; fi; \
+	ls /etc/postgresql/*/main >/dev/null 2>&1 || $(INSTALL) postgresql || exit 1; \
+	[ "$$(id -u)" = 0 ] || { echo "a local PostgreSQL for the tests is run as root (su postgres); or set CYRNEL_TEST_POSTGRES_URL"; exit 1; }; \
+	ver=$$(ls /etc/postgresql | sort -V | tail -1); \
+	pg_ctlcluster $$ver main status >/dev/null || pg_ctlcluster $$ver main start || exit 1; \
+	su postgres -c "pg_isready -q -t 10" || { echo "PostgreSQL $$ver did not become ready"; exit 1; }; \
+	su postgres -c "psql -tAc \"SELECT 1 FROM pg_roles WHERE rolname='cyrnel'\"" | grep -q 1 || \
+		su postgres -c "psql -qc \"CREATE USER cyrnel PASSWORD 'cyrnel' SUPERUSER\"" || exit 1; \
+	su postgres -c "psql -tAc \"SELECT 1 FROM pg_database WHERE datname='cyrnel_test'\"" | grep -q 1 || \
+		su postgres -c "createdb -O cyrnel cyrnel_test" || exit 1; \
+	echo '$(PG_TEST_URL)' > .cache/postgres-url
 
 .PHONY: bench
-bench: deps ## run the benchmarks: medians and ratios against baselines measured in the same run (docs/benchmarks.md)
+bench: deps datascience test-db ## run the benchmarks: medians and ratios against baselines measured in the same run (docs/benchmarks.md)
 	@echo "== components"
 	$(GO) test -run '^$$' -bench . -benchtime 200x -count 1 ./envs/... ./host/process ./host/store ./host/server
 	@echo "== ranked tool search over the datadog-v2 document (top-1, top-5 hit rates, p50 query time)"
@@ -178,16 +151,12 @@ bench: deps ## run the benchmarks: medians and ratios against baselines measured
 	@echo "== through the HTTP API, against the real binary"
 	$(GO) test -run '^$$' -bench 'WarmExecutionVsSpawn|TypeScriptExecution|ToolCall|Preload' -benchtime 100x -count 1 ./tests
 	@echo "== sessions: an execution in a ready session through HTTP beside a Jupyter kernel's execute round trip"
-	@if ! /usr/bin/python3 -c 'import ipykernel, jupyter_client' >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-ipykernel python3-jupyter-client) >/dev/null 2>&1 || true; fi
-	@why=""; /usr/bin/python3 -c 'import ipykernel, jupyter_client' >/dev/null 2>&1 || \
-		why="no Jupyter kernel: Debian's python3-ipykernel and python3-jupyter-client could not be installed (needs apt-get and root)"; \
-	CYRNEL_TEST_NO_JUPYTER="$${CYRNEL_TEST_NO_JUPYTER:-$$why}" $(GO) test -run '^$$' -bench 'SessionExecution' -benchtime 200x -count 1 ./tests
+	@/usr/bin/python3 -c 'import ipykernel, jupyter_client' >/dev/null 2>&1 || $(INSTALL) python3-ipykernel python3-jupyter-client
+	$(GO) test -run '^$$' -bench 'SessionExecution' -benchtime 200x -count 1 ./tests
 	@echo "== load: throughput with 8 clients, host memory over 10 000 executions"
 	$(GO) test -run '^$$' -bench 'Throughput|HostMemory' -benchtime 1x -count 1 -timeout 30m ./tests
 	@echo "== scale-out: 1, 2 and 3 hosts on one PostgreSQL (make test-db), 8 clients round-robin"
-	CYRNEL_TEST_POSTGRES_URL="$$(cat .cache/postgres-url 2>/dev/null)" \
-	CYRNEL_TEST_NO_POSTGRES="$$(cat .cache/no-postgres 2>/dev/null)" \
+	CYRNEL_TEST_POSTGRES_URL="$${CYRNEL_TEST_POSTGRES_URL:-$$(cat .cache/postgres-url 2>/dev/null)}" \
 		$(GO) test -run '^$$' -bench 'ScaleOut' -benchtime 1x -count 1 -timeout 30m ./tests
 	@echo "== fresh interpreters forked from a template vs spawned vs python3 -I -S -c pass; pandas preloaded; TypeScript 2 vs 8 clients"
 	$(GO) test -run '^$$' -bench 'ForkTemplate|ForkPandas|TypeScriptClients' -benchtime 1x -count 1 -timeout 30m ./tests
