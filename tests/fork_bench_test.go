@@ -139,7 +139,7 @@ func BenchmarkForkTemplate(b *testing.B) {
 func BenchmarkForkPandas(b *testing.B) {
 	const system = "/usr/bin/python3"
 	if err := exec.Command(system, "-c", "import pandas").Run(); err != nil {
-		b.Skipf("%s has no pandas (make deps installs python3-pandas on Debian): %v", system, err)
+		b.Skipf("%s has no pandas (make datascience installs python3-pandas on Debian): %v", system, err)
 	}
 	h := start(b, "", "CYRNEL_PYTHON="+system)
 	// Spawned pandas interpreters take seconds to start on a busy machine.
