@@ -20,7 +20,7 @@ import (
 // pid floor, the largest pid ever deleted, included). On any other database
 // it does nothing.
 var processesWithAutoincrement = migrate.Migration{
-	Name:    "20261126000001",
+	Name:    "20261126000900",
 	Comment: "processes_with_autoincrement",
 	Up: func(ctx context.Context, m *migrate.Migrator, _ *migrate.Migration) error {
 		return rebuildProcesses(ctx, m.DB())

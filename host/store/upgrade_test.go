@@ -338,3 +338,18 @@ func tableInfo(t *testing.T, db bun.IDB, table string) string {
 	}
 	return b.String()
 }
+
+// TestMigrationNamesAreUnique: a Go migration named like a SQL one would
+// count as applied wherever the SQL one ran, and never run there.
+func TestMigrationNamesAreUnique(t *testing.T) {
+	t.Parallel()
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if name, _, _ := strings.Cut(e.Name(), "_"); name == processesWithAutoincrement.Name {
+			t.Errorf("the Go migration %s has the name of %s", processesWithAutoincrement.Name, e.Name())
+		}
+	}
+}
