@@ -85,6 +85,7 @@ func check(r io.Reader, w io.Writer, rules []rule) error {
 	output := map[string][]string{} // of each running test, by package and name
 	var skips []skip
 	failed := false
+	passes, fails := 0, 0
 	dec := json.NewDecoder(r)
 	for {
 		var e event
@@ -108,6 +109,7 @@ func check(r io.Reader, w io.Writer, rules []rule) error {
 			output[key] = append(output[key], e.Output)
 		case e.Action == "fail":
 			failed = true
+			fails++
 			fmt.Fprint(w, strings.Join(output[key], ""))
 			delete(output, key)
 		case e.Action == "skip":
@@ -121,10 +123,13 @@ func check(r io.Reader, w io.Writer, rules []rule) error {
 			skips = append(skips, s)
 			delete(output, key)
 		case e.Action == "pass":
+			passes++
 			delete(output, key)
 		}
 	}
 	refused := report(w, skips)
+	// The plain closing line a reader of the log counts by.
+	fmt.Fprintf(w, "tests: %d passed, %d failed, %d skipped\n", passes, fails, len(skips))
 	switch {
 	case failed:
 		return errors.New("tests failed")
