@@ -24,7 +24,7 @@ import (
 // dataSciencePython is Debian's interpreter with numpy, pandas and
 // matplotlib (make test installs them). Without them the data-science
 // tests fail unless CYRNEL_TEST_NO_DATASCIENCE names why they cannot run.
-func dataSciencePython(t *testing.T) string {
+func dataSciencePython(t testing.TB) string {
 	t.Helper()
 	const py = "/usr/bin/python3"
 	out, err := exec.Command(py, "-c", "import numpy, pandas, matplotlib").CombinedOutput()

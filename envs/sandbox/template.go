@@ -585,6 +585,10 @@ func (p *Process) adoptPidfd(oob []byte) {
 	}
 }
 
+// templateTmpBytes bounds the template's own /tmp: what preloads cache there
+// (matplotlib's font list is ~50 KiB) and the mount points of read paths.
+const templateTmpBytes = 16 << 20
+
 // runTemplate is the template helper stage: PID 1 of the template's
 // namespaces, it builds the sandbox root once, keeps only the capabilities
 // the template needs to hand each child its uid, and execs the template.
@@ -601,13 +605,19 @@ func runTemplate() int {
 		return fail(fmt.Errorf("read spec: %w", err))
 	}
 	// /proc stays the template's own: a child may mount its own /proc only
-	// where one is fully visible. /tmp is the template's, 1 MiB; each child
-	// mounts its own over it.
-	if _, err := buildRoot(s.ReadPaths, 1<<20); err != nil {
+	// where one is fully visible. /tmp is the template's; each child mounts
+	// its own over it.
+	if _, err := buildRoot(s.ReadPaths, templateTmpBytes); err != nil {
 		return fail(err)
 	}
 	// Children (their own uids) reach the read paths mirrored below the
-	// template's /tmp through it; they list nothing there.
+	// template's /tmp through it; they list nothing there. The template
+	// owns it: preloads that want a temporary, config or cache directory
+	// (matplotlib's font list) write there, under the same paths a child
+	// then finds in its own /tmp.
+	if err := os.Chown(sandboxTmp, os.Getuid(), os.Getgid()); err != nil {
+		return fail(fmt.Errorf("chown %s: %w", sandboxTmp, err))
+	}
 	if err := os.Chmod(sandboxTmp, 0o711); err != nil {
 		return fail(fmt.Errorf("chmod %s: %w", sandboxTmp, err))
 	}

@@ -273,10 +273,26 @@ def warm(preload: list[str] | tuple[str, ...] = ()) -> None:
             why = f"{type(e).__name__}: {e}".replace("\n", " ")
             sys.stderr.write(f"cyrnel: preload[{i}] {name}: {why}\n")
             sys.exit(1)
+    if any(name == "matplotlib" or name.startswith("matplotlib.") for name in preload):
+        _warm_plotting()
     # Line buffering: output reaches the host as it is printed, not at exit.
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(line_buffering=True)
     builtins.help = _help
+
+
+def _warm_plotting() -> None:
+    """A preloaded matplotlib is made ready to plot: pyplot, the font list
+    (built into the config and cache directories under HOME, /tmp), the Agg
+    backend, the default font and the PNG writer are loaded by drawing one
+    figure, so a program's first plot costs what any plot costs."""
+    plt = importlib.import_module("matplotlib.pyplot")
+    fig = plt.figure(figsize=(1, 1))
+    plt.plot([0, 1], [0, 1], label="x")
+    plt.title("x")
+    plt.legend()
+    fig.savefig(io.BytesIO(), format="png")
+    plt.close("all")
 
 
 def _prefault() -> None:
