@@ -100,6 +100,7 @@ func (d Interpreter) probeReadPaths() []string {
 // (sys.argv[1]) into bytecode it returns, base64 per source file: the
 // interpreter may write nothing but its own /tmp.
 const probeCode = `import base64, json, os, platform, py_compile, site, sys
+from importlib import metadata
 root, tmp, pyc = sys.argv[1], os.path.join(os.environ["TMPDIR"], "cyrnel.pyc"), {}
 for d, _, files in os.walk(root):
     for f in files:
@@ -108,7 +109,13 @@ for d, _, files in os.walk(root):
             py_compile.compile(src, cfile=tmp, doraise=True)
             with open(tmp, "rb") as fh:
                 pyc[os.path.relpath(src, root)] = base64.b64encode(fh.read()).decode()
+pkgs = {}
+for d in metadata.distributions(path=site.getsitepackages()):
+    name = d.metadata["Name"]
+    if name and name.lower() not in pkgs:  # the first on the path is the one imported
+        pkgs[name.lower()] = {"name": name, "version": d.version}
 print(json.dumps({"exe": sys.executable, "site": site.getsitepackages(), "version": platform.python_version(),
+    "packages": sorted(pkgs.values(), key=lambda p: p["name"].lower()),
     "prefixes": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}),
     "cacheTag": sys.implementation.cache_tag, "pyc": pyc}))`
 
@@ -138,6 +145,7 @@ func probeInterpreter(ctx context.Context, l worker.Launcher, d Interpreter, dir
 		Version  string            `json:"version"`
 		CacheTag string            `json:"cacheTag"`
 		Pyc      map[string]string `json:"pyc"`
+		Packages []Package         `json:"packages"`
 	}
 	if err := json.Unmarshal(out, &p); err != nil || !filepath.IsAbs(p.Exe) {
 		return interpreter{}, fmt.Errorf("probe python interpreter %s: unexpected answer %.200q", d.Path, out)
@@ -145,7 +153,7 @@ func probeInterpreter(ctx context.Context, l worker.Launcher, d Interpreter, dir
 	if err := writeBytecode(dir, sources, p.CacheTag, p.Pyc); err != nil {
 		return interpreter{}, err
 	}
-	py := interpreter{exe: p.Exe, version: p.Version}
+	py := interpreter{exe: p.Exe, version: p.Version, packages: p.Packages}
 	py.site = existingDirs(p.Site)
 	py.prefixes = existingDirs(p.Prefixes)
 	return py, nil

@@ -42,8 +42,9 @@ type Env struct {
 	b             module.Bindings
 	python        string // real interpreter path
 	version       string
-	paths         []string // sys.path prefix: the runtime, then site-packages
-	runtime       string   // extracted runtime directory
+	packages      []Package // importable from site-packages (none without sitePackages)
+	paths         []string  // sys.path prefix: the runtime, then site-packages
+	runtime       string    // extracted runtime directory
 	launch        worker.Launcher
 	forking       *worker.Forking // nil when interpreters are spawned
 	sessionLaunch worker.Launcher // sessions' interpreters: started, never forked
@@ -105,8 +106,10 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 		return err
 	}
 	paths := []string{dir}
+	packages := []Package{}
 	if cfg.SitePackages {
 		paths = append(paths, py.site...)
+		packages = py.packages
 	}
 	if s, ok := launcher.(worker.Sandboxed); ok {
 		s.ReadPaths = append(py.readPaths(), dir)
@@ -132,7 +135,7 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	}, e.spawn)
 	e.mu.Lock()
 	e.cfg, e.b, e.python, e.version, e.paths, e.runtime, e.launch, e.layers, e.runner = cfg, sc.Bindings, py.exe, py.version, paths, dir, launcher, layers, r
-	e.forking, e.tplWhy, e.sessionLaunch = forking, tplWhy, sessionLaunch
+	e.forking, e.tplWhy, e.sessionLaunch, e.packages = forking, tplWhy, sessionLaunch, packages
 	e.mu.Unlock()
 	// Set up means an interpreter is warm, its preload imported inside the
 	// sandbox: a config that cannot work is refused here, naming the
@@ -158,6 +161,14 @@ type interpreter struct {
 	site     []string // site-packages directories that exist
 	prefixes []string // sys.prefix, base_prefix, exec_prefix: the standard library
 	version  string
+	packages []Package // the distributions installed in site
+}
+
+// Package is an installed distribution, as the sandboxed probe read its
+// metadata.
+type Package struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
 }
 
 // readPaths is what the sandbox must let the interpreter read.
@@ -292,7 +303,7 @@ func (e *Env) Status() map[string]any {
 	if e.forking == nil {
 		tpl["reason"] = e.tplWhy
 	}
-	st := map[string]any{"interpreter": e.python, "version": e.version, "sandbox": e.layers, "template": tpl}
+	st := map[string]any{"interpreter": e.python, "version": e.version, "sandbox": e.layers, "template": tpl, "packages": e.packages}
 	maps.Copy(st, e.runner.Status())
 	return st
 }

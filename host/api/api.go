@@ -96,6 +96,7 @@ func New(d Deps) (http.Handler, huma.API) {
 		writeProblem(w, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed here")
 	})
 	s := &server{d}
+	r.Use(filePaths)
 	traced := d.Tracing.Provider != nil
 	if d.Requests != nil || traced {
 		r.Use(observe(r, d.Requests, traced))
@@ -151,6 +152,22 @@ func Config() huma.Config {
 	}
 	cfg.Security = []map[string][]string{{"bearer": {}}}
 	return cfg
+}
+
+// filePaths lets a file path under /processes/{pid}/files/ or
+// /sessions/{id}/files/ contain "/" unencoded: the router matches one
+// segment per parameter, so the rest of the path is handed to it
+// percent-encoded, as the one {path} parameter it is (the handlers decode
+// it and refuse a path that leaves the workspace).
+func filePaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		parts := strings.SplitN(r.URL.EscapedPath(), "/", 5) // "", kind, id, "files", path
+		if len(parts) == 5 && (parts[1] == "processes" || parts[1] == "sessions") && parts[3] == "files" && strings.Contains(parts[4], "/") {
+			r = r.Clone(r.Context())
+			r.URL.RawPath = strings.Join(parts[:4], "/") + "/" + strings.ReplaceAll(parts[4], "/", "%2F")
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // checkHosts refuses, before the key is looked at, a request that names a
