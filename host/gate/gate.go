@@ -43,8 +43,10 @@ const (
 	FromAPI  Source = "api"
 )
 
-// Invoker makes the call: the services manager.
+// Invoker checks and makes the call: the services manager.
 type Invoker interface {
+	// Validate checks the call as Invoke would, without making it.
+	Validate(ctx context.Context, in module.InvokeInput) error
 	Invoke(ctx context.Context, in module.InvokeInput) (any, error)
 }
 
@@ -139,6 +141,10 @@ func (g *Gate) call(ctx context.Context, src Source, in module.InvokeInput, deci
 			return nil, &module.ToolError{Code: module.ToolBlocked,
 				Err: fmt.Errorf("tool %s.%s needs a human approval (tool policy ask); call it from code, where the call waits for one: %w",
 					in.ServiceID, in.ToolID, ErrNeedsApproval)}
+		}
+		// A call that cannot be made is refused before a human is asked.
+		if err := g.Tools.Validate(ctx, in); err != nil {
+			return nil, err
 		}
 		if err := g.approve(ctx, in, rec); err != nil {
 			return nil, err

@@ -26,6 +26,15 @@ const secret = "key-7f3a1c"
 // tools counts the calls that got through.
 type tools struct{ calls atomic.Int64 }
 
+// Validate refuses a call without petId, as the schema of getPetById does.
+func (t *tools) Validate(_ context.Context, in module.InvokeInput) error {
+	if _, ok := in.Parameters["petId"]; !ok {
+		return &module.ToolError{Code: module.ToolInvalidParameters,
+			Err: &schema.FieldError{Field: "parameters", Message: "invalid parameters for petstore.getPetById", Problems: []schema.Problem{{Path: "/petId", Message: "missing required property"}}}}
+	}
+	return nil
+}
+
 func (t *tools) Invoke(_ context.Context, in module.InvokeInput) (any, error) {
 	t.calls.Add(1)
 	if in.Parameters["api_key"] != secret {
@@ -184,6 +193,43 @@ func TestAskOutsideAProgramNeedsAnApproval(t *testing.T) {
 				t.Fatalf("an approval nobody can wait on: %+v", list)
 			}
 		})
+	}
+}
+
+// TestAskValidatesFirst: under ask, a call whose parameters do not fit is
+// refused as invalid before any human is asked (no approval, no
+// suspension); a valid one from the same program still asks (control).
+func TestAskValidatesFirst(t *testing.T) {
+	t.Parallel()
+	f := newGate(t, policy.Ask, 2*time.Second)
+	bad := call(7)
+	delete(bad.Parameters, "petId")
+	_, err := f.g.Invoke(context.Background(), FromCode, bad)
+	var te *module.ToolError
+	if !errors.As(err, &te) || te.Code != module.ToolInvalidParameters {
+		t.Fatalf("error %v, want invalid_parameters", err)
+	}
+	if list, _, _ := f.mgr.List(context.Background(), approval.ListInput{Limit: 10}); len(list) != 0 {
+		t.Fatalf("a human was asked about a call that cannot be made: %+v", list)
+	}
+	if f.tools.calls.Load() != 0 {
+		t.Fatal("the invalid call reached the tool")
+	}
+	if rec := f.audit.only(t); rec.Outcome != audit.Invalid || rec.Policy != string(policy.Ask) || rec.ApprovalID != nil {
+		t.Fatalf("record: %+v", rec)
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.g.Invoke(context.Background(), FromCode, call(7))
+		done <- err
+	}()
+	a := <-f.procs.approvals
+	if _, err := f.mgr.Decide(context.Background(), a.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the valid call, approved: %v", err)
 	}
 }
 

@@ -117,17 +117,39 @@ func (m *Manager) inputSchema(ctx context.Context, serviceID, toolID string, t *
 // Invoke calls a tool: the same path for programs and for the API. The
 // parameters are validated against the tool's input schema first.
 func (m *Manager) Invoke(ctx context.Context, in module.InvokeInput) (any, error) {
+	adapter, params, err := m.prepare(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	in.Parameters = params
+	res, err := m.adapters[adapter].Invoke(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("%s.%s: %w: %w", in.ServiceID, in.ToolID, ErrAdapter, err)
+	}
+	return res, nil
+}
+
+// Validate checks a call as Invoke would before making it: the tool is
+// callable and the parameters fit its input schema.
+func (m *Manager) Validate(ctx context.Context, in module.InvokeInput) error {
+	_, _, err := m.prepare(ctx, in)
+	return err
+}
+
+// prepare finds the tool's adapter and validates the parameters (none is
+// an empty object).
+func (m *Manager) prepare(ctx context.Context, in module.InvokeInput) (string, map[string]any, error) {
 	l, t, err := m.callable(in.ServiceID, in.ToolID)
 	if err != nil {
 		code := module.ToolNotFound
 		if errors.Is(err, ErrUnavailable) {
 			code = module.ToolUnavailable
 		}
-		return nil, &module.ToolError{Code: code, Err: err}
+		return "", nil, &module.ToolError{Code: code, Err: err}
 	}
 	s, err := m.inputSchema(ctx, in.ServiceID, in.ToolID, t)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	params := in.Parameters
 	if params == nil {
@@ -136,17 +158,12 @@ func (m *Manager) Invoke(ctx context.Context, in module.InvokeInput) (any, error
 	if err := s.Validate(params); err != nil {
 		var ve *schema.ValidationError
 		if errors.As(err, &ve) {
-			return nil, &module.ToolError{Code: module.ToolInvalidParameters, Details: ve.Problems,
+			return "", nil, &module.ToolError{Code: module.ToolInvalidParameters, Details: ve.Problems,
 				Err: &schema.FieldError{Field: "parameters", Message: fmt.Sprintf("invalid parameters for %s.%s", in.ServiceID, in.ToolID), Problems: ve.Problems}}
 		}
-		return nil, err
+		return "", nil, err
 	}
-	in.Parameters = params
-	res, err := m.adapters[l.adapter].Invoke(ctx, in)
-	if err != nil {
-		return nil, fmt.Errorf("%s.%s: %w: %w", in.ServiceID, in.ToolID, ErrAdapter, err)
-	}
-	return res, nil
+	return l.adapter, params, nil
 }
 
 // ListTools lists the callable tools (enabled, of enabled services) for
