@@ -3,6 +3,8 @@ package process
 import (
 	"context"
 	"maps"
+
+	"github.com/cyrnel/cyrnel/host/store"
 )
 
 // EventType names a process event.
@@ -98,7 +100,7 @@ func (m *Manager) Follow(ctx context.Context, pid int64) (replay []Event, next <
 		return replay, next, stop, nil
 	}
 	v := m.view(p)
-	replay = replayOf(v)
+	replay = replayOf(v, p.Displays)
 	if v.State == Idle && v.ExitState != nil {
 		replay = append(replay, Event{Type: EventExit, Process: v})
 	}
@@ -106,8 +108,8 @@ func (m *Manager) Follow(ctx context.Context, pid int64) (replay []Event, next <
 }
 
 // replayOf is what a follower that arrives late is told first: the state,
-// then the streams and output so far.
-func replayOf(v *Process) []Event {
+// then the streams and output so far, then the displays in their order.
+func replayOf(v *Process, ds []store.Display) []Event {
 	replay := []Event{{Type: EventState, State: v.State}}
 	if v.Stdout != "" {
 		replay = append(replay, Event{Type: EventStdout, Text: v.Stdout})
@@ -117,6 +119,9 @@ func replayOf(v *Process) []Event {
 	}
 	if len(v.Output) > 0 {
 		replay = append(replay, Event{Type: EventOutput, Output: v.Output})
+	}
+	for _, d := range displayViews(ds) {
+		replay = append(replay, Event{Type: EventDisplay, Display: &d})
 	}
 	return replay
 }

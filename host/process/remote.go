@@ -85,14 +85,14 @@ func (m *Manager) killRemote(ctx context.Context, p *store.Process) (*Process, e
 // bounded by what the runner stores (its streams and output are capped).
 func (m *Manager) followRemote(ctx context.Context, p *store.Process) (replay []Event, next <-chan Event, stop func()) {
 	v := viewOf(p)
-	replay = replayOf(v)
+	replay = replayOf(v, p.Displays)
 	ctx, cancel := context.WithCancel(ctx)
 	stopped := context.AfterFunc(m.ctx, cancel) // shutdown ends every follow
 	ch := make(chan Event, followBuffer)
 	go func() {
 		defer close(ch)
 		defer stopped()
-		last := v
+		last, shown := v, len(p.Displays)
 		send := func(ev Event) bool {
 			select {
 			case ch <- ev:
@@ -120,6 +120,14 @@ func (m *Manager) followRemote(ctx context.Context, p *store.Process) (replay []
 			if !reflect.DeepEqual(now.Output, last.Output) && !send(Event{Type: EventOutput, Output: now.Output}) {
 				return
 			}
+			// Displays the row gained since, in their order (sent as the
+			// row changes, and all of them before exit).
+			for _, d := range displayViews(p.Displays)[min(shown, len(p.Displays)):] {
+				if !send(Event{Type: EventDisplay, Display: &d}) {
+					return
+				}
+			}
+			shown = max(shown, len(p.Displays))
 			if now.State != last.State && now.State != Idle && !send(Event{Type: EventState, State: now.State}) {
 				return
 			}
