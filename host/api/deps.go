@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
@@ -106,7 +107,8 @@ type Sessions interface {
 	End(ctx context.Context, id string) error
 	ListFiles(ctx context.Context, id string) ([]session.File, error)
 	PutFile(ctx context.Context, id, path string, data []byte) error
-	GetFile(ctx context.Context, id, path string) ([]byte, error)
+	// OpenFile opens a file for streaming and says its size.
+	OpenFile(ctx context.Context, id, path string) (io.Reader, int64, error)
 	DeleteFile(ctx context.Context, id, path string) error
 }
 

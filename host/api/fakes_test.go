@@ -506,8 +506,8 @@ func (f *fakeSessions) PutFile(_ context.Context, _, _ string, data []byte) erro
 	return f.err
 }
 
-func (f *fakeSessions) GetFile(context.Context, string, string) ([]byte, error) {
-	return []byte("a,b\n"), f.err
+func (f *fakeSessions) OpenFile(context.Context, string, string) (io.Reader, int64, error) {
+	return strings.NewReader("a,b\n"), 4, f.err
 }
 
 func (f *fakeSessions) DeleteFile(context.Context, string, string) error { return f.err }

@@ -102,7 +102,12 @@ func (r *run) result(envID string, res module.Result, err error, stopping bool) 
 	defer r.mu.Unlock()
 	r.ended = true
 	var reasoned interface{ Reason() module.Reason }
+	var ended interface{ Outcome() module.Result }
 	switch {
+	case errors.As(err, &ended):
+		// An execution that ended its session: its own result, and why.
+		res = ended.Outcome()
+		r.err = err.Error()
 	case errors.As(err, &reasoned):
 		// An error that says how the execution ended (its session ended).
 		res = module.Result{Exit: module.ExitFailed, Reason: reasoned.Reason()}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -17,7 +18,7 @@ import (
 // Limits of the workspace routes. The workspace itself is the sandbox's
 // private tmpfs, whose size is its quota.
 const (
-	MaxFileBytes = 8 << 20 // one file in or out (it travels base64 in one protocol message)
+	MaxFileBytes = 8 << 20 // one file in (it travels base64 in one protocol message); out, files stream
 	maxListed    = 1000
 	fileTimeout  = 30 * time.Second
 )
@@ -107,27 +108,76 @@ func (m *Manager) PutFile(ctx context.Context, id, path string, data []byte) err
 	})
 }
 
-// GetFile reads a file of the session's workspace.
-func (m *Manager) GetFile(ctx context.Context, id, path string) ([]byte, error) {
+// fileReader streams a file of a session's workspace, one chunk per
+// request to the runtime, each in order with the session's executions.
+type fileReader struct {
+	m        *Manager
+	ctx      context.Context
+	id, path string
+	size     int64 // the file's size when it was opened
+	mtimeNs  int64
+	offset   int64
+	buf      []byte
+}
+
+// fileChunk is how much of a file one request reads (it travels base64 in
+// one protocol message).
+const fileChunk = 1 << 20
+
+// OpenFile opens a file of the session's workspace for reading and says its
+// size; the first chunk is read here, so a missing file is an error before
+// any byte is sent. ctx bounds the whole read.
+func (m *Manager) OpenFile(ctx context.Context, id, path string) (io.Reader, int64, error) {
 	if err := workspace.ValidPath("path", path); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	var data []byte
-	err := m.do(ctx, id, func(ctx context.Context, ws *worker.Session) error {
+	r := &fileReader{m: m, ctx: ctx, id: id, path: path, mtimeNs: -1}
+	if err := r.fill(); err != nil {
+		return nil, 0, err
+	}
+	return r, r.size, nil
+}
+
+// fill reads the next chunk; the file must not change between chunks.
+func (r *fileReader) fill() error {
+	return r.m.do(r.ctx, r.id, func(ctx context.Context, ws *worker.Session) error {
 		var out struct {
-			Data string `json:"data"`
+			Data    string `json:"data"`
+			Size    int64  `json:"size"`
+			MtimeNs int64  `json:"mtimeNs"`
 		}
-		if err := ws.Call(ctx, "readFile", map[string]any{"path": path, "limit": MaxFileBytes}, &out); err != nil {
+		if err := ws.Call(ctx, "readFile", map[string]any{"path": r.path, "offset": r.offset, "chunk": fileChunk}, &out); err != nil {
 			return fileError("path", err)
 		}
 		b, err := base64.StdEncoding.DecodeString(out.Data)
-		if err != nil || len(b) > MaxFileBytes {
-			return fmt.Errorf("workspace: the runtime answered an unusable file")
+		if err != nil || len(b) > fileChunk || out.Size < r.offset+int64(len(b)) {
+			return errors.New("workspace: the runtime answered an unusable file")
 		}
-		data = b
+		if r.mtimeNs >= 0 && (out.Size != r.size || out.MtimeNs != r.mtimeNs) {
+			return fmt.Errorf("workspace: %s changed while it was read", r.path)
+		}
+		r.size, r.mtimeNs, r.buf = out.Size, out.MtimeNs, b
+		r.offset += int64(len(b))
 		return nil
 	})
-	return data, err
+}
+
+// Read is io.Reader's.
+func (r *fileReader) Read(p []byte) (int, error) {
+	if len(r.buf) == 0 {
+		if r.offset >= r.size {
+			return 0, io.EOF
+		}
+		if err := r.fill(); err != nil {
+			return 0, err
+		}
+		if len(r.buf) == 0 {
+			return 0, io.ErrUnexpectedEOF
+		}
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
 }
 
 // DeleteFile removes a file of the session's workspace.

@@ -370,17 +370,42 @@ func (m *Manager) run(l *live, ws *worker.Session, j *job) string {
 		j.finish(res, nil)
 		return ""
 	}
-	// The session is ended before the execution's result is released: a
-	// client reading the result then sees the session ended.
-	l.last = func() { j.finish(res, nil) }
+	end := EndCrashed
 	switch res.Reason {
 	case module.ReasonMemoryLimit, module.ReasonCPULimit, module.ReasonOutputLimit, module.ReasonTimeout:
-		return string(res.Reason)
+		end = string(res.Reason)
 	case module.ReasonKilled:
-		return EndKilled
+		end = EndKilled
 	}
-	return EndCrashed
+	// The session is ended before the execution's result is released: a
+	// client reading the result then sees the session ended, and the
+	// result says so.
+	why := &endedUnder{res: res, msg: fmt.Sprintf("session %s ended with this execution (%s): %s; start a new session", row.ID, end, endedWhy[end])}
+	l.last = func() { j.finish(module.Result{}, why) }
+	return end
 }
+
+// endedWhy explains each way an execution can end its session.
+var endedWhy = map[string]string{
+	EndKilled:                        "the program did not stop within the grace period after the kill, so its interpreter was killed",
+	EndCrashed:                       "its interpreter died",
+	string(module.ReasonMemoryLimit): "the interpreter reached the memory limit",
+	string(module.ReasonCPULimit):    "the interpreter reached the CPU time limit",
+	string(module.ReasonOutputLimit): "the program wrote past the output limit",
+	string(module.ReasonTimeout):     "the program ran past its timeout and did not stop",
+}
+
+// endedUnder is an execution that ended its session: its own result, and
+// why the session ended, which the process manager records as the error.
+type endedUnder struct {
+	res module.Result
+	msg string
+}
+
+func (e *endedUnder) Error() string { return e.msg }
+
+// Outcome is how the execution itself ended.
+func (e *endedUnder) Outcome() module.Result { return e.res }
 
 func ptr[T any](v T) *T { return &v }
 

@@ -49,15 +49,20 @@ def write(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def read(params: dict[str, Any]) -> dict[str, Any]:
+    """At most ``chunk`` bytes of the file from ``offset``, with its size and
+    modification time (the host streams a file chunk by chunk and stops if
+    they change under it)."""
     full = _resolve(params.get("path"))
     if not os.path.isfile(full):
         raise FileError(NOT_FOUND, f"{params.get('path')}: no such file")
-    size = os.path.getsize(full)
-    limit = int(params.get("limit", 0))
-    if limit and size > limit:
-        raise FileError(INVALID, f"{params.get('path')}: {size} bytes, more than the limit of {limit}")
+    offset, chunk = int(params.get("offset", 0)), int(params.get("chunk", 0))
+    if offset < 0 or chunk <= 0:
+        raise FileError(INVALID, "offset must be at least 0 and chunk positive")
     with open(full, "rb") as f:
-        return {"data": binascii.b2a_base64(f.read(), newline=False).decode("ascii")}
+        st = os.fstat(f.fileno())
+        f.seek(offset)
+        data = f.read(chunk)
+    return {"data": binascii.b2a_base64(data, newline=False).decode("ascii"), "size": st.st_size, "mtimeNs": st.st_mtime_ns}
 
 
 def delete(params: dict[str, Any]) -> dict[str, Any]:
