@@ -112,6 +112,8 @@ Environment variables (a flag, when given, wins over its variable):
                        finished processes older than this are deleted with their files (default 720h; -1s: no bound)
   CYRNEL_PROCESS_MAX_MB
                        finished processes past the newest this many MiB are deleted (default 1024; -1: no bound)
+  CYRNEL_PACKAGE_INDEX a PEP 503 simple index for the Python config's packages (as --package-index; wheels only)
+  CYRNEL_FIND_LINKS    a directory of wheels for the Python config's packages (as --find-links)
   CYRNEL_LOG_LEVEL     debug, info, warn or error (default info)
   CYRNEL_LOG_FORMAT    text or json (as --log-format, default text)
   CYRNEL_METRICS_ADDR  serve GET /metrics without authentication on this address too (as --metrics-addr)
@@ -129,6 +131,8 @@ func serve(args []string) error {
 	fs.Var(&pythons, "python", "a Python interpreter module configs may name, a name on PATH or a path; repeatable, the first is the default; no other runs (env CYRNEL_PYTHON, ':'-separated; default python3)")
 	fs.String("log-format", "", "log format: text or json lines (env CYRNEL_LOG_FORMAT, default text)")
 	fs.String("metrics-addr", "", "also serve GET /metrics, without authentication, on this address (env CYRNEL_METRICS_ADDR)")
+	fs.String("package-index", "", "a PEP 503 simple index the Python environment's declared packages (config packages) are fetched from, wheels only (env CYRNEL_PACKAGE_INDEX)")
+	fs.String("find-links", "", "a directory of wheels the Python environment's declared packages come from instead of an index (env CYRNEL_FIND_LINKS)")
 	fs.String("max-sessions", "", "sessions (long-lived interpreters) this host runs at once; more are refused with 429 (env CYRNEL_MAX_SESSIONS, default 16)")
 	fs.String("allowed-hosts", "", "comma-separated host names (or addresses) requests may name in Host and a browser's Origin, besides the loopback names and the listen address's; * allows any (env CYRNEL_ALLOWED_HOSTS)")
 	insecure := fs.Bool("insecure", false, "allow listening on a non-loopback address without CYRNEL_API_KEY")
@@ -189,6 +193,8 @@ func serve(args []string) error {
 		SecretsKey:       secretsKey,
 		LeaseTTL:         leaseTTL,
 		Python:           cli.Interpreters(pythons),
+		PackageIndex:     cli.Setting(fs, "package-index", "CYRNEL_PACKAGE_INDEX", ""),
+		FindLinks:        cli.Setting(fs, "find-links", "CYRNEL_FIND_LINKS", ""),
 		Insecure:         *insecure,
 		AllowedHosts:     splitList(cli.Setting(fs, "allowed-hosts", "CYRNEL_ALLOWED_HOSTS", "")),
 		AllowUnsandboxed: *unsandboxed || os.Getenv("CYRNEL_ALLOW_UNSANDBOXED") == "1",

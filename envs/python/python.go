@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -42,9 +43,11 @@ type Env struct {
 	b             module.Bindings
 	python        string // real interpreter path
 	version       string
-	packages      []Package // importable from site-packages (none without sitePackages)
-	paths         []string  // sys.path prefix: the runtime, then site-packages
-	runtime       string    // extracted runtime directory
+	packages      []Package      // importable from sys.path besides the standard library
+	build         map[string]any // the declared packages' environment, for Status (nil: none)
+	pkgs          PackageSource
+	paths         []string // sys.path prefix: the runtime, then site-packages
+	runtime       string   // extracted runtime directory
 	launch        worker.Launcher
 	forking       *worker.Forking // nil when interpreters are spawned
 	sessionLaunch worker.Launcher // sessions' interpreters: started, never forked
@@ -58,11 +61,14 @@ type Options struct {
 	// Interpreters are the Pythons a config may name (serve --python),
 	// from Declare; the first runs when a config names none.
 	Interpreters []Interpreter
+	// Packages is where declared packages come from (serve --package-index,
+	// --find-links) and where their environments are cached.
+	Packages PackageSource
 }
 
 // New returns the Python environment.
 func New(log *slog.Logger, opts Options) *Env {
-	return &Env{log: log.With("env", "python"), interpreters: opts.Interpreters}
+	return &Env{log: log.With("env", "python"), interpreters: opts.Interpreters, pkgs: opts.Packages}
 }
 
 // Info describes the module.
@@ -105,14 +111,14 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 		os.RemoveAll(dir)
 		return err
 	}
-	paths := []string{dir}
-	packages := []Package{}
-	if cfg.SitePackages {
-		paths = append(paths, py.site...)
-		packages = py.packages
+	paths, packages, build, err := e.sysPath(ctx, cfg, py, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return err
 	}
+	readPaths := paths // the runtime and the declared packages' site are not the interpreter's
 	if s, ok := launcher.(worker.Sandboxed); ok {
-		s.ReadPaths = append(py.readPaths(), dir)
+		s.ReadPaths = append(py.readPaths(), readPaths...)
 		launcher = s
 	}
 	// A session's interpreter is started, not forked: it needs its own
@@ -122,7 +128,7 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	tplWhy := "turned off by config (fork: false)"
 	if cfg.Fork {
 		argv := append([]string{py.exe, "-I", "-S", "-c", templateBoot, strings.Join(paths, "\n")}, cfg.Preload...)
-		forking, tplWhy = worker.ChooseForking(e.log, cfg.Sandbox, cfg.Limits, append(py.readPaths(), dir), argv, dataScienceEnv)
+		forking, tplWhy = worker.ChooseForking(e.log, cfg.Sandbox, cfg.Limits, append(py.readPaths(), readPaths...), argv, dataScienceEnv)
 		if forking != nil {
 			launcher = forking
 		}
@@ -135,7 +141,7 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	}, e.spawn)
 	e.mu.Lock()
 	e.cfg, e.b, e.python, e.version, e.paths, e.runtime, e.launch, e.layers, e.runner = cfg, sc.Bindings, py.exe, py.version, paths, dir, launcher, layers, r
-	e.forking, e.tplWhy, e.sessionLaunch, e.packages = forking, tplWhy, sessionLaunch, packages
+	e.forking, e.tplWhy, e.sessionLaunch, e.packages, e.build = forking, tplWhy, sessionLaunch, packages, build
 	e.mu.Unlock()
 	// Set up means an interpreter is warm, its preload imported inside the
 	// sandbox: a config that cannot work is refused here, naming the
@@ -149,6 +155,60 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	e.log.Info("python environment ready", "interpreter", py.exe, "poolSize", cfg.PoolSize, "preload", cfg.Preload, "sandbox", layers)
 	return nil
 }
+
+// sysPath is the interpreter's sys.path after the runtime (dir) and what
+// can be imported from it: the declared packages' environment (built or
+// found in the cache) and, with systemSitePackages, the interpreter's own
+// site-packages; without declared packages, its site-packages as
+// sitePackages says.
+func (e *Env) sysPath(ctx context.Context, cfg Config, py interpreter, dir string) ([]string, []Package, map[string]any, error) {
+	paths, packages := []string{dir}, []Package{}
+	if len(cfg.Packages) == 0 {
+		if cfg.SitePackages {
+			paths, packages = append(paths, py.site...), py.packages
+		}
+		return paths, packages, nil, nil
+	}
+	if e.pkgs.CacheDir == "" {
+		return nil, nil, nil, &module.ConfigError{Field: "packages", Err: errors.New("this host has no package cache directory")}
+	}
+	var base []Package
+	if cfg.SystemSitePackages {
+		base = py.packages
+	}
+	start := time.Now()
+	b, err := buildPackages(ctx, e.pkgs, py.exe, py.version, cfg.Packages, base)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// In use: the collector keeps what was used recently.
+	now := time.Now()
+	_ = os.Chtimes(filepath.Dir(b.Site), now, now)
+	if err := collectBuilds(e.pkgs.CacheDir, map[string]bool{b.Hash: true}, packageGrace); err != nil {
+		e.log.Warn("collect unused package environments", "err", err)
+	}
+	e.log.Info("python packages ready", "hash", b.Hash, "packages", b.Packages, "ms", time.Since(start).Milliseconds())
+	paths, packages = append(paths, b.Site), append(packages, b.Packages...)
+	if cfg.SystemSitePackages {
+		paths, packages = append(paths, py.site...), append(packages, py.packages...)
+	}
+	return paths, firstOfEach(packages), map[string]any{"state": "ready", "hash": b.Hash}, nil
+}
+
+// firstOfEach keeps the first package of each name: the one imported.
+func firstOfEach(ps []Package) []Package {
+	seen := map[string]bool{}
+	return slices.DeleteFunc(ps, func(p Package) bool {
+		n := normalize(p.Name)
+		dup := seen[n]
+		seen[n] = true
+		return dup
+	})
+}
+
+// packageGrace is how long an environment nothing uses stays cached: a
+// configuration switched back to within it finds its environment built.
+const packageGrace = 7 * 24 * time.Hour
 
 // preloadFailed finds the line the runtime writes when a preload module
 // cannot be imported (before it is ready, so before any program runs):
@@ -304,6 +364,9 @@ func (e *Env) Status() map[string]any {
 		tpl["reason"] = e.tplWhy
 	}
 	st := map[string]any{"interpreter": e.python, "version": e.version, "sandbox": e.layers, "template": tpl, "packages": e.packages}
+	if e.build != nil {
+		st["build"] = e.build
+	}
 	maps.Copy(st, e.runner.Status())
 	return st
 }

@@ -72,6 +72,10 @@ type Config struct {
 	// name (serve --python, repeatable); the first is the default. Empty:
 	// python3 on PATH, if there is one.
 	Python []string
+	// PackageIndex (a PEP 503 simple index URL) or FindLinks (a directory
+	// of wheels) is where the Python environment's declared packages come
+	// from (serve --package-index, --find-links).
+	PackageIndex, FindLinks string
 	// AllowedHosts are host names (or addresses) requests may name in Host
 	// and Origin besides the loopback names and the listen address's
 	// (serve --allowed-hosts); "*" allows any.
@@ -247,7 +251,11 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	}()
 	plane.RecordTo(record)
 	reg := modules.New(log.With("component", "modules"), st, box, plane, map[string]modules.Factory{
-		"python":      func() module.Environment { return python.New(log, python.Options{Interpreters: interpreters}) },
+		"python": func() module.Environment {
+			return python.New(log, python.Options{Interpreters: interpreters, Packages: python.PackageSource{
+				Index: cfg.PackageIndex, FindLinks: cfg.FindLinks, CacheDir: filepath.Join(cfg.DataDir, "packages"),
+			}})
+		},
 		typescript.ID: func() module.Environment { return typescript.New(log) },
 	})
 	guard := &egress.Guard{}

@@ -1,0 +1,238 @@
+package tests
+
+import (
+	"archive/tar"
+	"archive/zip"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// wheel builds a pure-Python wheel: a package whose __init__.py is init,
+// with METADATA (and Requires-Dist), WHEEL and a RECORD of sha256 hashes.
+func wheel(t testing.TB, name, version, init string, requires ...string) []byte {
+	t.Helper()
+	di := fmt.Sprintf("%s-%s.dist-info", name, version)
+	meta := fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\n", name, version)
+	for _, r := range requires {
+		meta += "Requires-Dist: " + r + "\n"
+	}
+	files := [][2]string{
+		{name + "/__init__.py", init},
+		{di + "/METADATA", meta},
+		{di + "/WHEEL", "Wheel-Version: 1.0\nGenerator: cyrnel-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+	}
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	var record strings.Builder
+	for _, f := range files {
+		w, err := zw.Create(f[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte(f[1]))
+		sum := sha256.Sum256([]byte(f[1]))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f[0], base64.RawURLEncoding.EncodeToString(sum[:]), len(f[1]))
+	}
+	fmt.Fprintf(&record, "%s/RECORD,,\n", di)
+	w, _ := zw.Create(di + "/RECORD")
+	w.Write([]byte(record.String()))
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// sdist builds a source distribution whose setup.py, if anything ran it,
+// would leave marker behind.
+func sdist(t testing.TB, name, version, marker string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	setup := fmt.Sprintf("open(%q, 'w').write('setup.py ran')\nfrom setuptools import setup\nsetup(name=%q, version=%q)\n", marker, name, version)
+	tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("%s-%s/setup.py", name, version), Mode: 0o644, Size: int64(len(setup))})
+	tw.Write([]byte(setup))
+	tw.Close()
+	gz.Close()
+	return buf.Bytes()
+}
+
+// packageIndex serves files as a PEP 503 simple index on loopback and
+// counts the requests it answers.
+type packageIndex struct {
+	srv  *httptest.Server
+	hits atomic.Int64
+}
+
+func newPackageIndex(t testing.TB, files map[string][]byte) *packageIndex {
+	t.Helper()
+	ix := &packageIndex{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/simple/{project}/", func(w http.ResponseWriter, r *http.Request) {
+		ix.hits.Add(1)
+		var links []string
+		for name, b := range files {
+			if strings.HasPrefix(strings.ReplaceAll(strings.ToLower(name), "_", "-"), r.PathValue("project")+"-") {
+				sum := sha256.Sum256(b)
+				links = append(links, fmt.Sprintf(`<a href="../../files/%s#sha256=%s">%s</a>`, name, hex.EncodeToString(sum[:]), name))
+			}
+		}
+		if len(links) == 0 {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, "<!DOCTYPE html><html><body>%s</body></html>", strings.Join(links, "<br>"))
+	})
+	mux.HandleFunc("/files/{name}", func(w http.ResponseWriter, r *http.Request) {
+		ix.hits.Add(1)
+		b, ok := files[r.PathValue("name")]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(b)
+	})
+	ix.srv = httptest.NewServer(mux)
+	t.Cleanup(ix.srv.Close)
+	return ix
+}
+
+// environmentStatus is GET /environment's active status, the parts about
+// packages.
+type environmentStatus struct {
+	Packages []struct {
+		Name    string `json:"name"`
+		Version string `json:"version"`
+	} `json:"packages"`
+	Build struct {
+		State string `json:"state"`
+		Hash  string `json:"hash"`
+	} `json:"build"`
+}
+
+func pythonStatus(h *host) environmentStatus {
+	var env struct {
+		Active struct {
+			Status environmentStatus `json:"status"`
+		} `json:"active"`
+	}
+	h.do("GET", "/environment", nil, &env)
+	return env.Active.Status
+}
+
+// TestDeclaredPackages: packages declared in the config are installed from
+// wheels served by a PEP 503 index on loopback, importable in fresh
+// interpreters and sessions and listed with their versions; an unknown
+// package, an sdist-only one (whose setup.py never runs) and one whose
+// dependency is missing are 422 at packages[i] and change nothing; the
+// same config again and a restart reuse the build without asking the index.
+func TestDeclaredPackages(t *testing.T) {
+	t.Parallel()
+	marker := filepath.Join(t.TempDir(), "setup-ran")
+	files := map[string][]byte{
+		"tinya-1.0-py3-none-any.whl": wheel(t, "tinya", "1.0", "VERSION = '1.0'\n"),
+		"tinya-2.0-py3-none-any.whl": wheel(t, "tinya", "2.0", "VERSION = '2.0'\n"),
+		"tinyb-1.1-py3-none-any.whl": wheel(t, "tinyb", "1.1", "import tinya\ndef hello():\n    return 'hello from tinyb on tinya ' + tinya.VERSION\n", "tinya (>=1.0)", "pytest ; extra == 'test'"),
+		"evil-1.0.tar.gz":            sdist(t, "evil", "1.0", marker),
+	}
+	ix := newPackageIndex(t, files)
+	dataDir := t.TempDir()
+	h := start(t, dataDir, "CYRNEL_PACKAGE_INDEX="+ix.srv.URL+"/simple")
+	cfg := map[string]any{"packages": []string{"tinya==1.0", "tinyb"}}
+	t0 := time.Now()
+	var prob problem
+	if st, _ := h.do("PUT", "/modules/python/config", cfg, &prob); st != http.StatusOK {
+		t.Fatalf("declare packages: %d %+v", st, prob)
+	}
+	t.Logf("environment built and activated in %v", time.Since(t0))
+	code := "import tinya, tinyb\nprint(tinya.VERSION, tinyb.hello())"
+	want := "1.0 hello from tinyb on tinya 1.0\n"
+	if p := h.run(code, nil); p.Stdout != want {
+		t.Fatalf("fresh: %s %q %s", p.exit(), p.Stdout, p.Stderr)
+	}
+	s := h.newSession(map[string]any{})
+	if p := h.run(code, session(s.ID)); p.Stdout != want {
+		t.Fatalf("session: %s %q %s", p.exit(), p.Stdout, p.Stderr)
+	}
+	st := pythonStatus(h)
+	if fmt.Sprint(st.Packages) != "[{tinya 1.0} {tinyb 1.1}]" || st.Build.State != "ready" || st.Build.Hash == "" {
+		t.Fatalf("status: %+v", st)
+	}
+	if p := h.run("import numpy", nil); p.exit() != "failed" {
+		t.Fatalf("without systemSitePackages the interpreter's own packages are not importable: %s", p.exit())
+	}
+
+	for _, c := range []struct {
+		packages []string
+		field    string
+		says     string
+	}{
+		{[]string{"tinya==1.0", "nosuch"}, "packages[1]", "no such package"},
+		{[]string{"evil"}, "packages[0]", "only source distributions"},
+		{[]string{"tinyb"}, "packages[0]", "tinyb needs tinya"},
+		{[]string{"tinya==3.0"}, "packages[0]", "no wheel matches"},
+		{[]string{"tinya ~= 1"}, "packages[0]", "not a version specifier"},
+	} {
+		prob = problem{}
+		if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"packages": c.packages}, &prob); st != http.StatusUnprocessableEntity ||
+			len(prob.Errors) != 1 || !strings.HasSuffix(prob.Errors[0].Location, c.field) || !strings.Contains(prob.Errors[0].Message, c.says) {
+			t.Fatalf("%v: %d %+v", c.packages, st, prob)
+		}
+		if p := h.run(code, nil); p.Stdout != want {
+			t.Fatalf("after the refused %v: %q %s", c.packages, p.Stdout, p.Stderr)
+		}
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Fatalf("the sdist's setup.py ran: %v", err)
+	}
+
+	// The same config again, then a restart: the build is reused.
+	before := ix.hits.Load()
+	t0 = time.Now()
+	if st, _ := h.do("PUT", "/modules/python/config", cfg, nil); st != http.StatusOK {
+		t.Fatalf("again: %d", st)
+	}
+	t.Logf("the same config again in %v", time.Since(t0))
+	if got := pythonStatus(h).Build.Hash; got != st.Build.Hash || ix.hits.Load() != before {
+		t.Fatalf("rebuilt: hash %s (was %s), %d index requests", got, st.Build.Hash, ix.hits.Load()-before)
+	}
+	h.stop()
+	h = start(t, dataDir, "CYRNEL_PACKAGE_INDEX="+ix.srv.URL+"/simple")
+	if p := h.run(code, nil); p.Stdout != want || ix.hits.Load() != before {
+		t.Fatalf("after a restart: %q %s, %d index requests", p.Stdout, p.Stderr, ix.hits.Load()-before)
+	}
+}
+
+// TestDeclaredPackagesFromFindLinks: a directory of wheels serves as the
+// source, and systemSitePackages puts the interpreter's own packages after
+// the declared ones.
+func TestDeclaredPackagesFromFindLinks(t *testing.T) {
+	t.Parallel()
+	py := dataSciencePython(t)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "tinya-1.0-py3-none-any.whl"), wheel(t, "tinya", "1.0", "VERSION = '1.0'\n", "numpy"), 0o644)
+	h := start(t, "", "CYRNEL_FIND_LINKS="+dir, "CYRNEL_PYTHON="+py)
+	var prob problem
+	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"packages": []string{"tinya"}}, &prob); st != http.StatusUnprocessableEntity ||
+		!strings.Contains(prob.Errors[0].Message, "tinya needs numpy") {
+		t.Fatalf("numpy missing: %d %+v", st, prob)
+	}
+	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"packages": []string{"tinya"}, "systemSitePackages": true}, &prob); st != http.StatusOK {
+		t.Fatalf("with the system's numpy: %d %+v", st, prob)
+	}
+	if p := h.run("import tinya, numpy\nprint(tinya.VERSION, numpy.__name__)", nil); p.Stdout != "1.0 numpy\n" {
+		t.Fatalf("%s %q %s", p.exit(), p.Stdout, p.Stderr)
+	}
+}
