@@ -1,0 +1,101 @@
+package python
+
+import (
+	"archive/zip"
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// zipWheel builds a wheel of the given members; record lists each with its
+// hash unless lie names one whose RECORD hash is wrong.
+func zipWheel(t *testing.T, members map[string]string, lie string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	var record strings.Builder
+	for name, body := range members {
+		w, err := zw.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte(body))
+		sum := sha256.Sum256([]byte(body))
+		if name == lie {
+			sum = sha256.Sum256([]byte("something else"))
+		}
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", name, base64.RawURLEncoding.EncodeToString(sum[:]), len(body))
+	}
+	w, _ := zw.Create("p-1.dist-info/RECORD")
+	w.Write([]byte(record.String()))
+	zw.Close()
+	return buf.Bytes()
+}
+
+func TestUnpackRefusesWhatWouldEscapeOrDiffer(t *testing.T) {
+	t.Parallel()
+	meta := map[string]string{"p-1.dist-info/METADATA": "Name: p\nVersion: 1\n"}
+	with := func(extra map[string]string) map[string]string {
+		m := map[string]string{"p/__init__.py": "x = 1\n"}
+		for k, v := range meta {
+			m[k] = v
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name    string
+		members map[string]string
+		lie     string
+		says    string
+	}{
+		{"parent", with(map[string]string{"../escape.py": "x"}), "", "leaves the site directory"},
+		{"absolute", with(map[string]string{"/etc/escape.py": "x"}), "", "leaves the site directory"},
+		{"hash", with(nil), "p/__init__.py", "not the one its RECORD gives"},
+		{"no metadata", map[string]string{"p/__init__.py": "x"}, "", "not a wheel"},
+	} {
+		site := filepath.Join(t.TempDir(), "site")
+		_, err := unpack("p-1-py3-none-any.whl", zipWheel(t, c.members, c.lie), site)
+		if err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.says)
+		}
+		if _, err := os.Stat(filepath.Join(filepath.Dir(site), "escape.py")); err == nil {
+			t.Errorf("%s: a file was written outside the site directory", c.name)
+		}
+	}
+	// Control: the same wheel, honest, unpacks; .data/purelib lands in site
+	// and .data/scripts is left out.
+	site := filepath.Join(t.TempDir(), "site")
+	if _, err := unpack("p-1-py3-none-any.whl", zipWheel(t, with(map[string]string{"p-1.data/purelib/q.py": "y", "p-1.data/scripts/run": "#!/bin/sh"}), ""), site); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]bool{"p/__init__.py": true, "q.py": true, "run": false, "scripts/run": false} {
+		if _, err := os.Stat(filepath.Join(site, path)); (err == nil) != want {
+			t.Errorf("%s present: %v, want %v", path, err == nil, want)
+		}
+	}
+}
+
+func TestWheelChoice(t *testing.T) {
+	t.Parallel()
+	r, err := parseRequirement("Tiny_Pkg>=1.0,!=1.5,<3")
+	if err != nil || r.norm != "tiny-pkg" {
+		t.Fatalf("%+v %v", r, err)
+	}
+	ds := []dist{{filename: "tiny_pkg-1.5-py3-none-any.whl"}, {filename: "tiny_pkg-2.10-py3-none-any.whl"},
+		{filename: "tiny_pkg-2.9-py3-none-any.whl"}, {filename: "tiny_pkg-3.0-py3-none-any.whl"},
+		{filename: "tiny_pkg-2.11-cp312-cp312-manylinux_2_17_x86_64.whl"}, {filename: "tiny_pkg-2.12-cp311-cp311-win_amd64.whl"}}
+	if _, v, err := pickWheel(r, ds, "3.11.2", "x86_64"); err != nil || v != "2.10" {
+		t.Fatalf("picked %s %v, want 2.10", v, err)
+	}
+	if !compatible("n-1-cp38-abi3-manylinux2014_x86_64.whl", "3.11.2", "x86_64") || compatible("n-1-cp312-abi3-linux_x86_64.whl", "3.11.2", "x86_64") {
+		t.Fatal("abi3 wheels: built for an older CPython run, for a newer do not")
+	}
+}
