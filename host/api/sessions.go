@@ -193,6 +193,16 @@ func download(p string, data []byte) *fileBody {
 	}
 }
 
+// downloadHeaders documents a streamed download's headers (a streamed
+// response declares none of its own).
+func downloadHeaders() map[string]*huma.Header {
+	h := map[string]*huma.Header{}
+	for _, name := range []string{"Content-Disposition", "Content-Length", "Content-Security-Policy", "Content-Type", "X-Content-Type-Options"} {
+		h[name] = &huma.Header{Schema: &huma.Schema{Type: "string"}}
+	}
+	return h
+}
+
 type fileList struct {
 	Body struct {
 		Items []session.File `json:"items" nullable:"false"`
@@ -230,7 +240,7 @@ func (s *server) registerSessionFiles(api huma.API) {
 		OperationID: "getSessionFile", Method: http.MethodGet, Path: "/sessions/{id}/files/{path}", Tags: []string{"sessions"},
 		Summary: "Download a file from a session's workspace", Description: "Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.",
 		Errors: []int{http.StatusConflict},
-		Responses: map[string]*huma.Response{"200": {Description: "The file.",
+		Responses: map[string]*huma.Response{"200": {Description: "The file, streamed.", Headers: downloadHeaders(),
 			Content: map[string]*huma.MediaType{"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}}}}},
 	}, func(ctx context.Context, in *sessionFilePath) (*huma.StreamResponse, error) {
 		r, size, err := s.Sessions.OpenFile(ctx, in.ID, in.Path)

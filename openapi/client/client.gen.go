@@ -10961,6 +10961,7 @@ func (r DeleteSessionFileResponse) ContentType() string {
 // GetSessionFileResponse200Headers the declared response headers of an HTTP 200 response for GetSessionFile
 type GetSessionFileResponse200Headers struct {
 	ContentDisposition    *string
+	ContentLength         *string
 	ContentSecurityPolicy *string
 	ContentType           *string
 	XContentTypeOptions   *string
@@ -15516,6 +15517,13 @@ func ParseGetSessionFileResponse(rsp *http.Response) (*GetSessionFileResponse, e
 				return nil, err
 			}
 			headers.ContentDisposition = &value
+		}
+		if values := rsp.Header.Values("Content-Length"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Length", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentLength = &value
 		}
 		if values := rsp.Header.Values("Content-Security-Policy"); len(values) > 0 {
 			var value string
