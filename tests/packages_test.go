@@ -236,3 +236,23 @@ func TestDeclaredPackagesFromFindLinks(t *testing.T) {
 		t.Fatalf("%s %q %s", p.exit(), p.Stdout, p.Stderr)
 	}
 }
+
+// TestDeclaredPackagesOnTwoHosts: on PostgreSQL, packages declared through
+// one host become importable through the other, each host building the
+// same environment (the same hash) into its own data directory.
+func TestDeclaredPackagesOnTwoHosts(t *testing.T) {
+	t.Parallel()
+	ix := newPackageIndex(t, map[string][]byte{"tinya-1.0-py3-none-any.whl": wheel(t, "tinya", "1.0", "VERSION = '1.0'\n")})
+	hs := startCluster(t, 2, "CYRNEL_PACKAGE_INDEX="+ix.srv.URL+"/simple")
+	a, b := hs[0], hs[1]
+	var prob problem
+	if st, _ := a.do("PUT", "/modules/python/config", map[string]any{"packages": []string{"tinya==1.0"}}, &prob); st != http.StatusOK {
+		t.Fatalf("declare on A: %d %+v", st, prob)
+	}
+	eventually(t, "tinya importable through B", func() bool {
+		return b.run("import tinya\nprint(tinya.VERSION)", nil).Stdout == "1.0\n"
+	})
+	eventually(t, "B built the same environment", func() bool {
+		return pythonStatus(b).Build.Hash == pythonStatus(a).Build.Hash && pythonStatus(a).Build.Hash != ""
+	})
+}

@@ -478,7 +478,13 @@ func buildPackages(ctx context.Context, src PackageSource, exe, version string, 
 		reqs[i] = r
 	}
 	key := buildKey(exe, version, packages, src)
-	dir := filepath.Join(src.CacheDir, key)
+	// Absolute: the environment's site becomes a sandbox read path.
+	cache, err := filepath.Abs(src.CacheDir)
+	if err != nil {
+		return nil, fmt.Errorf("packages: %w", err)
+	}
+	src.CacheDir = cache
+	dir := filepath.Join(cache, key)
 	v, err, _ := builds.Do(dir, func() (any, error) {
 		if b, err := readBuilt(dir); err == nil {
 			return b, nil
