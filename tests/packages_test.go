@@ -170,6 +170,9 @@ func TestDeclaredPackages(t *testing.T) {
 	if fmt.Sprint(st.Packages) != "[{tinya 1.0} {tinyb 1.1}]" || st.Build.State != "ready" || st.Build.Hash == "" {
 		t.Fatalf("status: %+v", st)
 	}
+	if _, _, doc := h.raw("GET", "/environment/docs", "", nil); !strings.Contains(string(doc), "| tinya | 1.0 |\n| tinyb | 1.1 |\n") {
+		t.Fatalf("the guide does not list the declared packages:\n%s", doc)
+	}
 	if p := h.run("import numpy", nil); p.exit() != "failed" {
 		t.Fatalf("without systemSitePackages the interpreter's own packages are not importable: %s", p.exit())
 	}
