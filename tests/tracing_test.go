@@ -243,3 +243,37 @@ func TestTraceThroughMCP(t *testing.T) {
 		t.Errorf("execution's parent %x is not an MCP request span", parent)
 	}
 }
+
+// TestTraceOfAConfigurationWrite: a configuration change made under a
+// caller's trace shows its database statements as children of the
+// request's span (bunotel on the store), not only the process rows' writes.
+func TestTraceOfAConfigurationWrite(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t)
+	h := start(t, "", "OTEL_EXPORTER_OTLP_ENDPOINT="+rcv.URL, "OTEL_BSP_SCHEDULE_DELAY=50")
+	const traceID, parentID = "5bf92f3577b34da6a3ce929d0e0e4737", "00f067aa0ba902b8"
+	body := strings.NewReader(`{"default": "allow", "rules": [{"pattern": "pets.*", "decision": "block"}]}`)
+	req, _ := http.NewRequest("PUT", h.base+"/tool-policies", body)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	req.Header.Set("traceparent", "00-"+traceID+"-"+parentID+"-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("set policies: %d", resp.StatusCode)
+	}
+	id, _ := hex.DecodeString(traceID)
+	spans := rcv.waitSpans(t, id, "PUT /tool-policies", "INSERT")
+	request := spans["PUT /tool-policies"][0]
+	for _, s := range spans["INSERT"] {
+		if !bytes.Equal(s.ParentSpanId, request.SpanId) {
+			t.Errorf("INSERT span's parent %x, want the request's %x", s.ParentSpanId, request.SpanId)
+		}
+		if s.Kind != tracepb.Span_SPAN_KIND_CLIENT {
+			t.Errorf("INSERT span kind %v, want client", s.Kind)
+		}
+	}
+}

@@ -206,7 +206,11 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 			dir.Close()
 		}
 	}()
-	if st, err = store.Open(ctx, cfg.DBURL, cfg.DataDir, store.Options{UsedDataDir: dir.Used, Log: log.With("component", "store")}); err != nil {
+	var dbTracing trace.TracerProvider // nil: no span per statement
+	if cfg.Tracing.Enabled {
+		dbTracing = cfg.Tracing
+	}
+	if st, err = store.Open(ctx, cfg.DBURL, cfg.DataDir, store.Options{UsedDataDir: dir.Used, Log: log.With("component", "store"), Tracing: dbTracing}); err != nil {
 		return nil, err
 	}
 	keyFile := ""

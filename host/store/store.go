@@ -16,6 +16,9 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/uptrace/bun/extra/bunotel"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 	"github.com/uptrace/bun"
@@ -96,6 +99,10 @@ type Options struct {
 	UsedDataDir bool
 	// Log receives what Open works around (nil: nothing is said).
 	Log *slog.Logger
+	// Tracing, when set, records a span for every statement made through
+	// bun (bunotel); the process rows' prepared writes have spans of their
+	// own (host/process).
+	Tracing trace.TracerProvider
 }
 
 // Open connects to dbURL (empty: SQLite in dataDir) and runs the embedded
@@ -134,6 +141,9 @@ func Open(ctx context.Context, dbURL, dataDir string, opts ...Options) (*Store, 
 			return nil, fmt.Errorf("%s: %w; restore it from a backup, or move it away to start afresh", where, err)
 		}
 		s.DB = db.WithQueryHook(corruptionHook{s})
+	}
+	if o.Tracing != nil {
+		s.DB = s.DB.WithQueryHook(bunotel.NewQueryHook(bunotel.WithTracerProvider(o.Tracing), bunotel.WithDBName("cyrnel")))
 	}
 	if err := s.migrate(ctx, tmpl); err != nil {
 		db.Close()
