@@ -22,7 +22,7 @@ const noBrowser = "CYRNEL_TEST_NO_BROWSER"
 
 // browser starts headless Chromium with a fresh profile and records every
 // URL the pages request.
-func browser(t *testing.T) (context.Context, *requests) {
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) (context.Context, *requests) {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
@@ -35,6 +35,7 @@ func browser(t *testing.T) (context.Context, *requests) {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-component-update", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	reqs := &requests{}
 	ctx, cancel := chromedp.NewContext(actx, chromedp.WithListener(func(ev any) {

@@ -21,9 +21,20 @@ var embedded embed.FS
 const Prefix = "/console/"
 
 // csp keeps the console to its own origin: scripts, styles and API calls
-// from this server only, nothing fetched from elsewhere, no framing.
+// from this server only, nothing fetched from elsewhere, no framing of the
+// console. Its one frame is the table reader, from this server.
 const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
-	"form-action 'none'; base-uri 'none'; frame-ancestors 'none'"
+	"frame-src 'self'; form-action 'none'; base-uri 'none'; frame-ancestors 'none'"
+
+// readerCSP is the table reader's (the console frames it sandboxed, so it
+// runs in an opaque origin): its own script only, no requests; inline
+// styles are allowed because the program-made HTML it parses has them (a
+// parsed document applies no style, but the parse checks them).
+const readerCSP = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; " +
+	"form-action 'none'; base-uri 'none'; frame-ancestors 'self'"
+
+// reader is the table reader's page.
+const reader = "tables.html"
 
 // docsCSP is the reference page's: Redoc injects its styles and runs its
 // search in a worker made from a blob.
@@ -58,7 +69,7 @@ func Handler(api http.Handler) http.Handler {
 			w.Write(body)
 		}
 	}
-	index, docs := page("index.html", csp), page("docs.html", docsCSP)
+	index, docs, tables := page("index.html", csp), page("docs.html", docsCSP), page(reader, readerCSP)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		get := r.Method == http.MethodGet || r.Method == http.MethodHead
 		if r.URL.Path == "/" {
@@ -70,6 +81,8 @@ func Handler(api http.Handler) http.Handler {
 			index(w, r)
 		case get && r.URL.Path == "/docs":
 			docs(w, r)
+		case get && r.URL.Path == Prefix+reader:
+			tables(w, r)
 		case get && strings.HasPrefix(r.URL.Path, Prefix) && etags[strings.TrimPrefix(r.URL.Path, Prefix)] != "":
 			h := w.Header()
 			h.Set("X-Content-Type-Options", "nosniff")

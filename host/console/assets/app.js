@@ -361,27 +361,56 @@ async function download(path, name) {
 }
 
 // display renders one MIME bundle: an image, the tables of an HTML
-// rendering (a DataFrame's), JSON, or text.
+// rendering (a DataFrame's, shown as its text until they are read), JSON,
+// or text.
 function display(d) {
   const data = d.data || {};
   const img = Object.keys(data).find((m) => /^image\/(png|jpeg|gif|webp)$/.test(m));
-  const tables = typeof data["text/html"] === "string" ? htmlTables(data["text/html"]) : [];
   let body;
   if (img) body = h("img", { src: `data:${img};base64,${data[img]}`, alt: data["text/plain"] || `display ${d.index}` });
-  else if (tables.length) body = h("div", { class: "scroll" }, tables);
   else if (data["application/json"] !== undefined) body = tree(data["application/json"]);
   else body = h("pre", {}, data["text/plain"] ?? JSON.stringify(data));
-  return h("figure", { class: "display" }, body, h("figcaption", { class: "muted" }, `${d.kind || "display"} ${d.index ?? ""}`));
+  const fig = h("figure", { class: "display" }, body, h("figcaption", { class: "muted" }, `${d.kind || "display"} ${d.index ?? ""}`));
+  if (!img && typeof data["text/html"] === "string") {
+    htmlTables(data["text/html"]).then((tables) => { if (tables.length) body.replaceWith(h("div", { class: "scroll" }, tables)); });
+  }
+  return fig;
+}
+
+// The table reader is a sandboxed frame (assets/tables.js) that parses
+// program-made HTML under its own CSP and answers with cell text; one frame
+// serves the tab, each question waits for its numbered answer.
+let tableReader = null;
+const tableAnswers = new Map();
+let tableQuestions = 0;
+
+function readTables(html) {
+  if (!tableReader) {
+    const frame = h("iframe", { src: "/console/tables.html", sandbox: "allow-scripts", hidden: true, title: "HTML table reader" });
+    tableReader = new Promise((ok) => frame.addEventListener("load", () => ok(frame), { once: true }));
+    window.addEventListener("message", (ev) => {
+      if (ev.source !== frame.contentWindow || !ev.data) return;
+      const answer = tableAnswers.get(ev.data.id);
+      tableAnswers.delete(ev.data.id);
+      if (answer) answer(Array.isArray(ev.data.tables) ? ev.data.tables : []);
+    });
+    document.body.append(frame);
+  }
+  return tableReader.then((frame) => new Promise((ok) => {
+    const id = ++tableQuestions;
+    tableAnswers.set(id, ok);
+    frame.contentWindow.postMessage({ id, html }, "*");
+  }));
 }
 
 // htmlTables rebuilds the tables of program-made HTML from their cells'
-// text alone: the HTML is parsed inert (no scripts run, nothing loads) and
-// nothing else of it reaches the page.
-function htmlTables(html) {
-  const doc = new DOMParser().parseFromString(html, "text/html");
-  return [...doc.querySelectorAll("table")].slice(0, 10).map((t) => h("table", { class: "data" },
-    [...t.rows].slice(0, 500).map((r) => h("tr", {}, [...r.cells].map((c) =>
-      h(c.tagName === "TH" ? "th" : "td", { colspan: c.colSpan > 1 ? String(c.colSpan) : null, rowspan: c.rowSpan > 1 ? String(c.rowSpan) : null }, c.textContent.trim()))))));
+// text alone: the reader parses it inert (no scripts run, nothing loads)
+// and nothing else of it reaches the page.
+async function htmlTables(html) {
+  const span = (n) => (Number(n) > 1 ? String(Math.min(Number(n), 1000)) : null);
+  return (await readTables(html)).slice(0, 10).map((rows) => h("table", { class: "data" },
+    rows.slice(0, 500).map((r) => h("tr", {}, r.map((c) =>
+      h(c.th ? "th" : "td", { colspan: span(c.colspan), rowspan: span(c.rowspan) }, String(c.text)))))));
 }
 
 // processView shows one process and follows it live; used by the process
