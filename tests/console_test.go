@@ -284,7 +284,7 @@ func TestConsole(t *testing.T) {
 			chromedp.Click(chromedp.CSS("#svc-import"))); err != nil {
 			t.Fatal(err)
 		}
-		wait(t, ctx, "the import", `/Imported petstore: 3 tools/.test(document.querySelector("#notice").textContent)`)
+		wait(t, ctx, "the import", `/Imported petstore: 3 tools/.test(document.querySelector("#svc-import + .feedback")?.textContent)`)
 		if err := do(ctx, chromedp.SendKeys(chromedp.CSS("#tool-q"), "showPet")); err != nil {
 			t.Fatal(err)
 		}
@@ -296,7 +296,7 @@ func TestConsole(t *testing.T) {
 		if err := do(ctx, chromedp.Click(chromedp.CSS(`input[aria-label="Enable tool showPetById"]`))); err != nil {
 			t.Fatal(err)
 		}
-		wait(t, ctx, "the tool disabled", `document.querySelector("#notice").textContent === "tool showPetById: disabled."`)
+		wait(t, ctx, "the tool disabled", `document.querySelector('input[aria-label="Enable tool showPetById"] + .feedback')?.textContent === "tool showPetById: disabled."`)
 		var tool struct{ Enabled bool }
 		h.do("GET", "/tools/petstore/showPetById", nil, &tool)
 		if tool.Enabled {
@@ -312,11 +312,11 @@ func TestConsole(t *testing.T) {
 		if err := do(ctx, chromedp.SetValue(chromedp.CSS("#cfg"), `{"timeoutMs": 0}`), chromedp.Click(chromedp.CSS("#cfg-save"))); err != nil {
 			t.Fatal(err)
 		}
-		wait(t, ctx, "the refusal", `document.querySelector("#notice").className === "error" && /timeoutMs/.test(document.querySelector("#notice").textContent)`)
+		wait(t, ctx, "the refusal", `document.querySelector("#cfg-save + .feedback")?.classList.contains("error") && /timeoutMs/.test(document.querySelector("#cfg-save + .feedback").textContent)`)
 		if err := do(ctx, chromedp.SetValue(chromedp.CSS("#cfg"), `{"timeoutMs": 5000}`), chromedp.Click(chromedp.CSS("#cfg-save"))); err != nil {
 			t.Fatal(err)
 		}
-		wait(t, ctx, "the config saved", `document.querySelector("#notice").textContent === "Config saved."`)
+		wait(t, ctx, "the config saved", `document.querySelector("#cfg-save + .feedback")?.textContent === "Config saved."`)
 		var cfg map[string]any
 		h.do("GET", "/services/petstore/config", nil, &cfg)
 		if cfg["timeoutMs"] != float64(5000) {
@@ -355,15 +355,15 @@ func TestConsole(t *testing.T) {
 	// would run script if parsed into the page.
 	t.Run("program-made content stays text", func(t *testing.T) {
 		const hostile = `<img src=x onerror="window.pwned=1"><script>window.pwned=1</script>`
-		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(() => {
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(async () => {
 			const md = markdown("# Title %[1]s\n\n| a | b |\n| - | - |\n| %[1]s | **x** |\n\ntext %[1]s `+"`code`"+`");
 			// A script's text stays in its cell as text.
-			const tables = htmlTables("<table><tr><th>k</th><th>v</th></tr><tr><td>%[1]s one</td><td>2</td></tr></table>%[1]s");
+			const tables = await htmlTables("<table><tr><th>k</th><th>v</th></tr><tr><td>%[1]s one</td><td>2</td></tr></table>%[1]s");
 			document.querySelector("#main").append(md, ...tables);
 			return JSON.stringify({md: md.querySelectorAll("img, script").length, tables: tables.length,
 				cells: tables[0].querySelectorAll("img, script").length, text: tables[0].rows[1].cells[0].textContent,
 				head: md.querySelector("h3").textContent, mdTable: md.querySelectorAll("table td").length});
-		})()`, strings.ReplaceAll(hostile, `"`, `\"`))))
+		})()`, strings.ReplaceAll(hostile, `"`, `\"`)), chromedp.EvalAwaitPromise))
 		if err != nil {
 			t.Fatal(err)
 		}

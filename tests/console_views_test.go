@@ -69,7 +69,7 @@ func inView(sel, pattern string) string {
 		const e = [...document.querySelectorAll(%q)].find((e) => /%s/.test(e.textContent));
 		if (!e) return false;
 		const r = e.getBoundingClientRect();
-		return r.height > 0 && r.top >= 0 && r.bottom <= innerHeight;
+		return r.height > 0 && r.top >= 0 && r.bottom <= innerHeight + 1; // + 1: the layout's fractions of a pixel
 	})()`, sel, pattern)
 }
 
@@ -192,7 +192,7 @@ func TestConsoleAtHand(t *testing.T) {
 			{"#/tools/petstore/showPetById", `document.querySelector("#tool-docs pre") !== null`},
 		}
 		for _, p := range pages {
-			if err := do(ctx, chromedp.Navigate(h.base+"/"+p.hash)); err != nil {
+			if err := do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(h.base+"/"+p.hash)); err != nil {
 				t.Fatal(err)
 			}
 			wait(t, ctx, p.hash, p.ready)
@@ -203,7 +203,6 @@ func TestConsoleAtHand(t *testing.T) {
 					t.Fatal(err)
 				}
 				wait(t, ctx, "the run", `document.querySelector('[data-field="exit"]')?.textContent === "success"`)
-				shoot(t, ctx, "views-5-run", true)
 			}
 			wide, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
 				const s = document.scrollingElement;
@@ -217,6 +216,9 @@ func TestConsoleAtHand(t *testing.T) {
 			}
 			if wide != "" {
 				t.Errorf("%s scrolls sideways at 390 px: %s", p.hash, wide)
+			}
+			if p.hash == "#/run" {
+				shoot(t, ctx, "views-5-run", true)
 			}
 		}
 	})

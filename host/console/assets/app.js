@@ -156,17 +156,38 @@ async function stream(path, onEvent, signal) {
 
 // ---- small views -----------------------------------------------------------
 
-function notice(text, kind = "info") {
-  const n = $("#notice");
-  n.className = kind;
+// notice tells the result of an action. With at (the button or form the
+// person used) it shows right after it and is scrolled into view: the
+// person is looking there, not at the top of a long page. Without, it shows
+// in the bar under the menu.
+function notice(text, kind = "info", at) {
+  const n = at ? feedbackAt(at) : $("#notice");
+  n.className = (at ? "feedback " : "") + kind;
   n.textContent = text;
-  if (kind !== "error") setTimeout(() => { if (n.textContent === text) n.textContent = ""; }, 4000);
+  if (at) n.scrollIntoView({ block: "nearest" });
+  if (kind !== "error") setTimeout(() => { if (n.textContent === text) n.textContent = ""; }, at ? 8000 : 4000);
 }
 
-// guard runs an action, showing its error instead of throwing.
-async function guard(fn) {
+// feedbackAt is the status line of a control: at the end of a form, or
+// right after a button or switch; made once and reused.
+function feedbackAt(at) {
+  // A button in a row of actions gets its line under the row; a switch in
+  // a label, after the label.
+  if (at.parentElement && (at.parentElement.classList.contains("actions") || at.parentElement.tagName === "LABEL")) at = at.parentElement;
+  const form = at.tagName === "FORM";
+  const next = form ? at.lastElementChild : at.nextElementSibling;
+  if (next && next.classList.contains("feedback")) return next;
+  const el = h("span", { class: "feedback", role: "status" });
+  if (form) at.append(el);
+  else at.after(el);
+  return el;
+}
+
+// guard runs an action, showing its error (next to at, when given)
+// instead of throwing.
+async function guard(fn, at) {
   try { return await fn(); } catch (err) {
-    if (err.name !== "AbortError") notice(err.message, "error");
+    if (err.name !== "AbortError") notice(err.message, "error", at);
   }
 }
 
@@ -423,16 +444,17 @@ function processView(root, pid) {
   const stderr = h("pre", { class: "stream err", id: "stderr", "aria-label": "stderr" });
   const output = h("div", { class: "output", id: "output" });
   let out = {};
-  const kill = h("button", { type: "button", "data-needs": "runner", id: "kill", onclick: () => act("kill") }, "Kill");
-  const rerun = h("button", { type: "button", "data-needs": "runner", id: "rerun", onclick: () => act("run") }, "Re-run");
-  const del = h("button", { type: "button", "data-needs": "runner", id: "delete", class: "danger", onclick: () => act("delete") }, "Delete");
+  const kill = h("button", { type: "button", "data-needs": "runner", id: "kill", onclick: (ev) => act("kill", ev.currentTarget) }, "Kill");
+  const rerun = h("button", { type: "button", "data-needs": "runner", id: "rerun", onclick: (ev) => act("run", ev.currentTarget) }, "Re-run");
+  const del = h("button", { type: "button", "data-needs": "runner", id: "delete", class: "danger", onclick: (ev) => act("delete", ev.currentTarget) }, "Delete");
   const extraBox = h("div");
   root.append(h("div", { class: "actions", role: "group", "aria-label": "Process actions" }, kill, rerun, del), meta,
     section("Code", code), section("stdout", stdout), section("stderr", stderr), section("Output", output), extraBox);
 
   const show = (p) => {
     const rows = [["State", badge(p.state)], ["Exit", badge(p.exitState)], ["Reason", p.reason || "—"],
-      ["Error", p.error || "—"], ["Ref", p.ref || "—"], ["Environment", p.environment || "—"], ["Runs", p.runs],
+      ["Error", p.error || "—"], ["Ref", p.ref || "—"], ["Environment", p.environment || "—"],
+      ["Session", p.session ? h("a", { href: "#/sessions/" + encodeURIComponent(p.session) }, p.session) : "—"], ["Host", p.hostId || "—"], ["Runs", p.runs],
       ["Created", when(p.createdAt)], ["Started", when(p.startedAt)], ["Finished", when(p.finishedAt)],
       ["Duration", p.durationMs == null ? "—" : p.durationMs + " ms"], ["Timeout", p.timeoutMs + " ms"]];
     if (p.cpuMs != null) rows.push(["CPU", p.cpuMs + " ms"]);
@@ -494,7 +516,7 @@ function processView(root, pid) {
     }
     if (!stopped) await extrasLoad();
   };
-  const act = (what) => guard(async () => {
+  const act = (what, at) => guard(async () => {
     if (what === "delete") {
       if (!confirm(`Delete process ${pid}?`)) return;
       await api.del(`/processes/${pid}`);
@@ -506,14 +528,15 @@ function processView(root, pid) {
       // The stream shows what the kill did: this answer can arrive after the
       // stream's exit event, and showing it would undo that.
       await api.post(`/processes/${pid}/kill`);
-      notice(`Kill sent to process ${pid}.`);
+      notice(`Kill sent to process ${pid}.`, "info", at);
       return;
     }
     ctl.abort();
     ctl = new AbortController();
     await api.post(`/processes/${pid}/run`, { force: true });
+    notice(`Process ${pid} runs again.`, "info", at);
     guard(follow);
-  });
+  }, at);
   guard(follow);
   return () => { stopped = true; ctl.abort(); };
 }
@@ -559,7 +582,9 @@ function pageRun(main) {
       if (cleanup) cleanup();
       result.replaceChildren(h("h2", {}, h("a", { href: "#/processes/" + p.pid }, `Process ${p.pid}`)));
       cleanup = processView(result, p.pid);
-    });
+      // The run's output grows under the form: bring it into view.
+      result.scrollIntoView({ block: "start" });
+    }, form);
   } },
   labelled("Code", code),
   h("p", { class: "hint", id: "editor-hint" }, "Tab indents; press Escape, then Tab, to leave the editor."),
@@ -639,9 +664,9 @@ function pageEnvironment(main) {
     ev.preventDefault();
     guard(async () => {
       const env = await api.put("/environment", { module: choice.value });
-      notice(`Switched to ${env.active ? env.active.module : choice.value}.`);
+      notice(`Switched to ${env.active ? env.active.module : choice.value}.`, "info", form);
       render(env);
-    });
+    }, form);
   }, "data-needs": "admin" }, labelled("Environment", choice), h("button", { type: "submit", id: "env-switch" }, "Switch"));
   main.append(h("h1", {}, "Environment"), form, box);
   const render = (env) => {
@@ -681,8 +706,8 @@ function toggle(label, checked, onchange) {
   const box = h("input", { type: "checkbox", checked, "aria-label": label });
   box.addEventListener("change", () => guard(async () => {
     try { await onchange(box.checked); } catch (err) { box.checked = !box.checked; throw err; }
-    notice(`${label.replace(/^Enable /, "")}: ${box.checked ? "enabled" : "disabled"}.`);
-  }));
+    notice(`${label.replace(/^Enable /, "")}: ${box.checked ? "enabled" : "disabled"}.`, "info", box);
+  }, box));
   return box;
 }
 
@@ -729,11 +754,12 @@ function pageServices(main) {
       if (c !== undefined) body.config = c;
       if (s !== undefined) body.secrets = s;
       const svc = await api.post("/services", body);
-      notice(`Imported ${svc.id}: ${svc.toolCount} tools${svc.enabled ? "" : " (not enabled: set its config and secrets)"}.`);
       importForm.reset();
-      load();
-      search();
-    });
+      // The lists above grow: tell the result once they have, so it stays
+      // in view.
+      await Promise.all([load(), search()]);
+      notice(`Imported ${svc.id}: ${svc.toolCount} tools${svc.enabled ? "" : " (not enabled: set its config and secrets)"}.`, "info", importForm);
+    }, importForm);
   } }, labelled("Service id (the name programs use)", id), labelled("Document URL", url), labelled("…or document file", file), configF, secretsF,
   h("button", { type: "submit", id: "svc-import" }, "Import"));
   main.append(h("h1", {}, "Services & tools"),
@@ -771,11 +797,11 @@ function pageService(main, params, sid) {
   const configSchema = h("div"), secretsSchema = h("div");
   main.append(info,
     h("div", { class: "actions" },
-      h("button", { type: "button", onclick: () => guard(async () => { const r = await api.post(base + "/refresh"); notice(`Refreshed: ${r.added.length} added, ${r.removed.length} removed.`); load(); }) }, "Refresh from source"),
-      h("button", { type: "button", class: "danger", onclick: () => guard(async () => { if (!confirm(`Remove service ${sid}?`)) return; await api.del(base); location.hash = "#/services"; }) }, "Remove")),
-    section("Config", h("form", { onsubmit: (ev) => { ev.preventDefault(); guard(async () => { await api.put(base + "/config", parseJSON(config, "Config") || {}); notice("Config saved."); load(); }); } },
+      h("button", { type: "button", onclick: (ev) => { const at = ev.currentTarget; guard(async () => { const r = await api.post(base + "/refresh"); notice(`Refreshed: ${r.added.length} added, ${r.removed.length} removed.`, "info", at); load(); }, at); } }, "Refresh from source"),
+      h("button", { type: "button", class: "danger", onclick: (ev) => guard(async () => { if (!confirm(`Remove service ${sid}?`)) return; await api.del(base); location.hash = "#/services"; }, ev.currentTarget) }, "Remove")),
+    section("Config", h("form", { onsubmit: (ev) => { ev.preventDefault(); const f = ev.currentTarget; guard(async () => { await api.put(base + "/config", parseJSON(config, "Config") || {}); notice("Config saved.", "info", f); load(); }, f); } },
       configF, configSchema, h("button", { type: "submit", id: "cfg-save" }, "Save config"))),
-    section("Secrets", secretsSet, h("form", { onsubmit: (ev) => { ev.preventDefault(); guard(async () => { await api.put(base + "/secrets", parseJSON(secrets, "Secrets") || {}); secrets.value = ""; notice("Secrets saved."); load(); }); } },
+    section("Secrets", secretsSet, h("form", { onsubmit: (ev) => { ev.preventDefault(); const f = ev.currentTarget; guard(async () => { await api.put(base + "/secrets", parseJSON(secrets, "Secrets") || {}); secrets.value = ""; notice("Secrets saved.", "info", f); load(); }, f); } },
       secretsF, secretsSchema, h("button", { type: "submit", id: "sec-save" }, "Save secrets"))),
     section("Tools", h("div", { class: "scroll" }, h("table", { "aria-label": "Tools" },
       h("thead", {}, h("tr", {}, ["Tool", "Description", "Enabled"].map((t) => h("th", { scope: "col" }, t)))), tools))));
