@@ -296,7 +296,7 @@ func TestConsole(t *testing.T) {
 		if err := do(ctx, chromedp.Click(chromedp.CSS(`input[aria-label="Enable tool showPetById"]`))); err != nil {
 			t.Fatal(err)
 		}
-		wait(t, ctx, "the tool disabled", `document.querySelector('input[aria-label="Enable tool showPetById"] + .feedback')?.textContent === "tool showPetById: disabled."`)
+		wait(t, ctx, "the tool disabled", `document.querySelector('label:has(input[aria-label="Enable tool showPetById"]) + .feedback')?.textContent === "tool showPetById: disabled."`)
 		var tool struct{ Enabled bool }
 		h.do("GET", "/tools/petstore/showPetById", nil, &tool)
 		if tool.Enabled {
