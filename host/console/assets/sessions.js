@@ -13,7 +13,7 @@ function pageSessions(main, params) {
     h("p", { class: "muted" }, "A session keeps one interpreter, its variables and its files between executions."),
     h("form", { class: "filters", role: "search", "aria-label": "Filter sessions", onsubmit: (e) => e.preventDefault() }, labelled("State", state)),
     h("div", { class: "scroll" }, h("table", { "aria-label": "Sessions" },
-      h("thead", {}, h("tr", {}, ["Session", "Ref", "Module", "State", "Owner", "Created", "Last used"].map((t, i) => h("th", { scope: "col", class: i > 4 ? "wide" : null }, t)))),
+      h("thead", {}, h("tr", {}, ["Session", "State", "Module", "Ref", "Owner", "Created", "Last used"].map((t, i) => h("th", { scope: "col", class: i > 4 ? "wide" : null }, t)))),
       body)), more);
   let timer = null, stopped = false;
   const load = async () => {
@@ -23,10 +23,10 @@ function pageSessions(main, params) {
     await guard(async () => {
       const list = await api.get("/sessions?" + q);
       body.replaceChildren(...list.items.map((s) => h("tr", { "data-session": s.id },
-        h("td", {}, h("a", { href: "#/sessions/" + encodeURIComponent(s.id) }, s.id)),
-        h("td", {}, s.ref || ""),
-        h("td", {}, s.module),
+        h("td", { class: "id" }, h("a", { href: "#/sessions/" + encodeURIComponent(s.id) }, s.id)),
         h("td", {}, badge(s.state), s.endReason ? h("span", { class: "muted" }, " " + s.endReason) : null),
+        h("td", {}, s.module),
+        h("td", {}, s.ref || ""),
         h("td", {}, s.owner || "—"),
         h("td", { class: "wide" }, when(s.createdAt)),
         h("td", { class: "wide" }, when(s.lastUsedAt)))));
