@@ -114,7 +114,7 @@ var reference = regexp.MustCompile(`(?i)\b(?:src|href|spec-url)="([^"]*)"`)
 func TestPagesAreSelfContained(t *testing.T) {
 	t.Parallel()
 	srv := serve(t)
-	for _, page := range []string{"/docs", "/"} {
+	for _, page := range []string{"/docs", "/", "/console/tables.html"} {
 		_, body := get(t, srv.URL+page, "text/html")
 		refs := reference.FindAllStringSubmatch(body, -1)
 		if len(refs) == 0 {
@@ -175,5 +175,32 @@ func TestAssetsRevalidate(t *testing.T) {
 	again.Body.Close()
 	if again.StatusCode != http.StatusNotModified {
 		t.Errorf("revalidating with its ETag: %d, want 304", again.StatusCode)
+	}
+}
+
+// The table reader parses program-made HTML in a frame with its own policy:
+// inline styles allowed there (a DataFrame has them), no requests, framed
+// by this server only; the console keeps its stricter one and may frame
+// only its own origin. The reader is served like a page, not as a bare
+// asset (which would have no policy at all).
+func TestTableReaderPolicy(t *testing.T) {
+	t.Parallel()
+	srv := serve(t)
+	resp, _ := get(t, srv.URL+"/console/tables.html", "")
+	reader := resp.Header.Get("Content-Security-Policy")
+	for _, want := range []string{"default-src 'none'", "script-src 'self';", "style-src 'self' 'unsafe-inline'", "frame-ancestors 'self'"} {
+		if !strings.Contains(reader, want) {
+			t.Errorf("the reader's policy %q lacks %q", reader, want)
+		}
+	}
+	resp, _ = get(t, srv.URL+"/", "text/html")
+	page := resp.Header.Get("Content-Security-Policy")
+	for _, want := range []string{"style-src 'self';", "frame-src 'self';", "frame-ancestors 'none'"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the console's policy %q lacks %q", page, want)
+		}
+	}
+	if strings.Contains(page, "unsafe-inline") {
+		t.Errorf("the console's policy allows inline code: %q", page)
 	}
 }
