@@ -38,7 +38,7 @@ run: build ## run the server on its embedded defaults (SQLite in ./cyrnel-data, 
 	./$(BIN) serve
 
 .PHONY: test
-test: deps lint ts-check mcp-conformance py-check test-db browser datascience prometheus ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the Python runtime's type check, the whole suite with the race detector on SQLite and PostgreSQL (the console in Chromium; the metrics scraped by Prometheus), listing every skipped test and failing on one whose reason is not in tests/skips.allow, then each fuzz target briefly
+test: deps lint ts-check openapi-lint mcp-conformance py-check test-db browser datascience prometheus ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the OpenAPI documents' lint (Redocly), the Python runtime's type check, the whole suite with the race detector on SQLite and PostgreSQL (the console in Chromium; the metrics scraped by Prometheus), listing every skipped test and failing on one whose reason is not in tests/skips.allow, then each fuzz target briefly
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -192,6 +192,16 @@ mcp-conformance: $(MCP_CONFORMANCE)/node_modules/.package-lock.json ## install t
 $(MCP_CONFORMANCE)/node_modules/.package-lock.json: $(MCP_CONFORMANCE)/package-lock.json
 	@command -v npm >/dev/null || { echo "npm (Node.js) is required to install the MCP conformance suite"; exit 1; }
 	cd $(MCP_CONFORMANCE) && npm ci --no-audit --no-fund --loglevel=error
+
+OPENAPI_LINT := openapi/lint
+
+.PHONY: openapi-lint
+openapi-lint: $(OPENAPI_LINT)/node_modules/.package-lock.json ## lint the committed OpenAPI documents (3.1 and the 3.0 rendering) with Redocly's recommended rules: zero errors
+	cd $(OPENAPI_LINT) && npm run --silent lint
+
+$(OPENAPI_LINT)/node_modules/.package-lock.json: $(OPENAPI_LINT)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm (Node.js) is required for the OpenAPI lint"; exit 1; }
+	cd $(OPENAPI_LINT) && npm ci --no-audit --no-fund --loglevel=error
 
 .PHONY: fmt
 fmt: ## format the Go code

@@ -188,7 +188,7 @@ func TestDataScienceSession(t *testing.T) {
 		}
 	}
 	st, hdr, b := h.raw("GET", "/sessions/"+s.ID+"/files/result.csv", "", nil)
-	if st != http.StatusOK || string(b) != "city,sales\nLyon,4\nParis,8\n" || !strings.HasPrefix(hdr.Get("Content-Type"), "text/csv") {
+	if st != http.StatusOK || string(b) != "city,sales\nLyon,4\nParis,8\n" || hdr.Get("Content-Type") != "application/octet-stream" {
 		t.Fatalf("result.csv: %d %s %q", st, hdr.Get("Content-Type"), b)
 	}
 

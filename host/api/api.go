@@ -131,6 +131,8 @@ func New(d Deps) (http.Handler, huma.API) {
 	}
 	nullEnums(api.OpenAPI())
 	declareAuth(api.OpenAPI())
+	describeEventStream(api.OpenAPI(), "/processes/{pid}/events")
+	serveOpenAPI30(r, api.OpenAPI())
 	if traced {
 		return traceRequests(r, d.Tracing), api
 	}
@@ -147,6 +149,7 @@ func Config() huma.Config {
 	cfg.DocsPath = "" // the offline reference page is host/console's
 	cfg.RejectUnknownQueryParameters = true
 	cfg.Info.Description = description
+	cfg.Servers = []*huma.Server{{URL: DefaultServer, Description: "cyrnel serve on its default address (--addr names another)"}}
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", Description: "An API key: the operator's (CYRNEL_API_KEY or the data directory's api-key file) or one made with POST /keys. Each operation's x-cyrnel-roles lists the roles that may use it."},
 	}

@@ -210,7 +210,7 @@ func (s *server) registerProcesses(api huma.API) {
 
 	huma.Register(api, huma.Operation{
 		OperationID: "getProcessFile", Method: http.MethodGet, Path: "/processes/{pid}/files/{path}", Tags: []string{"processes"},
-		Summary: "Download a file a process left", Description: "Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.",
+		Summary: "Download a file a process left", Description: "Raw bytes as application/octet-stream (the name in Content-Disposition carries the extension), an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.",
 		Responses: map[string]*huma.Response{"200": {Description: "The file.",
 			Content: map[string]*huma.MediaType{"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}}}}},
 	}, func(ctx context.Context, in *processFilePath) (*fileBody, error) {

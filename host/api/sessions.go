@@ -141,14 +141,6 @@ func (s *server) registerSessions(api huma.API) {
 	})
 }
 
-// contentType is a file's by its extension.
-func contentType(p string) string {
-	if ct := mime.TypeByExtension(path.Ext(p)); ct != "" {
-		return ct
-	}
-	return "application/octet-stream"
-}
-
 func decodeSessionCursor(c string) (time.Time, string, bool) {
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
@@ -182,10 +174,12 @@ type fileBody struct {
 	Body               []byte
 }
 
-// download is a program's file at path p (its extension picks the type).
+// download is a program's file at path p, always application/octet-stream
+// as the document declares: its name (Content-Disposition) carries the
+// extension, and no type is guessed that a client or browser would act on.
 func download(p string, data []byte) *fileBody {
 	return &fileBody{
-		ContentType:        contentType(p),
+		ContentType:        "application/octet-stream",
 		ContentDisposition: mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}),
 		NoSniff:            "nosniff",
 		CSP:                "default-src 'none'; sandbox",
@@ -238,7 +232,7 @@ func (s *server) registerSessionFiles(api huma.API) {
 
 	huma.Register(api, huma.Operation{
 		OperationID: "getSessionFile", Method: http.MethodGet, Path: "/sessions/{id}/files/{path}", Tags: []string{"sessions"},
-		Summary: "Download a file from a session's workspace", Description: "Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.",
+		Summary: "Download a file from a session's workspace", Description: "Raw bytes as application/octet-stream (the name in Content-Disposition carries the extension), an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.",
 		Errors: []int{http.StatusConflict},
 		Responses: map[string]*huma.Response{"200": {Description: "The file, streamed.", Headers: downloadHeaders(),
 			Content: map[string]*huma.MediaType{"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}}}}},

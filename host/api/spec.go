@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/yaml"
 )
 
 // Spec renders the API's OpenAPI document: format json or yaml, 3.1 or (v30)
@@ -15,24 +16,42 @@ import (
 func Spec(format string, v30 bool) ([]byte, error) {
 	_, a := New(Deps{})
 	o := a.OpenAPI()
-	switch {
-	case format == "yaml" && v30:
-		return o.DowngradeYAML()
-	case format == "yaml":
-		return o.YAML()
-	case format != "json":
-		return nil, fmt.Errorf("spec format %q: want json or yaml", format)
-	}
-	var raw []byte
-	var err error
 	if v30 {
-		raw, err = o.Downgrade()
-	} else {
-		raw, err = json.Marshal(o)
+		return Spec30(o, format)
 	}
+	switch format {
+	case "yaml":
+		return o.YAML()
+	case "json":
+		raw, err := json.Marshal(o)
+		if err != nil {
+			return nil, fmt.Errorf("render spec: %w", err)
+		}
+		return indent(raw)
+	}
+	return nil, fmt.Errorf("spec format %q: want json or yaml", format)
+}
+
+// Spec30 renders o as an OpenAPI 3.0.3 document, json or yaml.
+func Spec30(o *huma.OpenAPI, format string) ([]byte, error) {
+	raw, err := downgrade30(o)
 	if err != nil {
-		return nil, fmt.Errorf("render spec: %w", err)
+		return nil, err
 	}
+	switch format {
+	case "json":
+		return indent(raw)
+	case "yaml":
+		var out bytes.Buffer
+		if err := yaml.Convert(&out, bytes.NewReader(raw)); err != nil {
+			return nil, fmt.Errorf("render spec: %w", err)
+		}
+		return out.Bytes(), nil
+	}
+	return nil, fmt.Errorf("spec format %q: want json or yaml", format)
+}
+
+func indent(raw []byte) ([]byte, error) {
 	var out bytes.Buffer
 	if err := json.Indent(&out, raw, "", "  "); err != nil {
 		return nil, fmt.Errorf("render spec: %w", err)

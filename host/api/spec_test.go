@@ -2,7 +2,11 @@ package api
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cyrnel/cyrnel/envs/module"
@@ -44,5 +48,56 @@ func TestSpecEnumsMatchTheAPI(t *testing.T) {
 				t.Errorf("3.0=%v %s.exitState enum %v lacks null", v30, name, got)
 			}
 		}
+	}
+}
+
+// TestServed30IsOpenAPI30: /openapi-3.0.json and the committed rendering are
+// the same document, which carries none of the JSON Schema 2020-12 words
+// OpenAPI 3.0 lacks (Redocly's lint, make openapi-lint, is the full check),
+// names a server and models the event stream as text, not an array.
+func TestServed30IsOpenAPI30(t *testing.T) {
+	t.Parallel()
+	r, _ := New(Deps{})
+	rec := httptest.NewRecorder()
+	r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi-3.0.json", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /openapi-3.0.json: %d %s", rec.Code, rec.Body)
+	}
+	committed, err := Spec("json", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served, want any
+	if err := json.Unmarshal(rec.Body.Bytes(), &served); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(committed, &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(served, want) {
+		t.Error("the served 3.0 document differs from Spec(json, true)")
+	}
+	body := rec.Body.String()
+	for _, bad := range []string{`"const"`, `"contentMediaType"`, `"format":"base64"`} {
+		if strings.Contains(body, bad) {
+			t.Errorf("the 3.0 document carries %s", bad)
+		}
+	}
+	var doc struct {
+		Servers []struct{ URL string }
+		Paths   map[string]map[string]struct {
+			Responses map[string]struct {
+				Content map[string]struct{ Schema map[string]any }
+			}
+		}
+	}
+	if err := json.Unmarshal(committed, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Servers) != 1 || doc.Servers[0].URL != DefaultServer {
+		t.Errorf("servers %v, want %s", doc.Servers, DefaultServer)
+	}
+	if s := doc.Paths["/processes/{pid}/events"]["get"].Responses["200"].Content["text/event-stream"].Schema; s["type"] != "string" {
+		t.Errorf("event stream schema %v, want a string", s)
 	}
 }

@@ -2408,7 +2408,7 @@ type ClientInterface interface {
 
 	// GetProcessFile Download a file a process left
 	//
-	// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
+	// Raw bytes as application/octet-stream (the name in Content-Disposition carries the extension), an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 	//
 	// Corresponds with GET /processes/{pid}/files/{path} (the `GetProcessFile` operationId).
 	GetProcessFile(ctx context.Context, pid int64, path string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2624,7 +2624,7 @@ type ClientInterface interface {
 
 	// GetSessionFile Download a file from a session's workspace
 	//
-	// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
+	// Raw bytes as application/octet-stream (the name in Content-Disposition carries the extension), an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 	//
 	// Corresponds with GET /sessions/{id}/files/{path} (the `GetSessionFile` operationId).
 	GetSessionFile(ctx context.Context, id string, path string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3319,7 +3319,7 @@ func (c *Client) ListProcessFiles(ctx context.Context, pid int64, reqEditors ...
 
 // GetProcessFile Download a file a process left
 //
-// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
+// Raw bytes as application/octet-stream (the name in Content-Disposition carries the extension), an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 //
 // Corresponds with GET /processes/{pid}/files/{path} (the `GetProcessFile` operationId).
 func (c *Client) GetProcessFile(ctx context.Context, pid int64, path string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3835,7 +3835,7 @@ func (c *Client) DeleteSessionFile(ctx context.Context, id string, path string, 
 
 // GetSessionFile Download a file from a session's workspace
 //
-// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
+// Raw bytes as application/octet-stream (the name in Content-Disposition carries the extension), an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 //
 // Corresponds with GET /sessions/{id}/files/{path} (the `GetSessionFile` operationId).
 func (c *Client) GetSessionFile(ctx context.Context, id string, path string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7161,7 +7161,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetProcessFileWithResponse Download a file a process left
 	//
-	// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
+	// Raw bytes as application/octet-stream (the name in Content-Disposition carries the extension), an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7413,7 +7413,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetSessionFileWithResponse Download a file from a session's workspace
 	//
-	// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
+	// Raw bytes as application/octet-stream (the name in Content-Disposition carries the extension), an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -12135,7 +12135,7 @@ func (c *ClientWithResponses) ListProcessFilesWithResponse(ctx context.Context, 
 
 // GetProcessFileWithResponse Download a file a process left
 //
-// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
+// Raw bytes as application/octet-stream (the name in Content-Disposition carries the extension), an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12567,7 +12567,7 @@ func (c *ClientWithResponses) DeleteSessionFileWithResponse(ctx context.Context,
 
 // GetSessionFileWithResponse Download a file from a session's workspace
 //
-// Raw bytes, the content type chosen by the extension, as an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
+// Raw bytes as application/octet-stream (the name in Content-Disposition carries the extension), an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.
 //
 // Returns a wrapper object for the known response body format(s).
 //
