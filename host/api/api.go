@@ -107,7 +107,8 @@ func New(d Deps) (http.Handler, huma.API) {
 	if d.Keys != nil {
 		r.Use(s.authorize(r))
 	}
-	r.Use(jsonBodies)
+	bodies := map[string]bool{}
+	r.Use(jsonBodies(r, bodies))
 	api := humachi.New(r, Config())
 	s.registerHealth(api)
 	s.registerProcesses(api)
@@ -132,6 +133,7 @@ func New(d Deps) (http.Handler, huma.API) {
 	nullEnums(api.OpenAPI())
 	declareAuth(api.OpenAPI())
 	describeEventStream(api.OpenAPI(), "/processes/{pid}/events")
+	declareErrors(api.OpenAPI(), bodies)
 	serveOpenAPI30(r, api.OpenAPI())
 	if traced {
 		return traceRequests(r, d.Tracing), api

@@ -8,6 +8,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2/humatest"
 
+	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/caller"
 )
 
@@ -59,6 +60,21 @@ func TestBodiesMustBePlainJSON(t *testing.T) {
 		wantStatus(t, f.api.Post("/processes", bytes.NewReader([]byte(`{"code":"x"}`)), "Content-Type: "+ct), http.StatusCreated, nil)
 	}
 	wantStatus(t, f.api.Post("/processes/1/kill"), http.StatusOK, nil)
+}
+
+// TestNoBodyWhereNoneIsTaken: an operation the document gives no request
+// body (deny, kill) refuses one, JSON included, with 415 at body, and
+// decides nothing; the same operation without a body is the control.
+func TestNoBodyWhereNoneIsTaken(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.approvals.items = []approval.Approval{{ID: "apr_1", State: "pending"}}
+	wantProblem(t, f.api.Post("/approvals/apr_1/deny", bytes.NewReader([]byte(`{"reason":"no"}`)), "Content-Type: application/json"), http.StatusUnsupportedMediaType, "body")
+	wantProblem(t, f.api.Post("/processes/1/kill", bytes.NewReader([]byte(`{}`)), "Content-Type: application/json"), http.StatusUnsupportedMediaType, "body")
+	if f.approvals.items[0].State != "pending" {
+		t.Fatalf("a refused deny decided the approval: %s", f.approvals.items[0].State)
+	}
+	wantStatus(t, f.api.Post("/approvals/apr_1/deny"), http.StatusOK, nil)
 }
 
 // TestMCPIsMountedWithItsOwnMediaTypes: /mcp is handed to the MCP handler,

@@ -6,17 +6,29 @@ import (
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/go-chi/chi/v5"
 )
 
 // jsonBodies answers 415 to a request body that is not plain JSON:
 // application/json, with no charset or charset=utf-8. huma on its own takes a
 // missing Content-Type as JSON and any +json type as JSON, so a JSON Patch
 // document or UTF-16 text would be read as if it were the plain JSON the
-// operations describe. A request without a body needs no Content-Type. The
-// MCP endpoint speaks its own protocol and checks its own media types.
-func jsonBodies(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength != 0 && r.Method != http.MethodGet && r.Method != http.MethodHead && r.URL.Path != "/mcp" && !fileUpload(r) {
+// operations describe. A request without a body needs no Content-Type, and
+// an operation that takes none (bodies: "METHOD pattern" of those that do,
+// filled before serving) refuses one rather than ignore it. The MCP
+// endpoint speaks its own protocol and checks its own media types.
+func jsonBodies(mux *chi.Mux, bodies map[string]bool) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ContentLength == 0 || r.Method == http.MethodGet || r.Method == http.MethodHead || r.URL.Path == "/mcp" || fileUpload(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			if pattern, _, known := route(mux, r); known && pattern != "" && !bodies[r.Method+" "+pattern] {
+				msg := "this operation takes no request body"
+				writeProblemDetail(w, http.StatusUnsupportedMediaType, msg, &huma.ErrorDetail{Location: "body", Message: msg})
+				return
+			}
 			if msg := notJSON(r.Header.Get("Content-Type")); msg != "" {
 				writeProblemDetail(w, http.StatusUnsupportedMediaType, msg, &huma.ErrorDetail{
 					Location: "header.Content-Type", Message: msg, Value: r.Header.Get("Content-Type"),
@@ -25,9 +37,9 @@ func jsonBodies(next http.Handler) http.Handler {
 			}
 			// Media types are case-insensitive; huma matches them exactly.
 			r.Header.Set("Content-Type", "application/json")
-		}
-		next.ServeHTTP(w, r)
-	})
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 // fileUpload: PUT /sessions/{id}/files/{path} carries the file's raw bytes.

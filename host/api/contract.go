@@ -102,3 +102,44 @@ func fix30(v any) {
 		}
 	}
 }
+
+// declareErrors declares on every operation the statuses the API layer
+// itself can answer before the operation runs, where huma did not already
+// declare a default response: 404 for a path that names nothing, 400 for
+// malformed JSON and 413 for a body past its limit (operations that take
+// one), 415 for a body of another media type (or any body where none is
+// taken), 422 for an unknown query parameter, 500. It also records in
+// bodies the "METHOD pattern" of each operation that takes a body.
+func declareErrors(o *huma.OpenAPI, bodies map[string]bool) {
+	problem := func(status int) *huma.Response {
+		return &huma.Response{Description: http.StatusText(status), Content: map[string]*huma.MediaType{
+			"application/problem+json": {Schema: &huma.Schema{Ref: "#/components/schemas/ErrorModel"}},
+		}}
+	}
+	for path, item := range o.Paths {
+		for method, op := range map[string]*huma.Operation{
+			http.MethodGet: item.Get, http.MethodPost: item.Post, http.MethodPut: item.Put,
+			http.MethodPatch: item.Patch, http.MethodDelete: item.Delete,
+		} {
+			if op == nil {
+				continue
+			}
+			statuses := []int{http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity, http.StatusInternalServerError}
+			if op.RequestBody != nil {
+				bodies[method+" "+path] = true
+				statuses = append(statuses, http.StatusBadRequest, http.StatusRequestEntityTooLarge)
+			}
+			if strings.Contains(path, "{") {
+				statuses = append(statuses, http.StatusNotFound)
+			}
+			if op.Responses["default"] != nil {
+				continue
+			}
+			for _, st := range statuses {
+				if code := fmt.Sprint(st); op.Responses[code] == nil {
+					op.Responses[code] = problem(st)
+				}
+			}
+		}
+	}
+}

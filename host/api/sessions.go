@@ -159,7 +159,7 @@ type sessionFilePath struct {
 type putFileInput struct {
 	ID      string `path:"id" maxLength:"64" doc:"Session id."`
 	Path    string `path:"path" maxLength:"1024" doc:"The file's path in the workspace, relative; escape a / inside it as %2F (data%2Fin.csv)."`
-	RawBody []byte `contentType:"application/octet-stream"`
+	RawBody []byte `contentType:"*/*"`
 }
 
 // fileBody is a file a program left, served as a download: a browser that
