@@ -109,7 +109,8 @@ func fix30(v any) {
 // malformed JSON and 413 for a body past its limit (operations that take
 // one), 415 for a body of another media type (or any body where none is
 // taken), 422 for an unknown query parameter, 500. It also records in
-// bodies the "METHOD pattern" of each operation that takes a body.
+// bodies the "METHOD pattern" of each operation that takes a body, and
+// copies each path parameter's example onto the parameter.
 func declareErrors(o *huma.OpenAPI, bodies map[string]bool) {
 	problem := func(status int) *huma.Response {
 		return &huma.Response{Description: http.StatusText(status), Content: map[string]*huma.MediaType{
@@ -123,6 +124,13 @@ func declareErrors(o *huma.OpenAPI, bodies map[string]bool) {
 		} {
 			if op == nil {
 				continue
+			}
+			// A path parameter's example on the parameter itself, where
+			// test runners (Dredd) look for the value to send.
+			for _, p := range op.Parameters {
+				if p.In == "path" && p.Example == nil && p.Schema != nil && len(p.Schema.Examples) > 0 {
+					p.Example = p.Schema.Examples[0]
+				}
 			}
 			statuses := []int{http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity, http.StatusInternalServerError}
 			if op.RequestBody != nil {

@@ -71,7 +71,7 @@ type moduleList struct {
 }
 
 type moduleIDPath struct {
-	ID string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Module id."`
+	ID string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" example:"python" doc:"Module id."`
 }
 
 type markdownBody struct {
@@ -219,7 +219,7 @@ func (s *server) registerEnvironment(api huma.API) {
 }
 
 type patchModuleInput struct {
-	ID   string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Module id."`
+	ID   string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" example:"python" doc:"Module id."`
 	Body enabledBody
 }
 

@@ -38,7 +38,7 @@ type approvalList struct {
 }
 
 type approvalPath struct {
-	ID string `path:"id" maxLength:"64" doc:"Approval id."`
+	ID string `path:"id" maxLength:"64" example:"apr_187b3c1a2f4e5d6c9a8b7c6d5e4f3a2b" doc:"Approval id."`
 }
 
 type approvalBody struct {
@@ -55,7 +55,7 @@ type listToolCallsInput struct {
 }
 
 type processToolCallsInput struct {
-	PID     int64  `path:"pid" minimum:"1" doc:"Process id."`
+	PID     int64  `path:"pid" minimum:"1" example:"1" doc:"Process id."`
 	Outcome string `query:"outcome" enum:"success,invalid,blocked,denied,upstream_error,transport_error" doc:"Only calls that ended so."`
 	Limit   int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
 	Cursor  string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`

@@ -31,7 +31,7 @@ type keyBody struct {
 }
 
 type keyPath struct {
-	ID string `path:"id" maxLength:"64" doc:"Key id."`
+	ID string `path:"id" maxLength:"64" example:"key_187b3c1a2f4e5d6c9a8b7c6d5e4f3a2b" doc:"Key id."`
 }
 
 type listKeysInput struct {

@@ -18,14 +18,14 @@ type processBody struct {
 }
 
 type pidPath struct {
-	PID int64 `path:"pid" minimum:"1" doc:"Process id."`
+	PID int64 `path:"pid" minimum:"1" example:"1" doc:"Process id."`
 }
 
 type createProcessInput struct {
 	Body struct {
 		Code      string         `json:"code" minLength:"1" doc:"The program to run."`
 		Ref       string         `json:"ref,omitempty" maxLength:"256" doc:"A label of the client's choosing, for filtering."`
-		TimeoutMs int64          `json:"timeoutMs,omitempty" minimum:"1" doc:"Execution timeout in milliseconds (default 30000)."`
+		TimeoutMs int64          `json:"timeoutMs,omitempty" minimum:"1" maximum:"86400000" doc:"Execution timeout in milliseconds (default 30000, at most 24 hours)."`
 		Autorun   *bool          `json:"autorun,omitempty" doc:"Start the process at once (default true)."`
 		WaitMs    int64          `json:"waitMs,omitempty" minimum:"0" maximum:"300000" doc:"Hold the response until the process is idle or this many milliseconds pass."`
 		EnvConfig map[string]any `json:"envConfig,omitempty" doc:"Per-execution configuration for the environment."`
@@ -46,8 +46,8 @@ type processFileList struct {
 }
 
 type processFilePath struct {
-	PID  int64  `path:"pid" minimum:"1" doc:"Process id."`
-	Path string `path:"path" maxLength:"1024" doc:"The file's path in the workspace; escape a / inside it as %2F."`
+	PID  int64  `path:"pid" minimum:"1" example:"1" doc:"Process id."`
+	Path string `path:"path" maxLength:"1024" example:"out.csv" doc:"The file's path in the workspace; escape a / inside it as %2F."`
 }
 
 type displayList struct {
@@ -73,12 +73,12 @@ type processList struct {
 }
 
 type waitInput struct {
-	PID       int64 `path:"pid" minimum:"1" doc:"Process id."`
+	PID       int64 `path:"pid" minimum:"1" example:"1" doc:"Process id."`
 	TimeoutMs int64 `query:"timeoutMs" minimum:"0" maximum:"300000" default:"30000" doc:"Longest wait in milliseconds."`
 }
 
 type runInput struct {
-	PID  int64 `path:"pid" minimum:"1" doc:"Process id."`
+	PID  int64 `path:"pid" minimum:"1" example:"1" doc:"Process id."`
 	Body *struct {
 		Force bool `json:"force,omitempty" doc:"Run even though the process has results, replacing them."`
 	} `required:"false"`

@@ -15,7 +15,7 @@ type serviceBody struct {
 }
 
 type serviceIDPath struct {
-	ID string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Service id."`
+	ID string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" example:"petstore" doc:"Service id."`
 }
 
 type createServiceInput struct {
@@ -36,7 +36,7 @@ type enabledBody struct {
 }
 
 type patchServiceInput struct {
-	ID   string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Service id."`
+	ID   string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" example:"petstore" doc:"Service id."`
 	Body enabledBody
 }
 

@@ -45,15 +45,15 @@ type sessionBody struct {
 }
 
 type sessionPath struct {
-	ID string `path:"id" maxLength:"64" doc:"Session id."`
+	ID string `path:"id" maxLength:"64" example:"ses_Q2VZ4L7TNXMBK6JH3RPA5YWDCE" doc:"Session id."`
 }
 
 type createSessionInput struct {
 	Body struct {
 		Module        string         `json:"module,omitempty" maxLength:"64" doc:"The environment (default: the active one, which is the only one sessions run in)."`
 		EnvConfig     map[string]any `json:"envConfig,omitempty" doc:"Configuration for the environment, kept with the session."`
-		IdleTimeoutMs int64          `json:"idleTimeoutMs,omitempty" minimum:"1" doc:"End the session after this long without an execution (default 600000)."`
-		MaxLifetimeMs int64          `json:"maxLifetimeMs,omitempty" minimum:"1" doc:"End the session this long after it started (default 86400000)."`
+		IdleTimeoutMs int64          `json:"idleTimeoutMs,omitempty" minimum:"1" maximum:"604800000" doc:"End the session after this long without an execution (default 600000, at most 7 days)."`
+		MaxLifetimeMs int64          `json:"maxLifetimeMs,omitempty" minimum:"1" maximum:"604800000" doc:"End the session this long after it started (default 86400000, at most 7 days)."`
 		Ref           string         `json:"ref,omitempty" maxLength:"256" doc:"A label of the client's choosing."`
 	}
 }
@@ -152,13 +152,13 @@ func decodeSessionCursor(c string) (time.Time, string, bool) {
 }
 
 type sessionFilePath struct {
-	ID   string `path:"id" maxLength:"64" doc:"Session id."`
-	Path string `path:"path" maxLength:"1024" doc:"The file's path in the workspace, relative; escape a / inside it as %2F (data%2Fin.csv)."`
+	ID   string `path:"id" maxLength:"64" example:"ses_Q2VZ4L7TNXMBK6JH3RPA5YWDCE" doc:"Session id."`
+	Path string `path:"path" maxLength:"1024" example:"data/in.csv" doc:"The file's path in the workspace, relative; escape a / inside it as %2F (data%2Fin.csv)."`
 }
 
 type putFileInput struct {
-	ID      string `path:"id" maxLength:"64" doc:"Session id."`
-	Path    string `path:"path" maxLength:"1024" doc:"The file's path in the workspace, relative; escape a / inside it as %2F (data%2Fin.csv)."`
+	ID      string `path:"id" maxLength:"64" example:"ses_Q2VZ4L7TNXMBK6JH3RPA5YWDCE" doc:"Session id."`
+	Path    string `path:"path" maxLength:"1024" example:"data/in.csv" doc:"The file's path in the workspace, relative; escape a / inside it as %2F (data%2Fin.csv)."`
 	RawBody []byte `contentType:"*/*"`
 }
 

@@ -12,11 +12,11 @@ type objectBody struct {
 }
 
 type idPath struct {
-	ID string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Module or service id."`
+	ID string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" example:"python" doc:"Module or service id."`
 }
 
 type putObjectInput struct {
-	ID   string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Module or service id."`
+	ID   string `path:"id" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" example:"python" doc:"Module or service id."`
 	Body map[string]any
 }
 

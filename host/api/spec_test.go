@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/host/process"
+	"github.com/cyrnel/cyrnel/host/session"
 )
 
 // TestSpecEnumsMatchTheAPI: exitState and reason list null (the API returns
@@ -99,5 +101,63 @@ func TestServed30IsOpenAPI30(t *testing.T) {
 	}
 	if s := doc.Paths["/processes/{pid}/events"]["get"].Responses["200"].Content["text/event-stream"].Schema; s["type"] != "string" {
 		t.Errorf("event stream schema %v, want a string", s)
+	}
+}
+
+// TestSpecCarriesExamplesAndEnforcedMaxima: every path parameter has an
+// example (test runners such as Dredd send it), and the duration fields
+// carry the maxima the domain enforces.
+func TestSpecCarriesExamplesAndEnforcedMaxima(t *testing.T) {
+	t.Parallel()
+	raw, err := Spec("json", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Parameters []struct {
+				Name, In string
+				Example  any
+			}
+		}
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]struct {
+					Maximum *float64 `json:"maximum"`
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			for _, p := range op.Parameters {
+				if p.In == "path" {
+					n++
+					if p.Example == nil {
+						t.Errorf("%s %s: path parameter %s has no example", method, path, p.Name)
+					}
+				}
+			}
+		}
+	}
+	if n < 40 {
+		t.Errorf("only %d path parameters seen", n)
+	}
+	for _, c := range []struct {
+		schema, field string
+		want          int64
+	}{
+		{"CreateProcessInputBody", "timeoutMs", process.DefaultLimits().MaxTimeoutMs},
+		{"CreateSessionInputBody", "idleTimeoutMs", session.MaxDurationMs},
+		{"CreateSessionInputBody", "maxLifetimeMs", session.MaxDurationMs},
+	} {
+		got := doc.Components.Schemas[c.schema].Properties[c.field].Maximum
+		if got == nil || int64(*got) != c.want {
+			t.Errorf("%s.%s maximum %v, want the enforced %d", c.schema, c.field, got, c.want)
+		}
 	}
 }

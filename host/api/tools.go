@@ -40,8 +40,8 @@ type toolList struct {
 }
 
 type toolPath struct {
-	ServiceID string `path:"serviceId" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Service id."`
-	ToolID    string `path:"toolId" maxLength:"1024" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Tool id."`
+	ServiceID string `path:"serviceId" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" example:"petstore" doc:"Service id."`
+	ToolID    string `path:"toolId" maxLength:"1024" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" example:"getPetById" doc:"Tool id."`
 }
 
 // toolDetail is a tool with its schemas and effective policy.
@@ -59,14 +59,14 @@ func (s *server) toolBody(t *services.Tool) *toolBody {
 }
 
 type patchToolInput struct {
-	ServiceID string `path:"serviceId" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Service id."`
-	ToolID    string `path:"toolId" maxLength:"1024" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Tool id."`
+	ServiceID string `path:"serviceId" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" example:"petstore" doc:"Service id."`
+	ToolID    string `path:"toolId" maxLength:"1024" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" example:"getPetById" doc:"Tool id."`
 	Body      enabledBody
 }
 
 type invokeInput struct {
-	ServiceID string `path:"serviceId" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Service id."`
-	ToolID    string `path:"toolId" maxLength:"1024" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Tool id."`
+	ServiceID string `path:"serviceId" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" example:"petstore" doc:"Service id."`
+	ToolID    string `path:"toolId" maxLength:"1024" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" example:"getPetById" doc:"Tool id."`
 	Body      struct {
 		Parameters map[string]any `json:"parameters,omitempty" doc:"The tool's parameters: the top-level properties of its input schema."`
 	}

@@ -88,7 +88,7 @@ func (c Config) withDefaults() Config {
 const (
 	DefaultIdleTimeoutMs = 600_000
 	DefaultMaxLifetimeMs = 86_400_000
-	maxDurationMs        = 7 * 86_400_000
+	MaxDurationMs        = 7 * 86_400_000
 )
 
 // Manager owns this host's sessions.
@@ -142,8 +142,8 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*store.Session, e
 		in.MaxLifetimeMs = DefaultMaxLifetimeMs
 	}
 	for field, v := range map[string]int64{"idleTimeoutMs": in.IdleTimeoutMs, "maxLifetimeMs": in.MaxLifetimeMs} {
-		if v < 1 || v > maxDurationMs {
-			return nil, &schema.FieldError{Field: field, Message: fmt.Sprintf("must be between 1 and %d", maxDurationMs)}
+		if v < 1 || v > MaxDurationMs {
+			return nil, &schema.FieldError{Field: field, Message: fmt.Sprintf("must be between 1 and %d", MaxDurationMs)}
 		}
 	}
 	env, err := m.envs.Active()

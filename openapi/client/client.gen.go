@@ -1077,7 +1077,7 @@ type CreateProcessInputBody struct {
 	// Session Run in this session (POST /sessions): its globals, imports and files persist; executions run one at a time, in order. 409 when it has ended.
 	Session *string `json:"session,omitempty"`
 
-	// TimeoutMs Execution timeout in milliseconds (default 30000).
+	// TimeoutMs Execution timeout in milliseconds (default 30000, at most 24 hours).
 	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
 
 	// WaitMs Hold the response until the process is idle or this many milliseconds pass.
@@ -1107,10 +1107,10 @@ type CreateSessionInputBody struct {
 	// EnvConfig Configuration for the environment, kept with the session.
 	EnvConfig *map[string]interface{} `json:"envConfig,omitempty"`
 
-	// IdleTimeoutMs End the session after this long without an execution (default 600000).
+	// IdleTimeoutMs End the session after this long without an execution (default 600000, at most 7 days).
 	IdleTimeoutMs *int64 `json:"idleTimeoutMs,omitempty"`
 
-	// MaxLifetimeMs End the session this long after it started (default 86400000).
+	// MaxLifetimeMs End the session this long after it started (default 86400000, at most 7 days).
 	MaxLifetimeMs *int64 `json:"maxLifetimeMs,omitempty"`
 
 	// Module The environment (default: the active one, which is the only one sessions run in).
