@@ -202,9 +202,20 @@ func TestCLIServicesAndTools(t *testing.T) {
 	if lines := strings.Split(r.stdout, "\n"); r.code != 0 || len(lines) < 2 || !strings.HasPrefix(lines[1], "petstore.showPetById") {
 		t.Fatalf("tools QUERY: the best match first: %+v", r)
 	}
-	r = cli(t, dir, "", key, append([]string{"tools", "--docs", "showPetById"}, srv...)...)
-	if r.code != 0 || !strings.Contains(r.stdout, "cyrnel.services.petstore.showPetById(") {
-		t.Fatalf("tools --docs: %+v", r)
+	// The README's words, unquoted, as several arguments.
+	r = cli(t, dir, "", key, append([]string{"tools", "show", "one", "pet"}, srv...)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "petstore.showPetById") {
+		t.Fatalf("tools show one pet: %+v", r)
+	}
+	// A tool's id shows that tool alone; the control is a search by words,
+	// which lists several.
+	r = cli(t, dir, "", key, append([]string{"tools", "--docs", "--service", "petstore", "showPetById"}, srv...)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "cyrnel.services.petstore.showPetById(") || strings.Contains(r.stdout, "cyrnel.services.petstore.listPets(") {
+		t.Fatalf("tools --docs showPetById: %+v", r)
+	}
+	r = cli(t, dir, "", key, append([]string{"tools", "--docs", "--service", "petstore", "pets"}, srv...)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "cyrnel.services.petstore.listPets(") || !strings.Contains(r.stdout, "cyrnel.services.petstore.createPets(") {
+		t.Fatalf("tools --docs pets: %+v", r)
 	}
 	if r = cli(t, dir, "", key, append([]string{"services", "remove", "petstore"}, srv...)...); r.code != 0 {
 		t.Fatalf("services remove: %+v", r)
@@ -223,7 +234,7 @@ func TestCLIServicesAndTools(t *testing.T) {
 	if r.code != 0 || r.stdout != "True\n" {
 		t.Fatalf("a run sees the added service: %+v", r)
 	}
-	for _, args := range [][]string{{"services"}, {"services", "add", "x"}, {"services", "frobnicate"}, {"tools", "a", "b"}} {
+	for _, args := range [][]string{{"services"}, {"services", "add", "x"}, {"services", "frobnicate"}} {
 		if r = cli(t, dir, "", nil, args...); r.code == 0 {
 			t.Fatalf("%v: want an error: %+v", args, r)
 		}

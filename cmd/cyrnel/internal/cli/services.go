@@ -131,11 +131,12 @@ func listServices(ctx context.Context, out io.Writer, h *host) error {
 	return w.Flush()
 }
 
-const toolsUsage = `Usage: cyrnel tools [flags] [QUERY]
+const toolsUsage = `Usage: cyrnel tools [flags] [QUERY...]
 
 Lists the tools programs can call, or the ten most relevant to QUERY (words
-saying what to do), best first. With --docs, prints each one's docs: how the
-active environment calls it.
+saying what to do), best first; a QUERY that is a tool's id (serviceId.toolId
+or toolId) shows that tool alone. With --docs, prints each one's docs: how
+the active environment calls it.
 
 Flags:
 `
@@ -149,15 +150,14 @@ func Tools(args []string, version string) error {
 	if err != nil {
 		return err
 	}
-	if len(rest) > 1 {
-		return fmt.Errorf("tools: want at most one QUERY, got %q", rest)
-	}
 	params := client.ListToolsParams{Limit: new(int64(100))}
 	if *service != "" {
 		params.ServiceId = service
 	}
-	if len(rest) == 1 {
-		params.Q = &rest[0]
+	if len(rest) > 0 {
+		// The words of a QUERY need no quotes: tools show one pet.
+		q := strings.Join(rest, " ")
+		params.Q = &q
 		params.Limit = new(int64(10))
 	}
 	h, err := hf.connect("")
@@ -182,6 +182,9 @@ func listTools(ctx context.Context, out io.Writer, h *host, params client.ListTo
 		}
 		params.Cursor = r.JSON200.NextCursor
 	}
+	if params.Q != nil {
+		tools = named(tools, *params.Q)
+	}
 	if !docs {
 		return printTools(out, tools)
 	}
@@ -198,6 +201,17 @@ func listTools(ctx context.Context, out io.Writer, h *host, params client.ListTo
 		}
 	}
 	return nil
+}
+
+// named is the tool q names by its id (toolId or serviceId.toolId), when
+// the search found it; else every tool found.
+func named(tools []client.ToolItem, q string) []client.ToolItem {
+	for _, t := range tools {
+		if q == t.Id || q == t.ServiceId+"."+t.Id {
+			return []client.ToolItem{t}
+		}
+	}
+	return tools
 }
 
 func printTools(out io.Writer, tools []client.ToolItem) error {
