@@ -150,6 +150,7 @@ func Config() huma.Config {
 	cfg.SchemasPath = ""
 	cfg.DocsPath = "" // the offline reference page is host/console's
 	cfg.RejectUnknownQueryParameters = true
+	cfg.Formats = map[string]huma.Format{"application/json": jsonFormat, "json": jsonFormat}
 	cfg.Info.Description = description
 	cfg.Servers = []*huma.Server{{URL: DefaultServer, Description: "cyrnel serve on its default address (--addr names another)"}}
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/danielgtaylor/huma/v2/humatest"
@@ -110,4 +111,22 @@ func TestLocations(t *testing.T) {
 			t.Errorf("%q → %q, want %q", c.field, got, c.to)
 		}
 	}
+}
+
+// TestMalformedJSONSaysWhere: a syntax error and a body that ends early are
+// 400s whose message gives the line and column; well-formed JSON is the
+// control.
+func TestMalformedJSONSaysWhere(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for body, want := range map[string]string{
+		"{\"code\": \"x\",\n \"waitMs\": x}": "line 2, column 12",
+		"{\"code\": ":                        "line 1, column 10",
+	} {
+		rec := f.api.Post("/processes", bytes.NewReader([]byte(body)), "Content-Type: application/json")
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("%q: %d %s, want 400 naming %s", body, rec.Code, rec.Body, want)
+		}
+	}
+	wantStatus(t, f.api.Post("/processes", bytes.NewReader([]byte(`{"code": "x"}`)), "Content-Type: application/json"), http.StatusCreated, nil)
 }

@@ -1,6 +1,10 @@
 package api
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"mime"
 	"net/http"
 	"strings"
@@ -67,4 +71,30 @@ func notJSON(ct string) string {
 		}
 	}
 	return ""
+}
+
+// jsonFormat is huma's JSON format whose parse errors say where: the line,
+// column and byte offset of a syntax error, or that the body ends early.
+var jsonFormat = huma.Format{Marshal: huma.DefaultJSONFormat.Marshal, Unmarshal: unmarshalJSON}
+
+func unmarshalJSON(data []byte, v any) error {
+	err := json.Unmarshal(data, v)
+	var syntax *json.SyntaxError
+	switch {
+	case errors.As(err, &syntax) && syntax.Offset >= int64(len(data)):
+		line, col := position(data, int64(len(data)))
+		return fmt.Errorf("malformed JSON: the body ends at line %d, column %d (byte %d) before the value is complete", line, col, len(data))
+	case errors.As(err, &syntax):
+		// Offset counts the bytes read, the offending one included.
+		line, col := position(data, syntax.Offset-1)
+		return fmt.Errorf("malformed JSON at line %d, column %d (byte %d): %w", line, col, syntax.Offset, err)
+	}
+	return err
+}
+
+// position is the 1-based line and column of byte offset off in data.
+func position(data []byte, off int64) (line, col int) {
+	before := data[:min(max(off, 0), int64(len(data)))]
+	line = 1 + bytes.Count(before, []byte("\n"))
+	return line, 1 + len(before) - (bytes.LastIndexByte(before, '\n') + 1)
 }
