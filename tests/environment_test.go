@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -104,5 +105,25 @@ func TestSwitchEnvironmentsAtRuntime(t *testing.T) {
 	}
 	if p := h2.run("console.log(1 + 1)", nil); p.exit() != "success" || p.Stdout != "2\n" {
 		t.Fatalf("typescript after restart: %+v", p)
+	}
+}
+
+// TestUnknownModuleListsTheModules: naming a module there is not (ruby) is
+// a 422 that lists the ones there are, for PUT /environment and GET
+// /modules/{id}; the control: python, which exists, activates.
+func TestUnknownModuleListsTheModules(t *testing.T) {
+	t.Parallel()
+	h := start(t, "")
+	var p problem
+	if st, _ := h.do("PUT", "/environment", map[string]any{"module": "ruby"}, &p); st != http.StatusUnprocessableEntity ||
+		len(p.Errors) != 1 || !strings.Contains(p.Errors[0].Message, "python") || !strings.Contains(p.Errors[0].Message, "typescript") {
+		t.Fatalf("PUT /environment ruby: %d %+v", st, p)
+	}
+	var body string
+	if st, _ := h.do("GET", "/modules/ruby", nil, &body); st != http.StatusNotFound || !strings.Contains(body, "python") {
+		t.Fatalf("GET /modules/ruby: %d %s", st, body)
+	}
+	if st, _ := h.do("PUT", "/environment", map[string]any{"module": "python"}, nil); st != http.StatusOK {
+		t.Fatalf("PUT /environment python: %d", st)
 	}
 }

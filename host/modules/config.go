@@ -18,7 +18,7 @@ var ErrActive = errors.New("module is the active environment")
 // Config returns a module's stored config.
 func (r *Registry) Config(ctx context.Context, id string) (map[string]any, error) {
 	if _, ok := r.infos[id]; !ok {
-		return nil, fmt.Errorf("%s: %w", id, ErrUnknownModule)
+		return nil, unknownModule(id, r.infos)
 	}
 	m, err := r.stored(ctx, id)
 	if err != nil {
@@ -70,7 +70,7 @@ func (r *Registry) moduleChange(id string, cfg map[string]any, edit func(ctx con
 	c.Config = cfg
 	c.Validate = func(ctx context.Context) error {
 		if _, ok := r.infos[id]; !ok {
-			return fmt.Errorf("%s: %w", id, ErrUnknownModule)
+			return unknownModule(id, r.infos)
 		}
 		m, err := r.stored(ctx, id)
 		if err != nil {
@@ -90,7 +90,7 @@ func (r *Registry) moduleChange(id string, cfg map[string]any, edit func(ctx con
 // SecretsSet lists which of a module's secrets are set.
 func (r *Registry) SecretsSet(ctx context.Context, id string) ([]string, error) {
 	if _, ok := r.infos[id]; !ok {
-		return nil, fmt.Errorf("%s: %w", id, ErrUnknownModule)
+		return nil, unknownModule(id, r.infos)
 	}
 	m, err := r.stored(ctx, id)
 	if err != nil {

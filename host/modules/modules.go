@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -199,7 +201,7 @@ func (r *Registry) activation(id string, persist func(context.Context) error) co
 			if _, known := r.infos[id]; known {
 				return fmt.Errorf("%s: %w", id, ErrNotEnvironment)
 			}
-			return fmt.Errorf("%s: %w", id, ErrUnknownModule)
+			return unknownModule(id, r.factories)
 		}
 		var err error
 		if m, err = r.stored(ctx, id); err != nil {
@@ -539,7 +541,7 @@ func (r *Registry) Modules(ctx context.Context) ([]ModuleView, error) {
 func (r *Registry) Module(ctx context.Context, id string) (ModuleView, error) {
 	info, ok := r.infos[id]
 	if !ok {
-		return ModuleView{}, fmt.Errorf("%s: %w", id, ErrUnknownModule)
+		return ModuleView{}, unknownModule(id, r.infos)
 	}
 	m, err := r.stored(ctx, id)
 	if err != nil {
@@ -590,4 +592,10 @@ func (r *Registry) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("environments still tearing down at the shutdown deadline: %w", ctx.Err())
 	}
+}
+
+// unknownModule is ErrUnknownModule for id, naming the modules there are
+// (known: by id).
+func unknownModule[V any](id string, known map[string]V) error {
+	return fmt.Errorf("%s: %w (there are: %s)", id, ErrUnknownModule, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
 }
