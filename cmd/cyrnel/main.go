@@ -106,6 +106,9 @@ Environment variables (a flag, when given, wins over its variable):
                        required, the same on every host, with PostgreSQL)
   CYRNEL_SECRETS_KEY_FILE
                        a file holding CYRNEL_SECRETS_KEY
+  CYRNEL_ADVERTISE_ADDR
+                       with PostgreSQL: where the other hosts reach this one (as --advertise-addr; default the
+                       bound listen address, which must then be one they can reach)
   CYRNEL_LEASE_TTL     with PostgreSQL: how long a host that stopped renewing its lease is trusted before
                        another host finishes its executions as host_lost (default 15s; renewed every third)
   CYRNEL_PROCESS_MAX_AGE
@@ -135,6 +138,7 @@ func serve(args []string) error {
 	fs.String("find-links", "", "a directory of wheels the Python environment's declared packages come from instead of an index (env CYRNEL_FIND_LINKS)")
 	fs.String("max-sessions", "", "sessions (long-lived interpreters) this host runs at once; more are refused with 429 (env CYRNEL_MAX_SESSIONS, default 16)")
 	fs.String("allowed-hosts", "", "comma-separated host names (or addresses) requests may name in Host and a browser's Origin, besides the loopback names and the listen address's; * allows any (env CYRNEL_ALLOWED_HOSTS)")
+	fs.String("advertise-addr", "", "with PostgreSQL: the address (host:port or an http(s) URL) the other hosts reach this one at, to forward requests for its sessions (env CYRNEL_ADVERTISE_ADDR, default the bound listen address)")
 	insecure := fs.Bool("insecure", false, "allow listening on a non-loopback address without CYRNEL_API_KEY")
 	fs.String("sandbox-uids", "", "FIRST:COUNT host uids (and gids) a root host gives its sandboxes, one each (env CYRNEL_SANDBOX_UIDS, default "+
 		fmt.Sprintf("%d:%d", sandbox.DefaultIDRange.First, sandbox.DefaultIDRange.Count)+")")
@@ -196,6 +200,7 @@ func serve(args []string) error {
 		PackageIndex:     cli.Setting(fs, "package-index", "CYRNEL_PACKAGE_INDEX", ""),
 		FindLinks:        cli.Setting(fs, "find-links", "CYRNEL_FIND_LINKS", ""),
 		Insecure:         *insecure,
+		AdvertiseAddr:    cli.Setting(fs, "advertise-addr", "CYRNEL_ADVERTISE_ADDR", ""),
 		AllowedHosts:     splitList(cli.Setting(fs, "allowed-hosts", "CYRNEL_ALLOWED_HOSTS", "")),
 		AllowUnsandboxed: *unsandboxed || os.Getenv("CYRNEL_ALLOW_UNSANDBOXED") == "1",
 		Version:          version,

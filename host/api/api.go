@@ -52,6 +52,9 @@ type Deps struct {
 	Sessions    Sessions
 	MCP         http.Handler // the MCP endpoint, mounted at /mcp when set
 	Hosts       Hosts        // nil: any Host and Origin
+	// Peers are the other hosts on the database, to which requests for
+	// their sessions are forwarded (nil: this host is alone).
+	Peers Peers
 	// Tool governance: policies, approvals, the audit and the gate every
 	// tool call passes.
 	Policies  Policies
@@ -109,6 +112,9 @@ func New(d Deps) (http.Handler, huma.API) {
 	}
 	bodies := map[string]bool{}
 	r.Use(jsonBodies(r, bodies))
+	if d.Peers != nil && d.Sessions != nil {
+		r.Use(s.forwardSessions(r))
+	}
 	api := humachi.New(r, Config())
 	s.registerHealth(api)
 	s.registerProcesses(api)

@@ -34,7 +34,7 @@ const DefaultSync = 2 * time.Second
 
 // Store is the database's side of the cluster.
 type Store interface {
-	RenewLease(ctx context.Context, hostID string, ttl time.Duration) error
+	RenewLease(ctx context.Context, hostID, addr string, ttl time.Duration) error
 	DropLease(ctx context.Context, hostID string) error
 	// Notify sends a payload to every host listening on channel.
 	Notify(ctx context.Context, channel, payload string) error
@@ -104,6 +104,7 @@ type Cluster struct {
 	alive atomic.Int64
 
 	mu       sync.Mutex
+	addr     string // advertised with the lease ("" until Advertise)
 	handlers Handlers
 	started  bool // handlers are set
 	// first is the listening connection opened by New, so what other hosts
@@ -148,7 +149,7 @@ func New(ctx context.Context, log *slog.Logger, url, hostID string, st Store, o 
 		return nil, err
 	}
 	c.first = conn
-	if err := st.RenewLease(ctx, hostID, o.TTL); err != nil {
+	if err := st.RenewLease(ctx, hostID, "", o.TTL); err != nil {
 		c.first.Close(ctx)
 		return nil, err
 	}
@@ -175,6 +176,15 @@ func (c *Cluster) Start(h Handlers) {
 	c.wg.Add(2)
 	go func() { defer c.wg.Done(); c.listen(ctx) }()
 	go func() { defer c.wg.Done(); c.syncLoop(ctx) }()
+}
+
+// Advertise records the address the other hosts reach this one at (they
+// forward there requests for its sessions), now and with every renewal.
+func (c *Cluster) Advertise(ctx context.Context, addr string) error {
+	c.mu.Lock()
+	c.addr = addr
+	c.mu.Unlock()
+	return c.store.RenewLease(ctx, c.host, addr, c.opts.TTL)
 }
 
 // Stop ends renewing, listening and syncing and gives the lease up: the
@@ -207,7 +217,10 @@ func (c *Cluster) renew(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := c.store.RenewLease(ctx, c.host, c.opts.TTL); err != nil {
+		c.mu.Lock()
+		addr := c.addr
+		c.mu.Unlock()
+		if err := c.store.RenewLease(ctx, c.host, addr, c.opts.TTL); err != nil {
 			if ctx.Err() == nil {
 				c.log.Warn("renew the lease", "err", err)
 			}

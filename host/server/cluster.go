@@ -13,13 +13,14 @@ import (
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/services"
+	"github.com/cyrnel/cyrnel/host/session"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
 // clusterHandlers is what this host does for the others: apply their
 // configuration changes, kill what it runs for them, finish what lost
 // hosts left running.
-func clusterHandlers(st *store.Store, procs *process.Manager, approvals *approval.Manager, policies *policy.Engine, reg *modules.Registry, svcs *services.Manager) cluster.Handlers {
+func clusterHandlers(st *store.Store, procs *process.Manager, sessions *session.Manager, approvals *approval.Manager, policies *policy.Engine, reg *modules.Registry, svcs *services.Manager) cluster.Handlers {
 	reload := func(ctx context.Context, ev control.Event) error {
 		switch ev.Kind {
 		case control.KindService:
@@ -42,6 +43,9 @@ func clusterHandlers(st *store.Store, procs *process.Manager, approvals *approva
 			}
 			if err != nil {
 				return n, fmt.Errorf("finish lost hosts' processes: %w", err)
+			}
+			if _, err := sessions.FinishLost(ctx); err != nil {
+				return n, err
 			}
 			return n, approvals.ExpireOrphans(ctx)
 		},
@@ -70,4 +74,16 @@ func configVersions(ctx context.Context, st *store.Store) (map[control.Event]str
 		}
 	}
 	return out, nil
+}
+
+// peers are the other hosts on the database, as the API forwards to them.
+type peers struct {
+	st   *store.Store
+	self string
+}
+
+func (p peers) Self() string { return p.self }
+
+func (p peers) Address(ctx context.Context, hostID string) (string, error) {
+	return p.st.HostAddress(ctx, hostID)
 }

@@ -80,6 +80,11 @@ type Config struct {
 	// and Origin besides the loopback names and the listen address's
 	// (serve --allowed-hosts); "*" allows any.
 	AllowedHosts []string
+	// AdvertiseAddr, with PostgreSQL, is where the other hosts reach this
+	// one (host:port or an http(s) URL; serve --advertise-addr): they
+	// forward there the requests for its sessions. "": the bound listen
+	// address.
+	AdvertiseAddr string
 	// AllowUnsandboxed lets module configs weaken the sandbox (serve
 	// --allow-unsandboxed): the operator's decision, never an API call's.
 	AllowUnsandboxed bool
@@ -307,13 +312,18 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	}
 	if cl != nil {
 		procs.SetRelay(cl)
-		cl.Start(clusterHandlers(st, procs, approvals, policies, reg, svcs))
+		cl.Start(clusterHandlers(st, procs, sessions, approvals, policies, reg, svcs))
 	}
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}, Sessions: sessions}, mcp.Options{})
-	hosts := origins.New(cfg.AllowedHosts)
+	// Another host forwards to this one naming the advertised address.
+	hosts := origins.New(append(cfg.AllowedHosts, cfg.AdvertiseAddr))
+	var others api.Peers
+	if cl != nil {
+		others = peers{st, dir.HostID}
+	}
 	keyring := keys.New(log.With("component", "keys"), st, record, keys.Options{Bootstrap: cfg.APIKey, BootstrapSince: keySince(keyFile)})
 	met.Watch(gauges(procs, reg, sessions, approvals, svcs, cl))
-	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, Keys: keyring, Changes: record, Processes: procs, Environment: reg, Modules: reg, Services: svcs, Tools: svcs, Sessions: sessions, MCP: mcpHandler, Hosts: hosts,
+	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, Keys: keyring, Changes: record, Processes: procs, Environment: reg, Modules: reg, Services: svcs, Tools: svcs, Sessions: sessions, MCP: mcpHandler, Hosts: hosts, Peers: others,
 		Policies: policies, Approvals: approvals, ToolCalls: toolCalls{auditor, st}, Gate: g, Ready: readiness{st, reg}, Sandbox: hostSandbox,
 		Metrics: met.Handler(), Requests: met, Tracing: requestTracing(cfg.Tracing)})
 	// The console's assets and the API reference sit in front of the API
@@ -365,6 +375,17 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 		ln.Close()
 		s.Close()
 		return err
+	}
+	if s.cluster != nil {
+		addr := s.cfg.AdvertiseAddr
+		if addr == "" {
+			addr = ln.Addr().String()
+		}
+		if err := s.cluster.Advertise(ctx, addr); err != nil {
+			ln.Close()
+			s.Close()
+			return fmt.Errorf("advertise %s: %w", addr, err)
+		}
 	}
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
 	msrv, err := s.serveMetrics()

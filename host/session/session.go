@@ -40,6 +40,7 @@ const (
 	EndStartFailed = "start_failed" // the interpreter never became ready
 	EndHostRestart = string(module.ReasonHostRestart)
 	EndShutdown    = string(module.ReasonHostShutdown)
+	EndHostLost    = string(module.ReasonHostLost) // its host stopped renewing its lease
 )
 
 // Errors the API maps to statuses.
@@ -122,6 +123,17 @@ func (m *Manager) Recover(ctx context.Context) error {
 		m.log.Info("ended sessions left open by the previous run", "count", n)
 	}
 	return nil
+}
+
+// FinishLost ends, with reason host_lost, the live sessions of every other
+// host whose lease ran out: their interpreters went with their host. Any
+// live host may run it; doing it twice is harmless.
+func (m *Manager) FinishLost(ctx context.Context) (int64, error) {
+	n, err := m.st.EndLostSessions(ctx, m.host, EndHostLost)
+	if n > 0 {
+		m.log.Warn("ended sessions of a lost host", "count", n)
+	}
+	return n, err
 }
 
 // CreateInput is a new session.

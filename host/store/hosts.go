@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,11 +11,12 @@ import (
 )
 
 // RenewLease records that hostID lives for ttl more, on the database's
-// clock (hosts' clocks may disagree; the database's is the one all read).
-// PostgreSQL only: one host on SQLite needs no lease.
-func (s *Store) RenewLease(ctx context.Context, hostID string, ttl time.Duration) error {
-	_, err := s.DB.ExecContext(ctx, `INSERT INTO hosts (host_id, lease_until) VALUES (?, now() + make_interval(secs => ?))
-ON CONFLICT (host_id) DO UPDATE SET lease_until = EXCLUDED.lease_until`, hostID, ttl.Seconds())
+// clock (hosts' clocks may disagree; the database's is the one all read),
+// and is reached at addr ("": not yet known). PostgreSQL only: one host on
+// SQLite needs no lease.
+func (s *Store) RenewLease(ctx context.Context, hostID, addr string, ttl time.Duration) error {
+	_, err := s.DB.ExecContext(ctx, `INSERT INTO hosts (host_id, lease_until, address) VALUES (?, now() + make_interval(secs => ?), ?)
+ON CONFLICT (host_id) DO UPDATE SET lease_until = EXCLUDED.lease_until, address = EXCLUDED.address`, hostID, ttl.Seconds(), addr)
 	if err != nil {
 		return fmt.Errorf("renew lease: %w", err)
 	}
@@ -32,6 +35,40 @@ func (s *Store) HostsAlive(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("count live hosts: %w", err)
 	}
 	return n, nil
+}
+
+// ErrHostLost: the host has no live lease (it stopped, or stopped renewing
+// it), so nothing can be forwarded to it.
+var ErrHostLost = errors.New("host has no live lease")
+
+// HostAddress is the address hostID advertises while its lease lives;
+// ErrHostLost when it has none, or has not told its address yet.
+func (s *Store) HostAddress(ctx context.Context, hostID string) (string, error) {
+	var addr string
+	err := s.DB.NewSelect().Table("hosts").Column("address").
+		Where("host_id = ?", hostID).Where("lease_until > now()").Scan(ctx, &addr)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && addr == "") {
+		return "", fmt.Errorf("host %s: %w", hostID, ErrHostLost)
+	}
+	if err != nil {
+		return "", s.classify(fmt.Errorf("address of host %s: %w", hostID, err))
+	}
+	return addr, nil
+}
+
+// EndLostSessions ends, with reason, the live sessions of every host other
+// than self whose lease ran out (or that never had one): their interpreters
+// went with their host. PostgreSQL only; doing it twice is harmless.
+func (s *Store) EndLostSessions(ctx context.Context, self, reason string) (int64, error) {
+	res, err := s.DB.NewUpdate().Model((*Session)(nil)).
+		Set("state = ?", SessionEnded).Set("end_reason = ?", reason).Set("ended_at = now()").
+		Where("state <> ?", SessionEnded).Where("host_id <> ?", self).
+		Where("NOT EXISTS (SELECT 1 FROM hosts h WHERE h.host_id = session.host_id AND h.lease_until > now())").
+		Exec(ctx)
+	if err != nil {
+		return 0, s.classify(fmt.Errorf("end sessions of lost hosts: %w", err))
+	}
+	return res.RowsAffected()
 }
 
 // DropLease removes hostID's lease (a host that stopped cleanly).

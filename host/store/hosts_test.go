@@ -58,7 +58,7 @@ func TestFinishLostOnPostgres(t *testing.T) {
 	}
 	defer st.Close()
 	for _, h := range []string{"self", "alive", "expired"} {
-		if err := st.RenewLease(ctx, h, time.Minute); err != nil {
+		if err := st.RenewLease(ctx, h, "", time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}

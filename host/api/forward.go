@@ -1,0 +1,192 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/cyrnel/cyrnel/host/session"
+)
+
+// ForwardedHeader marks a request one host forwarded to another: it is
+// served where it arrives and never forwarded again. Its value is the
+// forwarding host's id.
+const ForwardedHeader = "Cyrnel-Forwarded-By"
+
+// Peers are the other hosts sharing this host's database (DESIGN §13
+// "Several hosts, continued").
+type Peers interface {
+	// Self is this host's id.
+	Self() string
+	// Address is where hostID is reached (host:port or a URL) while its
+	// lease lives; an error when it has none.
+	Address(ctx context.Context, hostID string) (string, error)
+}
+
+// peekLimit bounds how much of a body is read to find the session it
+// names: the largest body of the routes that name one in it.
+const peekLimit = 8 << 20
+
+// forwarder forwards requests for a session another host runs to that
+// host, which authenticates them again itself.
+type forwarder struct {
+	s         *server
+	mux       *chi.Mux
+	transport http.RoundTripper
+}
+
+// forwardSessions is the middleware that sends a request for a session live
+// on another host there: every /sessions/{id} route, POST /processes with a
+// session in its body, and an MCP call of run_code or end_session naming
+// one. A request already forwarded, or for a session this caller does not
+// see, that ended or that runs here, is served here.
+func (s *server) forwardSessions(mux *chi.Mux) func(http.Handler) http.Handler {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	// A dead host's address may not answer at all: the client is told
+	// 503 soon rather than after the system's connect timeout.
+	t.DialContext = (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	f := &forwarder{s: s, mux: mux, transport: t}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get(ForwardedHeader) != "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			id := f.sessionOf(r)
+			if id == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			row, err := s.Sessions.Get(r.Context(), id)
+			if err != nil || row.State == session.Ended || row.HostID == s.Peers.Self() {
+				next.ServeHTTP(w, r) // answered here: not found, ended, local, or 503
+				return
+			}
+			addr, err := s.Peers.Address(r.Context(), row.HostID)
+			if err != nil {
+				s.Log.Info("cannot forward to a session's host", "session", id, "host", row.HostID, "err", err)
+				unreachable(w, id, row.HostID)
+				return
+			}
+			f.proxy(w, r, id, row.HostID, addr)
+		})
+	}
+}
+
+// unreachable answers 503 for a session whose host cannot be reached now:
+// it is ended host_lost once its lease runs out, or answers again.
+func unreachable(w http.ResponseWriter, id, hostID string) {
+	w.Header().Set("Retry-After", "1")
+	writeProblem(w, http.StatusServiceUnavailable, "session "+id+" runs on host "+hostID+", which cannot be reached now; try again")
+}
+
+// proxy sends r to the host at addr with its Authorization header and
+// body, and streams the answer back (an event stream as it comes).
+func (f *forwarder) proxy(w http.ResponseWriter, r *http.Request, id, hostID, addr string) {
+	target, err := baseURL(addr)
+	if err != nil {
+		f.s.Log.Error("a host advertises an unusable address", "host", hostID, "addr", addr, "err", err)
+		unreachable(w, id, hostID)
+		return
+	}
+	self := f.s.Peers.Self()
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.SetXForwarded()
+			pr.Out.Header.Set(ForwardedHeader, self)
+		},
+		Transport:     f.transport,
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			f.s.Log.Warn("forward a session's request", "session", id, "host", hostID, "addr", addr, "err", err)
+			unreachable(w, id, hostID)
+		},
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// baseURL reads an advertised address: host:port (http) or a URL.
+func baseURL(addr string) (*url.URL, error) {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		return nil, err
+	}
+	if u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, errors.New("want host:port or an http(s) URL")
+	}
+	return u, nil
+}
+
+// sessionOf is the session r is about ("" when none): the {id} of a
+// /sessions/{id} route, or the session a body names.
+func (f *forwarder) sessionOf(r *http.Request) string {
+	pattern, _, _ := route(f.mux, r)
+	switch {
+	case strings.HasPrefix(pattern, "/sessions/{id}"):
+		p := r.URL.RawPath
+		if p == "" {
+			p = r.URL.Path
+		}
+		seg := strings.Split(strings.TrimPrefix(p, "/"), "/")
+		if len(seg) < 2 {
+			return ""
+		}
+		id, err := url.PathUnescape(seg[1])
+		if err != nil {
+			return ""
+		}
+		return id
+	case r.Method == http.MethodPost && pattern == "/processes":
+		var body struct {
+			Session string `json:"session"`
+		}
+		peek(r, &body)
+		return body.Session
+	case r.Method == http.MethodPost && pattern == "/mcp":
+		var call struct {
+			Method string `json:"method"`
+			Params struct {
+				Name      string `json:"name"`
+				Arguments struct {
+					Session string `json:"session"`
+				} `json:"arguments"`
+			} `json:"params"`
+		}
+		peek(r, &call)
+		if call.Method == "tools/call" && (call.Params.Name == "run_code" || call.Params.Name == "end_session") {
+			return call.Params.Arguments.Session
+		}
+	}
+	return ""
+}
+
+// peek decodes r's JSON body into v, if it can, and leaves the body as it
+// was for whoever reads it next (a body past peekLimit is not decoded).
+func peek(r *http.Request, v any) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, peekLimit+1))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
+	if err != nil || len(buf) > peekLimit {
+		return
+	}
+	_ = json.Unmarshal(buf, v) // not JSON: the route's handler says so
+}
