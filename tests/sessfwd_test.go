@@ -1,9 +1,12 @@
 package tests
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
@@ -134,5 +137,73 @@ func TestScaleOutSessionHostLost(t *testing.T) {
 	var p proc
 	if st, _ := b.do("POST", "/processes", map[string]any{"code": "print(1)", "session": ses.ID}, &p); st != http.StatusConflict {
 		t.Fatalf("a run in the lost session: %d %+v, want 409", st, p)
+	}
+}
+
+// TestScaleOutApprovalEvent: a program on A waits on an approval; B's event
+// stream of it shows the approval event (with the approval's id), and,
+// once it is approved through B, runs on to its exit.
+func TestScaleOutApprovalEvent(t *testing.T) {
+	t.Parallel()
+	hs := startCluster(t, 2)
+	a, b := hs[0], hs[1]
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"id":1,"name":"doggie"}`))
+	}))
+	defer up.Close()
+	if st, _ := a.do("POST", "/services", map[string]any{
+		"id": "pets", "adapter": "openapi", "source": map[string]any{"content": fixture(t, "swagger-petstore-3.0.yaml")},
+		"config": map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true},
+	}, nil); st != 201 {
+		t.Fatalf("import on A: %d", st)
+	}
+	setPolicies(t, a, "allow", [2]string{"pets.getPetById", "ask"})
+	var p proc
+	a.do("POST", "/processes", map[string]any{"code": "print(cyrnel.services.pets.getPetById(petId=1))", "timeoutMs": 120000}, &p)
+	if p.HostID == "" {
+		t.Fatalf("created on A: %+v", p)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/processes/%d/events", b.base, p.PID), nil)
+	req.Header.Set("Authorization", "Bearer "+b.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	var types []string
+	approved := false
+	for sc.Scan() {
+		if typ, ok := strings.CutPrefix(sc.Text(), "event:"); ok {
+			types = append(types, strings.TrimSpace(typ))
+			continue
+		}
+		data, ok := strings.CutPrefix(sc.Text(), "data:")
+		if !ok || types[len(types)-1] != "approval" {
+			continue
+		}
+		var apr approvalView
+		if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &apr); err != nil || apr.ID == "" || apr.State != "pending" || apr.PID == nil || *apr.PID != p.PID {
+			t.Fatalf("approval event through B: %s (%v)", data, err)
+		}
+		if approved {
+			t.Fatalf("approval event twice through B: %v", types)
+		}
+		if st, _ := b.withKey(reviewer(a).key).do("POST", "/approvals/"+apr.ID+"/approve", nil, nil); st != 200 {
+			t.Fatalf("approve through B: %d", st)
+		}
+		approved = true
+	}
+	if !approved || types[len(types)-1] != "exit" {
+		t.Fatalf("B's stream of A's program: %v, want an approval event, then exit", types)
+	}
+	var w proc
+	if b.do("GET", fmt.Sprintf("/processes/%d", p.PID), nil, &w); w.exit() != "success" || !strings.Contains(w.Stdout, "doggie") {
+		t.Fatalf("approved through B: %+v", w)
 	}
 }

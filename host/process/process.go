@@ -109,6 +109,9 @@ type Manager struct {
 	relay    Relay   // nil: one host
 	obs      Observer
 	tracer   trace.Tracer // nil: not traced
+	// approvals tells the follows of executions other hosts run what
+	// their calls wait on (nil: they are not told).
+	approvals Approvals
 
 	ctx    context.Context // cancelled at shutdown: kills every execution
 	cancel context.CancelFunc

@@ -30,6 +30,45 @@ const remotePoll = 250 * time.Millisecond
 // runner to mark the execution terminating.
 const remoteKillWait = 5 * time.Second
 
+// Waiting is an approval a tool call of an execution waits on: its id and
+// the view an approval event carries.
+type Waiting struct {
+	ID   string
+	View any
+}
+
+// Approvals lists the approvals an execution's calls wait on, read from the
+// database: a follow of an execution another host runs tells them as
+// approval events, as a follow on the runner does.
+type Approvals interface {
+	Pending(ctx context.Context, pid int64) ([]Waiting, error)
+}
+
+// FollowApprovals has follows of executions other hosts run read the
+// approvals their calls wait on; call before serving.
+func (m *Manager) FollowApprovals(a Approvals) { m.approvals = a }
+
+// unsent reads the approvals pid's calls wait on that were not sent yet
+// and marks them sent (none on a failure: the next poll reads them again).
+func (m *Manager) unsent(ctx context.Context, pid int64, sent map[string]bool) []Event {
+	if m.approvals == nil {
+		return nil
+	}
+	ws, err := m.approvals.Pending(ctx, pid)
+	if err != nil {
+		m.log.Debug("read the approvals a remote execution waits on", "pid", pid, "err", err)
+		return nil
+	}
+	var out []Event
+	for _, w := range ws {
+		if !sent[w.ID] {
+			sent[w.ID] = true
+			out = append(out, Event{Type: EventApproval, Approval: w.View})
+		}
+	}
+	return out
+}
+
 // remote reports whether p is live on another host.
 func (m *Manager) remote(p *store.Process) bool {
 	return m.relay != nil && p.State != string(Idle) && p.HostID != m.host
@@ -86,6 +125,12 @@ func (m *Manager) killRemote(ctx context.Context, p *store.Process) (*Process, e
 func (m *Manager) followRemote(ctx context.Context, p *store.Process) (replay []Event, next <-chan Event, stop func()) {
 	v := viewOf(p)
 	replay = replayOf(v, p.Displays)
+	// A suspended execution waits on approvals: they are replayed, and
+	// each new one is sent as it appears, while it is suspended.
+	sent := map[string]bool{}
+	if v.State == Suspended {
+		replay = append(replay, m.unsent(ctx, p.PID, sent)...)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	stopped := context.AfterFunc(m.ctx, cancel) // shutdown ends every follow
 	ch := make(chan Event, followBuffer)
@@ -102,7 +147,13 @@ func (m *Manager) followRemote(ctx context.Context, p *store.Process) (replay []
 			}
 		}
 		for {
-			p, err := m.poll(ctx, last.PID, time.Hour, func(p *store.Process) bool { return changed(last, p) })
+			var waiting []Event
+			p, err := m.poll(ctx, last.PID, time.Hour, func(p *store.Process) bool {
+				if p.State == string(Suspended) && p.Runs == last.Runs {
+					waiting = append(waiting, m.unsent(ctx, p.PID, sent)...)
+				}
+				return changed(last, p) || len(waiting) > 0
+			})
 			if err != nil || ctx.Err() != nil {
 				return
 			}
@@ -130,6 +181,11 @@ func (m *Manager) followRemote(ctx context.Context, p *store.Process) (replay []
 			shown = max(shown, len(p.Displays))
 			if now.State != last.State && now.State != Idle && !send(Event{Type: EventState, State: now.State}) {
 				return
+			}
+			for _, ev := range waiting {
+				if !send(ev) {
+					return
+				}
 			}
 			if now.State == Idle {
 				send(Event{Type: EventExit, Process: now})

@@ -87,3 +87,19 @@ func (p peers) Self() string { return p.self }
 func (p peers) Address(ctx context.Context, hostID string) (string, error) {
 	return p.st.HostAddress(ctx, hostID)
 }
+
+// pendingApprovals are the approvals an execution's calls wait on, for the
+// follows of executions other hosts run.
+type pendingApprovals struct{ *approval.Manager }
+
+func (a pendingApprovals) Pending(ctx context.Context, pid int64) ([]process.Waiting, error) {
+	list, _, err := a.List(ctx, approval.ListInput{State: approval.Pending, PID: pid, Limit: 100})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]process.Waiting, len(list))
+	for i := range list {
+		out[i] = process.Waiting{ID: list[i].ID, View: &list[i]}
+	}
+	return out, nil
+}

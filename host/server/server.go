@@ -312,6 +312,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	}
 	if cl != nil {
 		procs.SetRelay(cl)
+		procs.FollowApprovals(pendingApprovals{approvals})
 		cl.Start(clusterHandlers(st, procs, sessions, approvals, policies, reg, svcs))
 	}
 	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}, Sessions: sessions}, mcp.Options{})
