@@ -121,7 +121,8 @@ func (s *server) registerSessions(api huma.API) {
 
 	huma.Register(api, huma.Operation{
 		OperationID: "getSession", Method: http.MethodGet, Path: "/sessions/{id}", Tags: []string{"sessions"},
-		Summary: "Get a session",
+		Summary: "Get a session", Description: forwardNote,
+		Errors: []int{http.StatusServiceUnavailable},
 	}, func(ctx context.Context, in *sessionPath) (*sessionBody, error) {
 		row, err := s.Sessions.Get(ctx, in.ID)
 		if err != nil {
@@ -133,7 +134,8 @@ func (s *server) registerSessions(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "deleteSession", Method: http.MethodDelete, Path: "/sessions/{id}", Tags: []string{"sessions"},
 		Summary: "End a session", DefaultStatus: http.StatusNoContent,
-		Description: "Ends the session (reason deleted): its interpreter is killed, a running execution and those queued end with reason session_ended. Ending an ended session does nothing.",
+		Description: "Ends the session (reason deleted): its interpreter is killed, a running execution and those queued end with reason session_ended. Ending an ended session does nothing. " + forwardNote,
+		Errors:      []int{http.StatusServiceUnavailable},
 	}, func(ctx context.Context, in *sessionPath) (*struct{}, error) {
 		if err := s.Sessions.End(ctx, in.ID); err != nil {
 			return nil, s.problem(ctx, err)
@@ -141,6 +143,10 @@ func (s *server) registerSessions(api huma.API) {
 		return nil, nil
 	})
 }
+
+// forwardNote is how every operation on one session behaves with several
+// hosts.
+const forwardNote = "With several hosts, a request that reaches a host other than the session's (hostId) is forwarded there; 503 with Retry-After while that host cannot be reached."
 
 func decodeSessionCursor(c string) (time.Time, string, bool) {
 	b, err := base64.RawURLEncoding.DecodeString(c)
@@ -208,7 +214,7 @@ func (s *server) registerSessionFiles(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "listSessionFiles", Method: http.MethodGet, Path: "/sessions/{id}/files", Tags: []string{"sessions"},
 		Summary: "List a session's files", Description: "The files of its workspace (its working directory), at most 1000. 409 when the session has ended.",
-		Errors: []int{http.StatusConflict},
+		Errors: []int{http.StatusConflict, http.StatusServiceUnavailable},
 	}, func(ctx context.Context, in *sessionPath) (*fileList, error) {
 		files, err := s.Sessions.ListFiles(ctx, in.ID)
 		if err != nil {
@@ -223,7 +229,7 @@ func (s *server) registerSessionFiles(api huma.API) {
 		OperationID: "putSessionFile", Method: http.MethodPut, Path: "/sessions/{id}/files/{path}", Tags: []string{"sessions"},
 		Summary: "Upload a file into a session's workspace", DefaultStatus: http.StatusNoContent, MaxBodyBytes: session.MaxFileBytes,
 		Description: "The body is the file's bytes (at most 8 MiB); directories are created. 422 (path.path) for a path that leaves the workspace.",
-		Errors:      []int{http.StatusConflict},
+		Errors:      []int{http.StatusConflict, http.StatusServiceUnavailable},
 	}, func(ctx context.Context, in *putFileInput) (*struct{}, error) {
 		if err := s.Sessions.PutFile(ctx, in.ID, in.Path, in.RawBody); err != nil {
 			return nil, s.problemAt(ctx, err, inPath)
@@ -234,7 +240,7 @@ func (s *server) registerSessionFiles(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "getSessionFile", Method: http.MethodGet, Path: "/sessions/{id}/files/{path}", Tags: []string{"sessions"},
 		Summary: "Download a file from a session's workspace", Description: "Raw bytes as application/octet-stream (the name in Content-Disposition carries the extension), an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.",
-		Errors: []int{http.StatusConflict},
+		Errors: []int{http.StatusConflict, http.StatusServiceUnavailable},
 		Responses: map[string]*huma.Response{"200": {Description: "The file, streamed.", Headers: downloadHeaders(),
 			Content: map[string]*huma.MediaType{"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}}}}},
 	}, func(ctx context.Context, in *sessionFilePath) (*huma.StreamResponse, error) {
@@ -261,7 +267,7 @@ func (s *server) registerSessionFiles(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "deleteSessionFile", Method: http.MethodDelete, Path: "/sessions/{id}/files/{path}", Tags: []string{"sessions"},
 		Summary: "Delete a file from a session's workspace", DefaultStatus: http.StatusNoContent,
-		Errors: []int{http.StatusConflict},
+		Errors: []int{http.StatusConflict, http.StatusServiceUnavailable},
 	}, func(ctx context.Context, in *sessionFilePath) (*struct{}, error) {
 		if err := s.Sessions.DeleteFile(ctx, in.ID, in.Path); err != nil {
 			return nil, s.problemAt(ctx, err, inPath)

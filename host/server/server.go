@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -380,8 +381,9 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	if s.cluster != nil {
 		addr := s.cfg.AdvertiseAddr
 		if addr == "" {
-			addr = ln.Addr().String()
+			addr = advertised(ln.Addr())
 		}
+		s.log.Info("advertising this host to the others", "addr", addr)
 		if err := s.cluster.Advertise(ctx, addr); err != nil {
 			ln.Close()
 			s.Close()
@@ -481,6 +483,22 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	err = s.store.Close()
 	s.dir.Close()
 	return err
+}
+
+// advertised is the address the other hosts reach this one at when the
+// operator names none: the bound listen address, or for an unspecified one
+// (0.0.0.0, ::), which would lead another host to itself, the machine's
+// host name with the bound port.
+func advertised(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return addr.String()
+	}
+	name, err := os.Hostname()
+	if err != nil {
+		return addr.String()
+	}
+	return net.JoinHostPort(name, strconv.Itoa(tcp.Port))
 }
 
 // Close releases everything without serving (for New's callers that stop

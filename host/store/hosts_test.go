@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -100,5 +101,51 @@ func TestFinishLostOnPostgres(t *testing.T) {
 		return err
 	}); err != nil || n != 1 {
 		t.Fatalf("after the alive host dropped its lease: %d %v", n, err)
+	}
+}
+
+// A host's address is read only while its lease lives; the live sessions
+// of hosts whose lease ran out (or that have none) end, and only those.
+func TestHostAddressAndLostSessionsOnPostgres(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := Open(ctx, pgSchema(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, h := range []string{"self", "alive", "expired"} {
+		if err := st.RenewLease(ctx, h, h+".example:9371", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.DB.ExecContext(ctx, "UPDATE hosts SET lease_until = now() - interval '1 second' WHERE host_id = 'expired'"); err != nil {
+		t.Fatal(err)
+	}
+	if addr, err := st.HostAddress(ctx, "alive"); err != nil || addr != "alive.example:9371" {
+		t.Fatalf("address of a live host: %q %v", addr, err)
+	}
+	for _, h := range []string{"expired", "rowless"} {
+		if _, err := st.HostAddress(ctx, h); !errors.Is(err, ErrHostLost) {
+			t.Fatalf("address of host %s: %v, want ErrHostLost", h, err)
+		}
+	}
+	now := time.Now().UTC()
+	for _, h := range []string{"self", "alive", "expired", "rowless"} {
+		if err := st.InsertSession(ctx, &Session{ID: "ses_" + h, Module: "python", State: "ready", HostID: h, CreatedAt: now, LastUsedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := st.EndLostSessions(ctx, "self", "host_lost"); err != nil || n != 2 {
+		t.Fatalf("ended %d (%v), want the expired host's and the rowless host's", n, err)
+	}
+	for h, want := range map[string]string{"self": "ready", "alive": "ready", "expired": "ended", "rowless": "ended"} {
+		s, err := st.GetSession(ctx, "ses_"+h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.State != want || (want == "ended" && (s.EndReason != "host_lost" || s.EndedAt == nil)) {
+			t.Fatalf("session of host %s: %+v, want %s", h, s, want)
+		}
 	}
 }

@@ -1738,9 +1738,12 @@ type Session struct {
 	CpuMs     *int64    `json:"cpuMs,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 
-	// EndReason Why it ended: deleted, idle_timeout, max_lifetime, memory_limit, cpu_limit, output_limit, timeout, killed (a killed program did not stop), crashed, start_failed, host_restart, host_shutdown.
+	// EndReason Why it ended: deleted, idle_timeout, max_lifetime, memory_limit, cpu_limit, output_limit, timeout, killed (a killed program did not stop), crashed, start_failed, host_restart, host_shutdown, host_lost (its host stopped renewing its lease).
 	EndReason *string    `json:"endReason,omitempty"`
 	EndedAt   *time.Time `json:"endedAt,omitempty"`
+
+	// HostId The host whose interpreter the session is. Any host serves requests for it: one that does not run it forwards them there (503 with Retry-After while that host cannot be reached; a lost host's sessions end host_lost).
+	HostId string `json:"hostId"`
 
 	// Id Opaque id (ses_…).
 	Id            string    `json:"id"`
@@ -2350,7 +2353,7 @@ type ClientInterface interface {
 
 	// CreateProcessWithBody Create a process
 	//
-	// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
+	// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs. With several hosts, a run in a session another host runs is forwarded to that host (which runs it and answers); 503 with Retry-After while that host cannot be reached.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2359,7 +2362,7 @@ type ClientInterface interface {
 
 	// CreateProcess Create a process
 	//
-	// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
+	// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs. With several hosts, a run in a session another host runs is forwarded to that host (which runs it and answers); 503 with Retry-After while that host cannot be reached.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2600,12 +2603,14 @@ type ClientInterface interface {
 
 	// DeleteSession End a session
 	//
-	// Ends the session (reason deleted): its interpreter is killed, a running execution and those queued end with reason session_ended. Ending an ended session does nothing.
+	// Ends the session (reason deleted): its interpreter is killed, a running execution and those queued end with reason session_ended. Ending an ended session does nothing. With several hosts, a request that reaches a host other than the session's (hostId) is forwarded there; 503 with Retry-After while that host cannot be reached.
 	//
 	// Corresponds with DELETE /sessions/{id} (the `DeleteSession` operationId).
 	DeleteSession(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetSession Get a session
+	//
+	// With several hosts, a request that reaches a host other than the session's (hostId) is forwarded there; 503 with Retry-After while that host cannot be reached.
 	//
 	// Corresponds with GET /sessions/{id} (the `GetSession` operationId).
 	GetSession(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3181,7 +3186,7 @@ func (c *Client) ListProcesses(ctx context.Context, params *ListProcessesParams,
 
 // CreateProcessWithBody Create a process
 //
-// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
+// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs. With several hosts, a run in a session another host runs is forwarded to that host (which runs it and answers); 503 with Retry-After while that host cannot be reached.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3200,7 +3205,7 @@ func (c *Client) CreateProcessWithBody(ctx context.Context, contentType string, 
 
 // CreateProcess Create a process
 //
-// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
+// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs. With several hosts, a run in a session another host runs is forwarded to that host (which runs it and answers); 503 with Retry-After while that host cannot be reached.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3771,7 +3776,7 @@ func (c *Client) CreateSession(ctx context.Context, body CreateSessionJSONReques
 
 // DeleteSession End a session
 //
-// Ends the session (reason deleted): its interpreter is killed, a running execution and those queued end with reason session_ended. Ending an ended session does nothing.
+// Ends the session (reason deleted): its interpreter is killed, a running execution and those queued end with reason session_ended. Ending an ended session does nothing. With several hosts, a request that reaches a host other than the session's (hostId) is forwarded there; 503 with Retry-After while that host cannot be reached.
 //
 // Corresponds with DELETE /sessions/{id} (the `DeleteSession` operationId).
 func (c *Client) DeleteSession(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3787,6 +3792,8 @@ func (c *Client) DeleteSession(ctx context.Context, id string, reqEditors ...Req
 }
 
 // GetSession Get a session
+//
+// With several hosts, a request that reaches a host other than the session's (hostId) is forwarded there; 503 with Retry-After while that host cannot be reached.
 //
 // Corresponds with GET /sessions/{id} (the `GetSession` operationId).
 func (c *Client) GetSession(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7091,7 +7098,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateProcessWithBodyWithResponse Create a process
 	//
-	// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
+	// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs. With several hosts, a run in a session another host runs is forwarded to that host (which runs it and answers); 503 with Retry-After while that host cannot be reached.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7100,7 +7107,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateProcessWithResponse Create a process
 	//
-	// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
+	// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs. With several hosts, a run in a session another host runs is forwarded to that host (which runs it and answers); 503 with Retry-After while that host cannot be reached.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7381,7 +7388,7 @@ type ClientWithResponsesInterface interface {
 
 	// DeleteSessionWithResponse End a session
 	//
-	// Ends the session (reason deleted): its interpreter is killed, a running execution and those queued end with reason session_ended. Ending an ended session does nothing.
+	// Ends the session (reason deleted): its interpreter is killed, a running execution and those queued end with reason session_ended. Ending an ended session does nothing. With several hosts, a request that reaches a host other than the session's (hostId) is forwarded there; 503 with Retry-After while that host cannot be reached.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7389,6 +7396,8 @@ type ClientWithResponsesInterface interface {
 	DeleteSessionWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteSessionResponse, error)
 
 	// GetSessionWithResponse Get a session
+	//
+	// With several hosts, a request that reaches a host other than the session's (hostId) is forwarded there; 503 with Retry-After while that host cannot be reached.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9068,6 +9077,8 @@ type CreateProcessResponse struct {
 	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
 	ApplicationproblemJSON507 *ErrorModel
 }
@@ -9115,6 +9126,11 @@ func (r CreateProcessResponse) GetApplicationproblemJSON422() *ErrorModel {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r CreateProcessResponse) GetApplicationproblemJSON500() *ErrorModel {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateProcessResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
@@ -10934,8 +10950,12 @@ type DeleteSessionResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *ErrorModel
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -10948,9 +10968,19 @@ func (r DeleteSessionResponse) GetApplicationproblemJSON403() *ErrorModel {
 	return r.ApplicationproblemJSON403
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r DeleteSessionResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -10991,8 +11021,12 @@ type GetSessionResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *ErrorModel
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11010,9 +11044,19 @@ func (r GetSessionResponse) GetApplicationproblemJSON403() *ErrorModel {
 	return r.ApplicationproblemJSON403
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r GetSessionResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetSessionResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetSessionResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetSessionResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -11063,6 +11107,8 @@ type ListSessionFilesResponse struct {
 	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11103,6 +11149,11 @@ func (r ListSessionFilesResponse) GetApplicationproblemJSON422() *ErrorModel {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r ListSessionFilesResponse) GetApplicationproblemJSON500() *ErrorModel {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListSessionFilesResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -11151,6 +11202,8 @@ type DeleteSessionFileResponse struct {
 	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -11186,6 +11239,11 @@ func (r DeleteSessionFileResponse) GetApplicationproblemJSON422() *ErrorModel {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r DeleteSessionFileResponse) GetApplicationproblemJSON500() *ErrorModel {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r DeleteSessionFileResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -11243,6 +11301,8 @@ type GetSessionFileResponse struct {
 	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetSessionFileResponse200Headers
 }
@@ -11280,6 +11340,11 @@ func (r GetSessionFileResponse) GetApplicationproblemJSON422() *ErrorModel {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r GetSessionFileResponse) GetApplicationproblemJSON500() *ErrorModel {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetSessionFileResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -11332,6 +11397,8 @@ type PutSessionFileResponse struct {
 	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
@@ -11377,6 +11444,11 @@ func (r PutSessionFileResponse) GetApplicationproblemJSON422() *ErrorModel {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r PutSessionFileResponse) GetApplicationproblemJSON500() *ErrorModel {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PutSessionFileResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -12346,7 +12418,7 @@ func (c *ClientWithResponses) ListProcessesWithResponse(ctx context.Context, par
 
 // CreateProcessWithBodyWithResponse Create a process
 //
-// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
+// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs. With several hosts, a run in a session another host runs is forwarded to that host (which runs it and answers); 503 with Retry-After while that host cannot be reached.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -12361,7 +12433,7 @@ func (c *ClientWithResponses) CreateProcessWithBodyWithResponse(ctx context.Cont
 
 // CreateProcessWithResponse Create a process
 //
-// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs.
+// Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs. With several hosts, a run in a session another host runs is forwarded to that host (which runs it and answers); 503 with Retry-After while that host cannot be reached.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -12840,7 +12912,7 @@ func (c *ClientWithResponses) CreateSessionWithResponse(ctx context.Context, bod
 
 // DeleteSessionWithResponse End a session
 //
-// Ends the session (reason deleted): its interpreter is killed, a running execution and those queued end with reason session_ended. Ending an ended session does nothing.
+// Ends the session (reason deleted): its interpreter is killed, a running execution and those queued end with reason session_ended. Ending an ended session does nothing. With several hosts, a request that reaches a host other than the session's (hostId) is forwarded there; 503 with Retry-After while that host cannot be reached.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12854,6 +12926,8 @@ func (c *ClientWithResponses) DeleteSessionWithResponse(ctx context.Context, id 
 }
 
 // GetSessionWithResponse Get a session
+//
+// With several hosts, a request that reaches a host other than the session's (hostId) is forwarded there; 503 with Retry-After while that host cannot be reached.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14363,6 +14437,13 @@ func ParseCreateProcessResponse(rsp *http.Response) (*CreateProcessResponse, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -15840,12 +15921,26 @@ func ParseDeleteSessionResponse(rsp *http.Response) (*DeleteSessionResponse, err
 		}
 		response.ApplicationproblemJSON403 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -15887,12 +15982,26 @@ func ParseGetSessionResponse(rsp *http.Response) (*GetSessionResponse, error) {
 		}
 		response.ApplicationproblemJSON403 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -15969,6 +16078,13 @@ func ParseListSessionFilesResponse(rsp *http.Response) (*ListSessionFilesRespons
 		}
 		response.ApplicationproblemJSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
 	}
 
 	return response, nil
@@ -16040,6 +16156,13 @@ func ParseDeleteSessionFileResponse(rsp *http.Response) (*DeleteSessionFileRespo
 		}
 		response.ApplicationproblemJSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
 	}
 
 	return response, nil
@@ -16107,6 +16230,13 @@ func ParseGetSessionFileResponse(rsp *http.Response) (*GetSessionFileResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
@@ -16233,6 +16363,13 @@ func ParsePutSessionFileResponse(rsp *http.Response) (*PutSessionFileResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
