@@ -62,7 +62,7 @@ func (s *server) forwardSessions(mux *chi.Mux) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			id := f.sessionOf(r)
+			id := f.sessionOf(w, r)
 			if id == "" {
 				next.ServeHTTP(w, r)
 				return
@@ -133,7 +133,7 @@ func baseURL(addr string) (*url.URL, error) {
 
 // sessionOf is the session r is about ("" when none): the {id} of a
 // /sessions/{id} route, or the session a body names.
-func (f *forwarder) sessionOf(r *http.Request) string {
+func (f *forwarder) sessionOf(w http.ResponseWriter, r *http.Request) string {
 	pattern, _, _ := route(f.mux, r)
 	switch {
 	case strings.HasPrefix(pattern, "/sessions/{id}"):
@@ -154,7 +154,7 @@ func (f *forwarder) sessionOf(r *http.Request) string {
 		var body struct {
 			Session string `json:"session"`
 		}
-		peek(r, &body)
+		peek(w, r, &body)
 		return body.Session
 	case r.Method == http.MethodPost && pattern == "/mcp":
 		var call struct {
@@ -166,7 +166,7 @@ func (f *forwarder) sessionOf(r *http.Request) string {
 				} `json:"arguments"`
 			} `json:"params"`
 		}
-		peek(r, &call)
+		peek(w, r, &call)
 		if call.Method == "tools/call" && (call.Params.Name == "run_code" || call.Params.Name == "end_session") {
 			return call.Params.Arguments.Session
 		}
@@ -174,12 +174,21 @@ func (f *forwarder) sessionOf(r *http.Request) string {
 	return ""
 }
 
+// peekTimeout bounds how long a peeked body may take to arrive, as huma's
+// BodyReadTimeout does for the bodies it reads.
+const peekTimeout = 5 * time.Second
+
 // peek decodes r's JSON body into v, if it can, and leaves the body as it
-// was for whoever reads it next (a body past peekLimit is not decoded).
-func peek(r *http.Request, v any) {
-	if r.Body == nil || r.Body == http.NoBody {
+// was for whoever reads it next (a body past peekLimit is not decoded). It
+// bounds the read with a deadline of its own: once a body is read to its
+// end the server watches the connection with no deadline, and one set
+// after that (huma's BodyReadTimeout) would end the watch and cancel the
+// request, so the routes whose bodies are peeked set none (peekedBody).
+func peek(w http.ResponseWriter, r *http.Request, v any) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength > peekLimit {
 		return
 	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(peekTimeout))
 	buf, err := io.ReadAll(io.LimitReader(r.Body, peekLimit+1))
 	r.Body = struct {
 		io.Reader
@@ -189,4 +198,14 @@ func peek(r *http.Request, v any) {
 		return
 	}
 	_ = json.Unmarshal(buf, v) // not JSON: the route's handler says so
+}
+
+// peekedBody is the BodyReadTimeout of an operation whose body the
+// forwarding middleware may have read already: none when it runs (it set
+// its own deadline), huma's default otherwise.
+func (s *server) peekedBody() time.Duration {
+	if s.Peers != nil && s.Sessions != nil {
+		return -1
+	}
+	return 0
 }

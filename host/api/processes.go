@@ -103,7 +103,7 @@ func textResponses(what string) map[string]*huma.Response {
 func (s *server) registerProcesses(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "createProcess", Method: http.MethodPost, Path: "/processes", Tags: []string{"processes"},
-		Summary: "Create a process", DefaultStatus: http.StatusCreated, MaxBodyBytes: peekLimit, Errors: []int{http.StatusConflict, http.StatusInsufficientStorage, http.StatusServiceUnavailable},
+		Summary: "Create a process", DefaultStatus: http.StatusCreated, MaxBodyBytes: peekLimit, BodyReadTimeout: s.peekedBody(), Errors: []int{http.StatusConflict, http.StatusInsufficientStorage, http.StatusServiceUnavailable},
 		Description: "Stores the code and, unless autorun is false, runs it in the active environment; the process is owned by the calling key. With waitMs the response is held until the process is idle or the wait ends. " +
 			"Only the key that started a session runs code in it: 403 at body.session for a key that sees the session (admin, approver), 422 as for a missing session for a runner key. 507 when the database's disk is full: nothing is stored and nothing runs. " +
 			"With several hosts, a run in a session another host runs is forwarded to that host (which runs it and answers); 503 with Retry-After while that host cannot be reached.",
