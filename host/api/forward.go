@@ -46,9 +46,10 @@ type forwarder struct {
 }
 
 // forwardSessions is the middleware that sends a request for a session live
-// on another host there: every /sessions/{id} route, POST /processes with a
-// session in its body, and an MCP call of run_code or end_session naming
-// one. A request already forwarded, or for a session this caller does not
+// on another host there: every /sessions/{id} route and POST /processes
+// with a session in its body. MCP calls are not forwarded: an MCP session
+// lives on the host that opened it, which the other host does not know. A
+// request already forwarded, or for a session this caller does not
 // see, that ended or that runs here, is served here.
 func (s *server) forwardSessions(mux *chi.Mux) func(http.Handler) http.Handler {
 	t := http.DefaultTransport.(*http.Transport).Clone()
@@ -156,20 +157,6 @@ func (f *forwarder) sessionOf(w http.ResponseWriter, r *http.Request) string {
 		}
 		peek(w, r, &body)
 		return body.Session
-	case r.Method == http.MethodPost && pattern == "/mcp":
-		var call struct {
-			Method string `json:"method"`
-			Params struct {
-				Name      string `json:"name"`
-				Arguments struct {
-					Session string `json:"session"`
-				} `json:"arguments"`
-			} `json:"params"`
-		}
-		peek(w, r, &call)
-		if call.Method == "tools/call" && (call.Params.Name == "run_code" || call.Params.Name == "end_session") {
-			return call.Params.Arguments.Session
-		}
 	}
 	return ""
 }
