@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -161,6 +162,45 @@ func terms(q string) []string {
 	return out
 }
 
+// stem folds a plural into its singular, so "pets" meets "Pet".
+func stem(w string) string {
+	if len(w) > 3 && strings.HasSuffix(w, "s") && !strings.HasSuffix(w, "ss") {
+		return w[:len(w)-1]
+	}
+	return w
+}
+
+// ownWords is the set of a query's own words (no synonyms, no stopwords),
+// stemmed.
+func ownWords(q string) map[string]bool {
+	out := map[string]bool{}
+	for _, w := range strings.Fields(strings.ToLower(words(q))) {
+		if !stopwords[w] {
+			out[stem(w)] = true
+		}
+	}
+	return out
+}
+
+// named counts the query's own words among the words of a tool's id and
+// name.
+func named(own map[string]bool, t *Tool) int {
+	n := 0
+	seen := map[string]bool{}
+	for _, w := range strings.Fields(strings.ToLower(words(t.ID + " " + t.Name))) {
+		if w = stem(w); own[w] && !seen[w] {
+			seen[w] = true
+			n++
+		}
+	}
+	return n
+}
+
+// rerankDepth is how many of the best-scored tools are ranked again by the
+// query's own words in their names: pages within it are ordered so, the
+// rest by score alone.
+const rerankDepth = 50
+
 // ScoredTool is a tool found by a search, with its relevance (higher is
 // better; comparable within one query only).
 type ScoredTool struct {
@@ -178,8 +218,9 @@ type SearchFilter struct {
 }
 
 // SearchTools ranks tools by relevance to a natural-language query: any of
-// its words may match; rarer words, and words in the id or name, weigh
-// more.
+// its words may match; a tool whose id or name holds more of the query's
+// own words comes first; then rarer words, and words in the id or name,
+// weigh more.
 func (s *Store) SearchTools(ctx context.Context, f SearchFilter) ([]ScoredTool, error) {
 	ts := terms(f.Query)
 	if len(ts) == 0 {
@@ -215,12 +256,38 @@ func (s *Store) SearchTools(ctx context.Context, f SearchFilter) ([]ScoredTool, 
 	if f.Enabled != nil {
 		q = q.Where("t.enabled = ?", *f.Enabled)
 	}
-	q = q.OrderExpr("score DESC, t.service_id, t.id").Limit(int64(f.Limit)).Offset(int64(f.Offset))
+	q = q.OrderExpr("score DESC, t.service_id, t.id")
+	// A tool named with the very words asked for comes first, however the
+	// catalogue's word statistics and the synonyms weigh it: the best
+	// rerankDepth by score are ordered again by how many of the query's own
+	// words their names hold.
+	if f.Offset+f.Limit > rerankDepth {
+		q = q.Limit(int64(f.Limit)).Offset(int64(f.Offset))
+	} else {
+		q = q.Limit(rerankDepth)
+	}
 	var out []ScoredTool
 	if err := q.Scan(ctx, &out); err != nil {
 		return nil, fmt.Errorf("search tools: %w", err)
 	}
-	return out, nil
+	if f.Offset+f.Limit > rerankDepth {
+		return out, nil
+	}
+	own := ownWords(f.Query)
+	type ranked struct {
+		t     ScoredTool
+		named int
+	}
+	rs := make([]ranked, len(out))
+	for i := range out {
+		rs[i] = ranked{out[i], named(own, &out[i].Tool)}
+	}
+	slices.SortStableFunc(rs, func(a, b ranked) int { return b.named - a.named })
+	page := make([]ScoredTool, 0, f.Limit)
+	for _, r := range rs[min(f.Offset, len(rs)):min(f.Offset+f.Limit, len(rs))] {
+		page = append(page, r.t)
+	}
+	return page, nil
 }
 
 // HasTerms reports whether a query has words a search can use.
