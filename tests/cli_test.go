@@ -162,6 +162,11 @@ func TestCLIRunServer(t *testing.T) {
 	if r = cli(t, dir, "", env, "run", "--server", h.base, "hello.ts"); r.code != 5 || !strings.Contains(r.stderr, "PUT /environment") {
 		t.Fatalf("environment mismatch: %+v", r)
 	}
+	// An environment cyrnel does not have is a usage error naming the ones
+	// it has, not a call to suggest (PUT /environment ruby is 422).
+	if r = cli(t, dir, "", env, "run", "--server", h.base, "--env", "ruby", "hello.ts"); r.code != 2 || !strings.Contains(r.stderr, "want python or typescript") || strings.Contains(r.stderr, "PUT /environment") {
+		t.Fatalf("--env ruby: %+v", r)
+	}
 }
 
 func TestCLIRunTypeScript(t *testing.T) {

@@ -41,7 +41,10 @@ OUTPUT-display-N.png), or named on stderr without it.
 The first Ctrl-C kills the program; a second one stops waiting for it.
 
 The environment is chosen by the file's extension (.py: python; .ts and .js:
-typescript) or --env. A program read from stdin (-), or from a file with
+typescript) or --env. A host this command starts runs it in that
+environment; a running server must have it active (PUT /environment switches
+every program on that server, so the command does not do it: it fails with
+exit code 5, saying how). A program read from stdin (-), or from a file with
 another extension, runs in the active environment.
 
 Exit codes:
@@ -86,8 +89,13 @@ func Run(args []string, version string) int {
 		fmt.Fprintln(os.Stderr, "cyrnel run:", err)
 		return exitUsage
 	}
-	if *env == "" {
+	switch *env {
+	case "":
 		*env = environmentOf(files[0])
+	case "python", "typescript":
+	default:
+		fmt.Fprintf(os.Stderr, "cyrnel run: --env %s: want python or typescript, the environments cyrnel has\n", *env)
+		return exitUsage
 	}
 	if *timeout < 0 {
 		fmt.Fprintln(os.Stderr, "cyrnel run: --timeout must be positive")
