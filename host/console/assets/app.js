@@ -69,7 +69,9 @@ async function request(method, path, body, opts = {}) {
 
 const api = {
   get: (p, o) => request("GET", p, undefined, o),
-  post: (p, b, o) => request("POST", p, b === undefined ? {} : b, o),
+  // An action that takes no body (kill, refresh, approve) sends none: the
+  // API refuses a body where its document takes none (415).
+  post: (p, b, o) => request("POST", p, b, o),
   put: (p, b) => request("PUT", p, b),
   patch: (p, b) => request("PATCH", p, b),
   del: (p) => request("DELETE", p),
