@@ -408,8 +408,8 @@ func TestOneShotFiles(t *testing.T) {
 		t.Fatalf("files: %+v", files.Items)
 	}
 	st, hdr, b := h.raw("GET", fmt.Sprintf("/processes/%d/files/out%%2Fcount.txt", p.PID), "", nil)
-	if st != http.StatusOK || string(b) != "3" || !strings.HasPrefix(hdr.Get("Content-Type"), "text/plain") {
-		t.Fatalf("count.txt: %d %s %q", st, hdr.Get("Content-Type"), b)
+	if st != http.StatusOK || string(b) != "3" || hdr.Get("Content-Type") != "application/octet-stream" || !strings.Contains(hdr.Get("Content-Disposition"), "count.txt") {
+		t.Fatalf("count.txt: %d %s %s %q", st, hdr.Get("Content-Type"), hdr.Get("Content-Disposition"), b)
 	}
 	// A fresh workspace each time: the next program sees nothing.
 	if q := h.run("import os\nprint(os.listdir('.'))", nil); q.Stdout != "[]\n" {
