@@ -25,7 +25,7 @@ func TestProgramFilesAreDownloads(t *testing.T) {
 	}
 	for _, route := range []string{fmt.Sprintf("/processes/%d/files/out%%2Ff.html", p.PID), "/sessions/" + s.ID + "/files/f.html"} {
 		st, hdr, b := h.raw("GET", route, "", nil)
-		if st != http.StatusOK || string(b) != page || hdr.Get("Content-Type") != "text/html; charset=utf-8" {
+		if st != http.StatusOK || string(b) != page || hdr.Get("Content-Type") != "application/octet-stream" {
 			t.Fatalf("%s: %d %s %q", route, st, hdr.Get("Content-Type"), b)
 		}
 		disp, params, err := mime.ParseMediaType(hdr.Get("Content-Disposition"))
