@@ -160,6 +160,8 @@ bench: deps datascience test-db ## run the benchmarks: medians and ratios agains
 		$(GO) test -run '^$$' -bench 'ScaleOut' -benchtime 1x -count 1 -timeout 30m ./tests
 	@echo "== fresh interpreters forked from a template vs spawned vs python3 -I -S -c pass; pandas preloaded; TypeScript 2 vs 8 clients"
 	$(GO) test -run '^$$' -bench 'ForkTemplate|ForkPandas|TypeScriptClients' -benchtime 1x -count 1 -timeout 30m ./tests
+	@echo "== where the CPU of a fresh forked execution goes: server, template, children, kernel threads; fork floor and bare spawn (3 runs)"
+	$(GO) test -run '^$$' -bench 'CPUSplit' -benchtime 1x -count 3 -timeout 30m ./tests
 	@echo "== the first matplotlib plot in a new session (preload matplotlib) against the second, same session"
 	$(GO) test -run '^$$' -bench 'FirstPlot' -benchtime 10x -count 1 -timeout 30m ./tests
 

@@ -1,0 +1,246 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// userHZ is the unit of the times in /proc/<pid>/stat: USER_HZ, 100 on
+// every Linux architecture Go supports (the kernel converts to it for
+// user space whatever its own tick rate).
+const userHZ = 100
+
+// pfKthread is PF_KTHREAD in the flags field of /proc/<pid>/stat.
+const pfKthread = 0x00200000
+
+// procTimes is one process's CPU from /proc/<pid>/stat: its own (every
+// thread's) and that of the children it has reaped.
+type procTimes struct {
+	self, children time.Duration
+	flags          uint64
+}
+
+// readProcTimes reads /proc/<pid>/stat (proc(5): fields 9 flags, 14–17
+// utime, stime, cutime, cstime, in USER_HZ ticks).
+func readProcTimes(pid int) (procTimes, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procTimes{}, err
+	}
+	// The command name may hold spaces and parentheses: fields start after the last ')'.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return procTimes{}, fmt.Errorf("/proc/%d/stat: %q", pid, data)
+	}
+	f := strings.Fields(string(data[i+1:])) // f[0] is field 3 (state)
+	if len(f) < 15 {
+		return procTimes{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	n := func(k int) int64 { v, _ := strconv.ParseInt(f[k-3], 10, 64); return v }
+	tick := func(v int64) time.Duration { return time.Duration(v) * time.Second / userHZ }
+	flags, _ := strconv.ParseUint(f[9-3], 10, 64)
+	return procTimes{self: tick(n(14) + n(15)), children: tick(n(16) + n(17)), flags: flags}, nil
+}
+
+// kernelThreads reads every kernel thread's CPU (utime+stime) by pid.
+func kernelThreads() map[int]time.Duration {
+	out := map[int]time.Duration{}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if t, err := readProcTimes(pid); err == nil && t.flags&pfKthread != 0 {
+			out[pid] = t.self
+		}
+	}
+	return out
+}
+
+// kernelDelta is the CPU kernel threads used between two readings; a
+// thread started in between counts whole, one that ended is lost (an
+// unbound kworker that exits takes its time with it).
+func kernelDelta(before, after map[int]time.Duration) time.Duration {
+	var d time.Duration
+	for pid, t := range after {
+		d += t - before[pid]
+	}
+	return d
+}
+
+// systemBusy reads the busy CPU of the whole machine from /proc/stat
+// (every field of the "cpu" line but idle and iowait), and the idle.
+func systemBusy(b *testing.B) (busy, idle time.Duration) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)[1:]
+	for i, s := range f[:min(len(f), 8)] { // guest time is inside user already
+		v, _ := strconv.ParseInt(s, 10, 64)
+		if i == 3 || i == 4 {
+			idle += time.Duration(v) * time.Second / userHZ
+		} else {
+			busy += time.Duration(v) * time.Second / userHZ
+		}
+	}
+	return busy, idle
+}
+
+// childPids lists the children of pid (every thread's).
+func childPids(pid int) []int {
+	var out []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, t := range tasks {
+		data, _ := os.ReadFile(t)
+		for _, s := range strings.Fields(string(data)) {
+			if c, err := strconv.Atoi(s); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// cpuSnapshot is every counter BenchmarkCPUSplit compares.
+type cpuSnapshot struct {
+	server, template procTimes
+	kernel           map[int]time.Duration
+	busy, idle       time.Duration
+}
+
+func snapshot(b *testing.B, server, template int) cpuSnapshot {
+	s, err := readProcTimes(server)
+	if err != nil {
+		b.Fatal(err)
+	}
+	t, err := readProcTimes(template)
+	if err != nil {
+		b.Fatal(err)
+	}
+	busy, idle := systemBusy(b)
+	return cpuSnapshot{server: s, template: t, kernel: kernelThreads(), busy: busy, idle: idle}
+}
+
+// forkFloor runs a Python parent (asyncio imported, as the template
+// preloads it) that forks n children each running `pass`, and returns the
+// CPU per fork: the parent's own from getrusage(RUSAGE_SELF) after its
+// set-up, plus its children's from getrusage(RUSAGE_CHILDREN).
+func forkFloor(b *testing.B, python string, n int) (parent, child time.Duration) {
+	const script = `import asyncio, os, resource, sys
+n = int(sys.argv[1])
+s0 = resource.getrusage(resource.RUSAGE_SELF)
+for _ in range(n):
+    pid = os.fork()
+    if pid == 0:
+        pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+s = resource.getrusage(resource.RUSAGE_SELF)
+c = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(s.ru_utime + s.ru_stime - s0.ru_utime - s0.ru_stime, c.ru_utime + c.ru_stime)
+`
+	out, err := exec.Command(python, "-I", "-S", "-c", script, strconv.Itoa(n)).Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var p, c float64
+	if _, err := fmt.Sscan(string(out), &p, &c); err != nil {
+		b.Fatalf("fork floor %q: %v", out, err)
+	}
+	per := func(sec float64) time.Duration { return time.Duration(sec * float64(time.Second) / float64(n)) }
+	return per(p), per(c)
+}
+
+// bareSpawn runs `python3 -I -S -c pass` n times and returns the CPU of
+// one (wait4's rusage of each: the child's user and system time).
+func bareSpawn(b *testing.B, python string, n int) time.Duration {
+	var total time.Duration
+	for range n {
+		cmd := exec.Command(python, "-I", "-S", "-c", "pass")
+		if err := cmd.Run(); err != nil {
+			b.Fatal(err)
+		}
+		total += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
+	return total / time.Duration(n)
+}
+
+// BenchmarkCPUSplit: the CPU of one fresh forked Python `pass` execution
+// at 8 clients, split by process (docs/benchmarks.md, "Where the time
+// goes"): the server (every thread, /proc/<pid>/stat utime+stime), the
+// forking template (its own), the children (the template's cutime+cstime:
+// it reaps every child, so their whole lives land there), and kernel
+// threads (the sum over PF_KTHREAD tasks). Beside them, in the same run,
+// the fork floor and a bare spawn. Run with -benchtime 1x; CYRNEL_CPUSPLIT_N
+// sets the executions (600).
+func BenchmarkCPUSplit(b *testing.B) {
+	n := 600
+	if v, err := strconv.Atoi(os.Getenv("CYRNEL_CPUSPLIT_N")); err == nil && v > 0 {
+		n = v
+	}
+	h := start(b, "")
+	h.run("pass", nil)
+	waitSettled(b, h)
+	if ok, why := templateStatus(h); !ok {
+		b.Skipf("no forking template on this machine: %s", why)
+	}
+	real, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	python := strings.TrimSpace(string(real))
+	server := h.cmd.Process.Pid
+	kids := childPids(server)
+	if len(kids) != 1 {
+		b.Fatalf("the server has %d children (%v), want the one template", len(kids), kids)
+	}
+	template := kids[0]
+	load(b, h, 50, 8, "pass") // warm: connections, pool at its size
+	for range b.N {
+		waitPoolFull(b, h)
+		before := snapshot(b, server, template)
+		lat, wall := load(b, h, n, 8, "pass")
+		waitPoolFull(b, h) // the refills the last executions caused
+		after := snapshot(b, server, template)
+		if got := childPids(server); len(got) != 1 || got[0] != template {
+			b.Fatalf("the template changed during the run: %v, was %d", got, template)
+		}
+		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(len(lat)) }
+		srv := per(after.server.self - before.server.self)
+		tpl := per(after.template.self - before.template.self)
+		kid := per(after.template.children - before.template.children)
+		kern := per(kernelDelta(before.kernel, after.kernel))
+		busy := per(after.busy - before.busy)
+		idle := float64((after.idle - before.idle).Microseconds()) / 1000 / wall.Seconds() / 10 // % of one CPU
+		floorParent, floorChild := forkFloor(b, python, 300)
+		spawn := bareSpawn(b, python, 100)
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		total := srv + tpl + kid + kern
+		floor := ms(floorParent + floorChild)
+
+		b.ReportMetric(float64(len(lat))/wall.Seconds(), "exec/s")
+		b.ReportMetric(srv, "server-ms/exec")
+		b.ReportMetric(tpl, "template-ms/exec")
+		b.ReportMetric(kid, "children-ms/exec")
+		b.ReportMetric(kern, "kthreads-ms/exec")
+		b.ReportMetric(total, "total-ms/exec")
+		b.ReportMetric(busy, "machine-busy-ms/exec")
+		b.ReportMetric(per(after.server.children-before.server.children), "server-reaped-ms/exec")
+		b.ReportMetric(floor, "fork-floor-ms")
+		b.ReportMetric(ms(spawn), "bare-spawn-ms")
+		b.ReportMetric(total/floor, "vs-floor-x")
+		b.Logf("%d executions, %.0f/s; CPU per execution: server %.2f, template %.2f, children %.2f, kernel threads %.2f = %.2f ms "+
+			"(whole machine %.2f ms, idle %.0f %% of one CPU); fork floor %.2f ms (parent %.2f, child %.2f); bare spawn %.2f ms",
+			len(lat), float64(len(lat))/wall.Seconds(), srv, tpl, kid, kern, total, busy, idle,
+			floor, ms(floorParent), ms(floorChild), ms(spawn))
+	}
+}
