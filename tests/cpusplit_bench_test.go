@@ -19,15 +19,17 @@ const userHZ = 100
 // pfKthread is PF_KTHREAD in the flags field of /proc/<pid>/stat.
 const pfKthread = 0x00200000
 
-// procTimes is one process's CPU from /proc/<pid>/stat: its own (every
-// thread's) and that of the children it has reaped.
+// procTimes is one process's CPU and minor (copy-on-write among them) page
+// faults from /proc/<pid>/stat: its own (every thread's) and those of the
+// children it has reaped.
 type procTimes struct {
-	self, children time.Duration
-	flags          uint64
+	self, children      time.Duration
+	minflt, childMinflt int64
+	flags               uint64
 }
 
-// readProcTimes reads /proc/<pid>/stat (proc(5): fields 9 flags, 14–17
-// utime, stime, cutime, cstime, in USER_HZ ticks).
+// readProcTimes reads /proc/<pid>/stat (proc(5): fields 9 flags, 10
+// minflt, 11 cminflt, 14–17 utime, stime, cutime, cstime in USER_HZ ticks).
 func readProcTimes(pid int) (procTimes, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -45,7 +47,10 @@ func readProcTimes(pid int) (procTimes, error) {
 	n := func(k int) int64 { v, _ := strconv.ParseInt(f[k-3], 10, 64); return v }
 	tick := func(v int64) time.Duration { return time.Duration(v) * time.Second / userHZ }
 	flags, _ := strconv.ParseUint(f[9-3], 10, 64)
-	return procTimes{self: tick(n(14) + n(15)), children: tick(n(16) + n(17)), flags: flags}, nil
+	return procTimes{
+		self: tick(n(14) + n(15)), children: tick(n(16) + n(17)),
+		minflt: n(10), childMinflt: n(11), flags: flags,
+	}, nil
 }
 
 // kernelThreads reads every kernel thread's CPU (utime+stime) by pid.
@@ -133,8 +138,9 @@ func snapshot(b *testing.B, server, template int) cpuSnapshot {
 // forkFloor runs a Python parent (asyncio imported, as the template
 // preloads it) that forks n children each running `pass`, and returns the
 // CPU per fork: the parent's own from getrusage(RUSAGE_SELF) after its
-// set-up, plus its children's from getrusage(RUSAGE_CHILDREN).
-func forkFloor(b *testing.B, python string, n int) (parent, child time.Duration) {
+// set-up, plus its children's from getrusage(RUSAGE_CHILDREN), and the
+// minor page faults of one child.
+func forkFloor(b *testing.B, python string, n int) (parent, child time.Duration, childFaults float64) {
 	const script = `import asyncio, os, resource, sys
 n = int(sys.argv[1])
 s0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -146,18 +152,18 @@ for _ in range(n):
     os.waitpid(pid, 0)
 s = resource.getrusage(resource.RUSAGE_SELF)
 c = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(s.ru_utime + s.ru_stime - s0.ru_utime - s0.ru_stime, c.ru_utime + c.ru_stime)
+print(s.ru_utime + s.ru_stime - s0.ru_utime - s0.ru_stime, c.ru_utime + c.ru_stime, c.ru_minflt)
 `
 	out, err := exec.Command(python, "-I", "-S", "-c", script, strconv.Itoa(n)).Output()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var p, c float64
-	if _, err := fmt.Sscan(string(out), &p, &c); err != nil {
+	var p, c, faults float64
+	if _, err := fmt.Sscan(string(out), &p, &c, &faults); err != nil {
 		b.Fatalf("fork floor %q: %v", out, err)
 	}
 	per := func(sec float64) time.Duration { return time.Duration(sec * float64(time.Second) / float64(n)) }
-	return per(p), per(c)
+	return per(p), per(c), faults / float64(n)
 }
 
 // bareSpawn runs `python3 -I -S -c pass` n times and returns the CPU of
@@ -221,7 +227,7 @@ func BenchmarkCPUSplit(b *testing.B) {
 		kern := per(kernelDelta(before.kernel, after.kernel))
 		busy := per(after.busy - before.busy)
 		idle := float64((after.idle - before.idle).Microseconds()) / 1000 / wall.Seconds() / 10 // % of one CPU
-		floorParent, floorChild := forkFloor(b, python, 300)
+		floorParent, floorChild, floorFaults := forkFloor(b, python, 300)
 		spawn := bareSpawn(b, python, 100)
 		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 		total := srv + tpl + kid + kern
@@ -235,6 +241,10 @@ func BenchmarkCPUSplit(b *testing.B) {
 		b.ReportMetric(total, "total-ms/exec")
 		b.ReportMetric(busy, "machine-busy-ms/exec")
 		b.ReportMetric(per(after.server.children-before.server.children), "server-reaped-ms/exec")
+		faults := func(a, b int64) float64 { return float64(a-b) / float64(len(lat)) }
+		b.ReportMetric(faults(after.template.minflt, before.template.minflt), "template-minflt/exec")
+		b.ReportMetric(faults(after.template.childMinflt, before.template.childMinflt), "child-minflt/exec")
+		b.ReportMetric(floorFaults, "fork-floor-child-minflt")
 		b.ReportMetric(floor, "fork-floor-ms")
 		b.ReportMetric(ms(spawn), "bare-spawn-ms")
 		b.ReportMetric(total/floor, "vs-floor-x")
