@@ -185,8 +185,9 @@ func bareSpawn(b *testing.B, python string, n int) time.Duration {
 // goes"): the server (every thread, /proc/<pid>/stat utime+stime), the
 // forking template (its own), the children (the template's cutime+cstime:
 // it reaps every child, so their whole lives land there), and kernel
-// threads (the sum over PF_KTHREAD tasks). Beside them, in the same run,
-// the fork floor and a bare spawn. Run with -benchtime 1x; CYRNEL_CPUSPLIT_N
+// threads (the sum over PF_KTHREAD tasks), and the minor page faults of
+// the template and its children. Beside them, in the same run, the fork
+// floor and a bare spawn. Run with -benchtime 1x; CYRNEL_CPUSPLIT_N
 // sets the executions (600).
 func BenchmarkCPUSplit(b *testing.B) {
 	n := 600
