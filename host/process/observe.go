@@ -27,12 +27,13 @@ type noObserver struct{}
 func (noObserver) ExecutionEnded(string, string, string, time.Duration, time.Duration) {}
 func (noObserver) RowsWritten(int, time.Duration)                                      {}
 
-// Instrument reports to obs and, when tracer is not nil, traces each
-// execution (its queue, its run, its row writes) in the trace of the
-// request that started it. Call before Recover.
-func (m *Manager) Instrument(obs Observer, tracer trace.Tracer) {
-	m.obs, m.tracer = obs, tracer
-	m.w.obs, m.w.tracer = obs, tracer
+// Instruments are what a manager reports to: Observer (nil: nothing) and,
+// when Tracer is not nil, a trace of each execution (its queue, its run,
+// its row writes) in the trace of the request that started it. They are
+// given to New: its goroutines read them from the start.
+type Instruments struct {
+	Observer Observer
+	Tracer   trace.Tracer
 }
 
 // Live counts this host's live executions by state.

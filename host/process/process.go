@@ -134,15 +134,18 @@ type Manager struct {
 const FlushInterval = time.Second
 
 // New returns a manager for the host with the given id, writing progress
-// every flush (0: FlushInterval); call Recover before serving and Shutdown
-// to stop.
-func New(log *slog.Logger, st *store.Store, exec Executor, limits Limits, hostID string, flush time.Duration) *Manager {
+// every flush (0: FlushInterval) and reporting to ins; call Recover before
+// serving and Shutdown to stop.
+func New(log *slog.Logger, st *store.Store, exec Executor, limits Limits, hostID string, flush time.Duration, ins Instruments) *Manager {
 	if flush <= 0 {
 		flush = FlushInterval
 	}
+	if ins.Observer == nil {
+		ins.Observer = noObserver{}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	stop := make(chan struct{})
-	m := &Manager{log: log, host: hostID, st: st, exec: exec, limits: limits, w: newWriter(st), obs: noObserver{},
+	m := &Manager{log: log, host: hostID, st: st, exec: exec, limits: limits, w: newWriter(st, ins), obs: ins.Observer, tracer: ins.Tracer,
 		ctx: ctx, cancel: cancel, runs: map[int64]*run{},
 		stopFlush: sync.OnceFunc(func() { close(stop) }), flushDone: make(chan struct{})}
 	go m.flushEvery(flush, stop)

@@ -49,8 +49,8 @@ const writeTimeout = 30 * time.Second
 // request the stopping host refuses.
 var errWriterStopped error = &conflictError{"the host is shutting down"}
 
-func newWriter(st *store.Store) *writer {
-	w := &writer{st: st, obs: noObserver{}, queue: make(chan *write, maxBatch), done: make(chan struct{}), halt: make(chan struct{})}
+func newWriter(st *store.Store, ins Instruments) *writer {
+	w := &writer{st: st, obs: ins.Observer, tracer: ins.Tracer, queue: make(chan *write, maxBatch), done: make(chan struct{}), halt: make(chan struct{})}
 	go w.loop()
 	return w
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -34,6 +35,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/egress"
 	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/keys"
+	"github.com/cyrnel/cyrnel/host/lifecycle"
 	"github.com/cyrnel/cyrnel/host/mcp"
 	"github.com/cyrnel/cyrnel/host/metrics"
 	"github.com/cyrnel/cyrnel/host/modules"
@@ -41,6 +43,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/retention"
+	"github.com/cyrnel/cyrnel/host/secrets"
 	"github.com/cyrnel/cyrnel/host/services"
 	"github.com/cyrnel/cyrnel/host/session"
 	"github.com/cyrnel/cyrnel/host/store"
@@ -102,6 +105,10 @@ type Config struct {
 	// Tracing traces requests, executions and tool calls (nil: off); the
 	// server shuts it down when it stops.
 	Tracing *tracing.Provider
+
+	// startHook, when set, runs before each start step and fails it by
+	// returning an error (the lifecycle tests).
+	startHook func(step string) error
 }
 
 // Governance configures tool policies, approvals and the audit (zero values
@@ -120,21 +127,27 @@ type Governance struct {
 
 // Server is an assembled host.
 type Server struct {
-	log       *slog.Logger
-	cfg       Config
-	keyFile   string // the data directory's key file, when the key is from there
-	dir       *datadir.Dir
-	store     *store.Store
-	procs     *process.Manager
-	sessions  *session.Manager
-	audit     *audit.Writer
-	approvals *approval.Manager
-	gate      *gate.Gate
-	modules   *modules.Registry
-	services  *services.Manager
-	cluster   *cluster.Cluster // nil on SQLite
-	handler   http.Handler
-	hosts     *origins.Allowed
+	log *slog.Logger
+	cfg Config
+	// stack holds the started parts; stopping it, newest first, is the one
+	// shutdown sequence (Serve's and Close's).
+	stack       *lifecycle.Stack
+	keyFile     string // the data directory's key file, when the key is from there
+	dir         *datadir.Dir
+	store       *store.Store
+	box         *secrets.Box
+	procs       *process.Manager
+	sessions    *session.Manager
+	audit       *audit.Writer
+	policies    *policy.Engine
+	approvals   *approval.Manager
+	gate        *gate.Gate
+	modules     *modules.Registry
+	services    *services.Manager
+	cluster     *cluster.Cluster // nil on SQLite
+	handler     http.Handler
+	hosts       *origins.Allowed
+	hostSandbox modules.HostSandbox
 	// egress learns the listen address, which tool calls never reach.
 	egress  *egress.Guard
 	keys    *keys.Manager
@@ -142,6 +155,11 @@ type Server struct {
 	mcp     *mcp.Handler
 	metrics *metrics.Metrics
 	tracing *tracing.Provider
+
+	mu sync.Mutex
+	// requestsDone is closed when Serve's listener has finished its
+	// requests (nil: Serve is not serving).
+	requestsDone chan struct{}
 }
 
 // ErrInsecure is returned when asked to listen beyond loopback unprotected.
@@ -167,9 +185,26 @@ func CheckAddr(addr, apiKey string, insecure bool) error {
 }
 
 // New assembles a host: opens the database, finishes what a previous host
-// left running, and activates the stored environment.
+// left running, and activates the stored environment. Each long-lived part
+// is started onto the server's stack as soon as it exists, so a failure at
+// any step stops what already runs, newest first (see Lifecycle in
+// docs/architecture.md).
 func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err error) {
-	if err := CheckAddr(cfg.Addr, cfg.APIKey, cfg.Insecure); err != nil {
+	if cfg.Tracing == nil {
+		cfg.Tracing = tracing.Off()
+	}
+	stack := lifecycle.New(log.With("component", "lifecycle"), cfg.startHook)
+	defer func() {
+		if err != nil {
+			stack.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // already failing; Stop logs each
+		}
+	}()
+	// The spans of the executions ended at shutdown go out before the host
+	// does: tracing is stopped last.
+	if err = stack.Start(ctx, "tracing", lifecycle.Func{OnStop: cfg.Tracing.Shutdown}); err != nil {
+		return nil, err
+	}
+	if err = CheckAddr(cfg.Addr, cfg.APIKey, cfg.Insecure); err != nil {
 		return nil, err
 	}
 	hostSandbox, err := modules.CheckHostSandbox(sandbox.Probe(), cfg.AllowUnsandboxed)
@@ -179,160 +214,268 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if len(hostSandbox.Missing) > 0 {
 		log.Warn("running without sandbox layers this machine lacks (--allow-unsandboxed)", "missing", hostSandbox.Missing)
 	}
-	interpreters, err := declarePython(log, cfg.Python)
-	if err != nil {
+	s := &Server{log: log, stack: stack, tracing: cfg.Tracing, metrics: metrics.New(), hostSandbox: hostSandbox}
+	if err = s.openStorage(ctx, &cfg); err != nil {
 		return nil, err
 	}
-	machine, err := worker.ReadMachine()
-	if err != nil {
+	if err = s.startGovernance(ctx, cfg); err != nil {
 		return nil, err
 	}
-	dir, err := datadir.Open(cfg.DataDir)
-	if err != nil {
+	if err = s.startRuntime(ctx, cfg); err != nil {
 		return nil, err
 	}
-	if cfg.Tracing == nil {
-		cfg.Tracing = tracing.Off()
+	s.cfg = cfg
+	s.assembleHandler(cfg)
+	return s, nil
+}
+
+// openStorage opens the data directory, the database, the secrets and, on
+// PostgreSQL, joins the cluster.
+func (s *Server) openStorage(ctx context.Context, cfg *Config) (err error) {
+	if s.dir, err = datadir.Open(cfg.DataDir); err != nil {
+		return err
 	}
-	var tracer trace.Tracer // nil: the domain packages trace nothing
-	if cfg.Tracing.Enabled {
-		tracer = cfg.Tracing.Tracer("github.com/cyrnel/cyrnel")
+	if err = s.stack.Start(ctx, "data directory", closeErr(s.dir.Close)); err != nil {
+		s.dir.Close()
+		return err
 	}
-	met := metrics.New()
-	var st *store.Store
-	var cl *cluster.Cluster
-	defer func() {
-		if err != nil {
-			if cl != nil {
-				cl.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // already failing
-			}
-			if st != nil {
-				st.Close()
-			}
-			dir.Close()
-		}
-	}()
 	var dbTracing trace.TracerProvider // nil: no span per statement
 	if cfg.Tracing.Enabled {
 		dbTracing = cfg.Tracing
 	}
-	if st, err = store.Open(ctx, cfg.DBURL, cfg.DataDir, store.Options{UsedDataDir: dir.Used, Log: log.With("component", "store"), Tracing: dbTracing}); err != nil {
-		return nil, err
+	if s.store, err = store.Open(ctx, cfg.DBURL, cfg.DataDir, store.Options{UsedDataDir: s.dir.Used, Log: s.log.With("component", "store"), Tracing: dbTracing}); err != nil {
+		return err
 	}
-	keyFile := ""
+	if err = s.stack.Start(ctx, "store", closeErr(s.store.Close)); err != nil {
+		s.store.Close()
+		return err
+	}
 	if cfg.APIKey == "" {
 		// Nobody else on the machine may use a server started on its
 		// defaults: it makes a key only its operator can read (DESIGN §11).
 		var created bool
-		if cfg.APIKey, created, err = dir.APIKey(); err != nil {
-			return nil, err
+		if cfg.APIKey, created, err = s.dir.APIKey(); err != nil {
+			return err
 		}
-		keyFile = filepath.Join(cfg.DataDir, datadir.APIKeyFile)
+		s.keyFile = filepath.Join(cfg.DataDir, datadir.APIKeyFile)
 		if created {
-			log.Info("created an API key", "file", keyFile)
+			s.log.Info("created an API key", "file", s.keyFile)
 		}
 	}
-	if !st.Local() && cfg.SecretsKey == "" {
+	if !s.store.Local() && cfg.SecretsKey == "" {
 		// A key generated per data directory would differ between hosts,
 		// each unable to open what the others sealed.
-		return nil, errors.New("with PostgreSQL every host must share one secrets key: set CYRNEL_SECRETS_KEY (or CYRNEL_SECRETS_KEY_FILE) to the same base64 32-byte key on each host")
+		return errors.New("with PostgreSQL every host must share one secrets key: set CYRNEL_SECRETS_KEY (or CYRNEL_SECRETS_KEY_FILE) to the same base64 32-byte key on each host")
 	}
-	box, err := openSecrets(ctx, log, st, cfg.SecretsKey, cfg.DataDir)
+	if s.box, err = openSecrets(ctx, s.log, s.store, cfg.SecretsKey, cfg.DataDir); err != nil {
+		return err
+	}
+	if s.store.Local() {
+		return nil
+	}
+	if s.cluster, err = cluster.New(ctx, s.log.With("component", "cluster"), cfg.DBURL, s.dir.HostID, s.store, cluster.Options{TTL: cfg.LeaseTTL, Observer: s.metrics}); err != nil {
+		return err
+	}
+	// cluster.New already renews the lease; the "cluster" step below stops
+	// it in order on shutdown, this one on a failure before that step.
+	if err = s.stack.Start(ctx, "cluster lease", lifecycle.Func{OnStop: s.cluster.Stop}); err != nil {
+		s.cluster.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // already failing
+		return err
+	}
+	return nil
+}
+
+// startGovernance starts the record of changes, the keys, policies,
+// approvals and the audit.
+func (s *Server) startGovernance(ctx context.Context, cfg Config) (err error) {
+	// Every configuration change is recorded with the key that made it.
+	s.changes = changes.New(s.log.With("component", "changes"), s.store, cfg.Governance.Changes)
+	if err = s.stack.Start(ctx, "changes", lifecycle.Closer(s.changes.Close)); err != nil {
+		s.changes.Close()
+		return err
+	}
+	s.keys = keys.New(s.log.With("component", "keys"), s.store, s.changes, keys.Options{Bootstrap: cfg.APIKey, BootstrapSince: keySince(s.keyFile)})
+	if err = s.stack.Start(ctx, "keys", lifecycle.Closer(s.keys.Close)); err != nil {
+		s.keys.Close()
+		return err
+	}
+	if s.policies, err = policy.Load(ctx, s.store, cfg.Governance.DefaultPolicy); err != nil {
+		return err
+	}
+	s.policies.RecordTo(s.changes)
+	if cl := s.cluster; cl != nil {
+		s.policies.OnChange(func(ctx context.Context) { cl.Notify(ctx, control.Event{Kind: control.KindPolicies}) })
+	}
+	s.approvals = approval.New(s.log.With("component", "approvals"), s.store, cfg.Governance.Approvals)
+	if s.cluster != nil {
+		s.approvals.Shared(s.cluster)
+	}
+	if err = s.stack.Start(ctx, "approvals", lifecycle.Func{OnStart: s.approvals.Recover, OnStop: stopClose(s.approvals.Close)}); err != nil {
+		s.approvals.Close()
+		return err
+	}
+	s.audit = audit.New(s.log.With("component", "audit"), s.store, cfg.Governance.Audit)
+	if err = s.stack.Start(ctx, "audit", lifecycle.Closer(s.audit.Close)); err != nil {
+		s.audit.Close()
+		return err
+	}
+	// In-flight requests may still write to the audit, approvals and keys:
+	// Serve's shutdown of the listener is awaited here.
+	return s.stack.Start(ctx, "requests", lifecycle.Func{OnStop: s.awaitRequests})
+}
+
+// startRuntime starts tools, environments, sessions and processes, and on
+// PostgreSQL the cluster's handling of the other hosts.
+func (s *Server) startRuntime(ctx context.Context, cfg Config) (err error) {
+	interpreters, err := declarePython(s.log, cfg.Python)
 	if err != nil {
-		return nil, err
+		return err
+	}
+	machine, err := worker.ReadMachine()
+	if err != nil {
+		return err
 	}
 	var notifier control.Notifier
-	if !st.Local() {
-		if cl, err = cluster.New(ctx, log.With("component", "cluster"), cfg.DBURL, dir.HostID, st, cluster.Options{TTL: cfg.LeaseTTL, Observer: met}); err != nil {
-			return nil, err
-		}
-		notifier = cl
+	if s.cluster != nil {
+		notifier = s.cluster
 	}
 	// One control plane for modules and services: every configuration
 	// change is applied one at a time, all or nothing; with several hosts
 	// each stored change is announced to the others, which reload it.
-	plane := control.New(log.With("component", "control"), notifier, cfg.Policies...)
-	// Every configuration change is recorded with the key that made it.
-	record := changes.New(log.With("component", "changes"), st, cfg.Governance.Changes)
-	defer func() {
-		if err != nil {
-			record.Close()
+	plane := control.New(s.log.With("component", "control"), notifier, cfg.Policies...)
+	plane.RecordTo(s.changes)
+	s.modules = modules.New(s.log.With("component", "modules"), s.store, s.box, plane, environments(s.log, cfg, interpreters))
+	s.egress = &egress.Guard{}
+	s.services = services.New(s.log.With("component", "services"), s.store, s.box, plane, map[string]adapter.Adapter{
+		openapi.ID: openapi.New(openapi.Options{Guard: s.egress, WrapTransport: upstreamTracing(cfg.Tracing)}),
+	})
+	s.modules.AllowUnsandboxed(cfg.AllowUnsandboxed)
+	s.modules.LimitTo(machine)
+	for _, info := range s.services.Adapters() {
+		s.modules.AddInfo(info)
+	}
+	if err = s.stack.Start(ctx, "services", s.services); err != nil {
+		return err
+	}
+	// The environment is activated below, once processes can report; it
+	// is stopped after them.
+	if err = s.stack.Start(ctx, "modules", lifecycle.Func{OnStop: s.modules.Stop}); err != nil {
+		return err
+	}
+	if cl := s.cluster; cl != nil {
+		if err = s.stack.Start(ctx, "cluster", lifecycle.Func{OnStop: cl.Stop}); err != nil {
+			return err
 		}
-	}()
-	plane.RecordTo(record)
-	reg := modules.New(log.With("component", "modules"), st, box, plane, map[string]modules.Factory{
+	}
+	s.sessions = session.New(s.log.With("component", "sessions"), s.store, s.modules, s.dir.HostID, cfg.Sessions)
+	if err = s.stack.Start(ctx, "sessions", lifecycle.Func{OnStart: s.sessions.Recover, OnStop: s.sessions.Shutdown}); err != nil {
+		return err
+	}
+	return s.startProcesses(ctx, cfg)
+}
+
+// startProcesses starts the process manager, activates the environment and
+// serves MCP.
+func (s *Server) startProcesses(ctx context.Context, cfg Config) (err error) {
+	var tracer trace.Tracer // nil: the domain packages trace nothing
+	if cfg.Tracing.Enabled {
+		tracer = cfg.Tracing.Tracer("github.com/cyrnel/cyrnel")
+	}
+	s.procs = process.New(s.log.With("component", "processes"), s.store, s.modules, cfg.Limits, s.dir.HostID, 0, process.Instruments{Observer: s.metrics, Tracer: tracer})
+	s.procs.UseSessions(s.sessions)
+	if err = s.stack.Start(ctx, "processes", lifecycle.Func{OnStart: s.procs.Recover, OnStop: s.stopProcesses}); err != nil {
+		s.procs.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // already failing
+		return err
+	}
+	s.gate = &gate.Gate{Policies: s.policies, Approvals: s.approvals, Audit: s.audit, Processes: s.procs, Tools: s.services, Observer: s.metrics, Tracer: tracer}
+	activate := func(ctx context.Context) error {
+		return s.modules.Start(ctx, &bindings{Manager: s.procs, tools: s.services, gate: s.gate}, cfg.Environment)
+	}
+	if err = s.stack.Start(ctx, "environment", lifecycle.Func{OnStart: activate}); err != nil {
+		return err
+	}
+	if cl := s.cluster; cl != nil {
+		s.procs.SetRelay(cl)
+		s.procs.FollowApprovals(pendingApprovals{s.approvals})
+		handlers := clusterHandlers(s.store, s.procs, s.sessions, s.approvals, s.policies, s.modules, s.services)
+		if err = s.stack.Start(ctx, "cluster handlers", lifecycle.Func{OnStart: func(context.Context) error { cl.Start(handlers); return nil }}); err != nil {
+			return err
+		}
+	}
+	s.mcp = mcp.New(mcp.Deps{Log: s.log.With("component", "mcp"), Version: cfg.Version, Processes: s.procs, Environments: s.modules, Tools: mcpTools{s.services, s.modules}, Sessions: s.sessions}, mcp.Options{})
+	// MCP sessions hold event streams open: they end first, so the
+	// listener's shutdown need not wait them out.
+	return s.stack.Start(ctx, "mcp", lifecycle.Closer(s.mcp.Close))
+}
+
+// stopProcesses ends running executions (canceled, host_shutdown). One of
+// several hosts first gives them half the time left to finish, so a rolling
+// deploy loses as little as it can.
+func (s *Server) stopProcesses(ctx context.Context) error {
+	if s.cluster != nil {
+		if deadline, ok := ctx.Deadline(); ok {
+			dctx, cancel := context.WithTimeout(ctx, time.Until(deadline)/2)
+			s.procs.Drain(dctx)
+			cancel()
+		}
+	}
+	return s.procs.Shutdown(ctx)
+}
+
+// assembleHandler builds the HTTP API over the started parts.
+func (s *Server) assembleHandler(cfg Config) {
+	// Another host forwards to this one naming the advertised address.
+	s.hosts = origins.New(append(cfg.AllowedHosts, cfg.AdvertiseAddr))
+	var others api.Peers
+	if s.cluster != nil {
+		others = peers{s.store, s.dir.HostID}
+	}
+	s.metrics.Watch(gauges(s.procs, s.modules, s.sessions, s.approvals, s.services, s.cluster))
+	handler, _ := api.New(api.Deps{Log: s.log, Version: cfg.Version, Keys: s.keys, Changes: s.changes, Processes: s.procs, Environment: s.modules, Modules: s.modules, Services: s.services, Tools: s.services, Sessions: s.sessions, MCP: s.mcp, Hosts: s.hosts, Peers: others,
+		Policies: s.policies, Approvals: s.approvals, ToolCalls: toolCalls{s.audit, s.store}, Gate: s.gate, Ready: readiness{s.store, s.modules}, Sandbox: s.hostSandbox,
+		Metrics: s.metrics.Handler(), Requests: s.metrics, Tracing: requestTracing(cfg.Tracing)})
+	// The console's assets and the API reference sit in front of the API
+	// (and its authentication): they hold no data.
+	s.handler = console.Handler(handler)
+}
+
+// environments are the environments this host can activate.
+func environments(log *slog.Logger, cfg Config, interpreters []python.Interpreter) map[string]modules.Factory {
+	return map[string]modules.Factory{
 		"python": func() module.Environment {
 			return python.New(log, python.Options{Interpreters: interpreters, Packages: python.PackageSource{
 				Index: cfg.PackageIndex, FindLinks: cfg.FindLinks, CacheDir: filepath.Join(cfg.DataDir, "packages"),
 			}})
 		},
 		typescript.ID: func() module.Environment { return typescript.New(log) },
-	})
-	guard := &egress.Guard{}
-	svcs := services.New(log.With("component", "services"), st, box, plane, map[string]adapter.Adapter{
-		openapi.ID: openapi.New(openapi.Options{Guard: guard, WrapTransport: upstreamTracing(cfg.Tracing)}),
-	})
-	reg.AllowUnsandboxed(cfg.AllowUnsandboxed)
-	reg.LimitTo(machine)
-	for _, info := range svcs.Adapters() {
-		reg.AddInfo(info)
 	}
-	if err = svcs.Start(ctx); err != nil {
-		return nil, err
+}
+
+// closeErr adapts a component that stops with Close() error.
+func closeErr(close func() error) lifecycle.Component {
+	return lifecycle.Func{OnStop: func(context.Context) error { return close() }}
+}
+
+// stopClose adapts a plain Close to a stop function.
+func stopClose(close func()) func(context.Context) error {
+	return func(context.Context) error { close(); return nil }
+}
+
+// awaitRequests waits, no longer than ctx allows, for Serve's listener to
+// finish its requests (at once when Serve never ran).
+func (s *Server) awaitRequests(ctx context.Context) error {
+	s.mu.Lock()
+	done := s.requestsDone
+	s.mu.Unlock()
+	if done == nil {
+		return nil
 	}
-	procs := process.New(log.With("component", "processes"), st, reg, cfg.Limits, dir.HostID, 0)
-	procs.Instrument(met, tracer)
-	if err = procs.Recover(ctx); err != nil {
-		return nil, err
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	policies, err := policy.Load(ctx, st, cfg.Governance.DefaultPolicy)
-	if err != nil {
-		return nil, err
-	}
-	policies.RecordTo(record)
-	if cl != nil {
-		policies.OnChange(func(ctx context.Context) { cl.Notify(ctx, control.Event{Kind: control.KindPolicies}) })
-	}
-	approvals := approval.New(log.With("component", "approvals"), st, cfg.Governance.Approvals)
-	if cl != nil {
-		approvals.Shared(cl)
-	}
-	if err = approvals.Recover(ctx); err != nil {
-		approvals.Close()
-		return nil, err
-	}
-	auditor := audit.New(log.With("component", "audit"), st, cfg.Governance.Audit)
-	sessions := session.New(log.With("component", "sessions"), st, reg, dir.HostID, cfg.Sessions)
-	if err = sessions.Recover(ctx); err != nil {
-		return nil, err
-	}
-	procs.UseSessions(sessions)
-	g := &gate.Gate{Policies: policies, Approvals: approvals, Audit: auditor, Processes: procs, Tools: svcs, Observer: met, Tracer: tracer}
-	if err = reg.Start(ctx, &bindings{Manager: procs, tools: svcs, gate: g}, cfg.Environment); err != nil {
-		return nil, err
-	}
-	if cl != nil {
-		procs.SetRelay(cl)
-		procs.FollowApprovals(pendingApprovals{approvals})
-		cl.Start(clusterHandlers(st, procs, sessions, approvals, policies, reg, svcs))
-	}
-	mcpHandler := mcp.New(mcp.Deps{Log: log.With("component", "mcp"), Version: cfg.Version, Processes: procs, Environments: reg, Tools: mcpTools{svcs, reg}, Sessions: sessions}, mcp.Options{})
-	// Another host forwards to this one naming the advertised address.
-	hosts := origins.New(append(cfg.AllowedHosts, cfg.AdvertiseAddr))
-	var others api.Peers
-	if cl != nil {
-		others = peers{st, dir.HostID}
-	}
-	keyring := keys.New(log.With("component", "keys"), st, record, keys.Options{Bootstrap: cfg.APIKey, BootstrapSince: keySince(keyFile)})
-	met.Watch(gauges(procs, reg, sessions, approvals, svcs, cl))
-	handler, _ := api.New(api.Deps{Log: log, Version: cfg.Version, Keys: keyring, Changes: record, Processes: procs, Environment: reg, Modules: reg, Services: svcs, Tools: svcs, Sessions: sessions, MCP: mcpHandler, Hosts: hosts, Peers: others,
-		Policies: policies, Approvals: approvals, ToolCalls: toolCalls{auditor, st}, Gate: g, Ready: readiness{st, reg}, Sandbox: hostSandbox,
-		Metrics: met.Handler(), Requests: met, Tracing: requestTracing(cfg.Tracing)})
-	// The console's assets and the API reference sit in front of the API
-	// (and its authentication): they hold no data.
-	handler = console.Handler(handler)
-	return &Server{log: log, cfg: cfg, keyFile: keyFile, dir: dir, store: st, procs: procs, sessions: sessions, audit: auditor, approvals: approvals, gate: g, modules: reg, services: svcs, cluster: cl, handler: handler, hosts: hosts, egress: guard,
-		keys: keyring, changes: record, mcp: mcpHandler, metrics: met, tracing: cfg.Tracing}, nil
 }
 
 // keySince is when the bootstrap key was made, as GET /keys shows it: the
@@ -436,53 +579,21 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	// Stop accepting first; in-flight requests (long polls included) end as
-	// their processes are killed below.
-	httpDone := make(chan error, 1)
-	go func() { httpDone <- srv.Shutdown(sctx) }()
-	// MCP sessions hold event streams open: end them so Shutdown need not
-	// wait them out.
-	s.mcp.Close()
+	// their processes are killed by the stack's unwinding, whose
+	// "requests" step waits for them.
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.requestsDone = done
+	s.mu.Unlock()
+	go func() {
+		if err := srv.Shutdown(sctx); err != nil {
+			srv.Close()
+		}
+		close(done)
+	}()
 	// Scrapes go on until the host's own work has stopped.
 	defer msrv.close()
-	if s.cluster != nil {
-		// One of several hosts: running programs get half the shutdown
-		// time to finish before they are ended (host_shutdown), so a
-		// rolling deploy loses as little as it can.
-		dctx, dcancel := context.WithTimeout(sctx, timeout/2)
-		s.procs.Drain(dctx)
-		dcancel()
-	}
-	if err := s.procs.Shutdown(sctx); err != nil {
-		s.log.Warn("shutdown", "err", err)
-	}
-	if err := s.sessions.Shutdown(sctx); err != nil {
-		s.log.Warn("shutdown", "err", err)
-	}
-	if s.cluster != nil {
-		if err := s.cluster.Stop(sctx); err != nil {
-			s.log.Warn("shutdown", "err", err)
-		}
-	}
-	if err := s.modules.Stop(sctx); err != nil {
-		s.log.Warn("shutdown", "err", err)
-	}
-	if err := s.services.Stop(sctx); err != nil {
-		s.log.Warn("shutdown", "err", err)
-	}
-	if err := <-httpDone; err != nil {
-		srv.Close()
-	}
-	s.audit.Close()
-	s.approvals.Close()
-	s.keys.Close()
-	s.changes.Close()
-	// The spans of the executions just ended go out before the host does.
-	if err := s.tracing.Shutdown(sctx); err != nil {
-		s.log.Warn("shutdown", "err", err)
-	}
-	err = s.store.Close()
-	s.dir.Close()
-	return err
+	return s.stack.Stop(sctx)
 }
 
 // advertised is the address the other hosts reach this one at when the
@@ -502,25 +613,11 @@ func advertised(addr net.Addr) string {
 }
 
 // Close releases everything without serving (for New's callers that stop
-// early, and tests).
+// early, and tests): the same unwinding as Serve's shutdown.
 func (s *Server) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s.mcp.Close()
-	_ = s.procs.Shutdown(ctx)
-	_ = s.sessions.Shutdown(ctx)
-	if s.cluster != nil {
-		_ = s.cluster.Stop(ctx)
-	}
-	_ = s.modules.Stop(ctx)
-	_ = s.services.Stop(ctx)
-	s.audit.Close()
-	s.approvals.Close()
-	s.keys.Close()
-	s.changes.Close()
-	_ = s.tracing.Shutdown(ctx)
-	s.store.Close()
-	s.dir.Close()
+	s.stack.Stop(ctx) //nolint:errcheck // Stop logs each failure
 }
 
 // bindings are the host callbacks environments get: process reporting from
