@@ -392,7 +392,7 @@ func (e *Env) Teardown(ctx context.Context) error {
 	e.mu.Unlock()
 	err := r.Stop(ctx)
 	if forking != nil {
-		forking.Close()
+		err = errors.Join(err, forking.Stop(ctx))
 	}
 	if dir != "" {
 		err = errors.Join(err, os.RemoveAll(dir))

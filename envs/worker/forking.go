@@ -95,14 +95,25 @@ func (f *Forking) Restarts() int64 {
 	return max(f.starts-1, 0)
 }
 
-// Close drains the template: it forks no more, and ends once its last child
-// has ended.
-func (f *Forking) Close() {
+// Stop drains the template: it forks no more, and ends once its last child
+// has ended. Stop waits for that, no longer than ctx allows, then kills it:
+// a stopped host leaves no process behind.
+func (f *Forking) Stop(ctx context.Context) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.closed = true
-	if f.tpl != nil {
-		f.tpl.Drain()
+	tpl := f.tpl
+	f.mu.Unlock()
+	if tpl == nil {
+		return nil
+	}
+	tpl.Drain()
+	select {
+	case <-tpl.Done():
+		return nil
+	case <-ctx.Done():
+		tpl.Kill()
+		<-tpl.Done()
+		return fmt.Errorf("python template did not end: %w", ctx.Err())
 	}
 }
 
