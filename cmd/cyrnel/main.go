@@ -213,9 +213,10 @@ func serve(args []string) error {
 	if cfg.Tracing, err = tracing.FromEnv(ctx, version); err != nil {
 		return err
 	}
+	// The server owns the tracing provider from here: it shuts it down
+	// when New fails and when it stops.
 	srv, err := server.New(ctx, log, cfg)
 	if err != nil {
-		cfg.Tracing.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // already failing
 		return err
 	}
 	return srv.Serve(ctx, nil)

@@ -103,7 +103,7 @@ type Config struct {
 	// without authentication (serve --metrics-addr).
 	MetricsAddr string
 	// Tracing traces requests, executions and tool calls (nil: off); the
-	// server shuts it down when it stops.
+	// server shuts it down when it stops, and when New fails.
 	Tracing *tracing.Provider
 
 	// startHook, when set, runs before each start step and fails it by
