@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"log/slog"
@@ -16,26 +17,35 @@ import (
 
 	"github.com/cyrnel/cyrnel/envs/sandbox"
 	"github.com/cyrnel/cyrnel/host/datadir"
+	"github.com/cyrnel/cyrnel/host/pgtest"
 	"github.com/cyrnel/cyrnel/host/process"
 )
 
 var errInjected = errors.New("injected start failure")
 
-// newWithHook runs New on dir with hook before each start step.
-func newWithHook(dir string, hook func(string) error) (*Server, error) {
-	return New(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)), Config{
-		Addr: "127.0.0.1:0", DataDir: dir, Limits: process.DefaultLimits(), APIKey: "test-key", startHook: hook,
-	})
+// newWithHook runs New on dir (and dbURL, "": SQLite) with hook before
+// each start step.
+func newWithHook(dir, dbURL string, hook func(string) error) (*Server, error) {
+	cfg := Config{Addr: "127.0.0.1:0", DataDir: dir, DBURL: dbURL, Limits: process.DefaultLimits(), APIKey: "test-key", startHook: hook}
+	if dbURL != "" {
+		cfg.SecretsKey = base64.StdEncoding.EncodeToString(make([]byte, 32))
+	}
+	return New(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)), cfg)
 }
 
 // TestFailedStartLeavesNothing fails New at each start step in turn and
 // finds nothing of what the earlier steps started: no goroutine, no child
 // process, no sandbox cgroup, no open file in the data directory, and the
-// data directory's lock released. Not parallel: it counts the process's
-// goroutines and children.
+// data directory's lock released. On PostgreSQL the steps include the
+// cluster's. Not parallel: it counts the process's goroutines and children.
 func TestFailedStartLeavesNothing(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { failEachStep(t, "") })
+	t.Run("postgres", func(t *testing.T) { failEachStep(t, pgtest.Schema(t, pgtest.URL(t))) })
+}
+
+func failEachStep(t *testing.T, dbURL string) {
 	var steps []string
-	s, err := newWithHook(t.TempDir(), func(step string) error { steps = append(steps, step); return nil })
+	s, err := newWithHook(t.TempDir(), dbURL, func(step string) error { steps = append(steps, step); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,12 +56,15 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 	if len(steps) < 10 || !slices.Contains(steps, "environment") || !slices.Contains(steps, "store") {
 		t.Fatalf("start steps %v: the stack no longer holds the host's parts", steps)
 	}
+	if dbURL != "" && !slices.Contains(steps, "cluster handlers") {
+		t.Fatalf("start steps %v: no cluster on PostgreSQL", steps)
+	}
 	t.Logf("start steps: %v; children while running: %d", steps, len(running))
 	for _, failing := range steps {
 		t.Run(strings.ReplaceAll(failing, " ", "_"), func(t *testing.T) {
 			before := goleak.IgnoreCurrent()
 			dir := t.TempDir()
-			_, err := newWithHook(dir, func(step string) error {
+			_, err := newWithHook(dir, dbURL, func(step string) error {
 				if step == failing {
 					return errInjected
 				}
