@@ -36,7 +36,7 @@ func BenchmarkHostOverhead(b *testing.B) {
 			}
 			defer st.Close()
 			x := &instant{}
-			m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, x, DefaultLimits(), "test-host", 0, Instruments{})
+			m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, x, DefaultLimits(), "test-host", 0, With{})
 			defer m.Shutdown(context.Background())
 			x.m = m
 			ctx := context.Background()

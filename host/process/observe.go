@@ -36,6 +36,21 @@ type Instruments struct {
 	Tracer   trace.Tracer
 }
 
+// With is what a manager works with besides its store and executor (each
+// optional), given to New rather than set while it runs.
+type With struct {
+	Instruments
+	// Sessions lets processes run in sessions.
+	Sessions Sessions
+	// Relay, with several hosts, makes the manager act on executions other
+	// hosts run: kills go through it, waits and follows read the row the
+	// runner flushes.
+	Relay Relay
+	// Approvals has follows of executions other hosts run read the
+	// approvals their calls wait on.
+	Approvals Approvals
+}
+
 // Live counts this host's live executions by state.
 func (m *Manager) Live() map[string]int {
 	m.mu.Lock()

@@ -78,9 +78,6 @@ type Sessions interface {
 	Execute(ctx context.Context, session string, in module.ExecutionInput) (envID string, res module.Result, err error)
 }
 
-// UseSessions lets processes run in sessions; call before serving.
-func (m *Manager) UseSessions(s Sessions) { m.sessions = s }
-
 // Limits bound what one process may hold.
 type Limits struct {
 	OutputBytes      int64 // per stream (stdout, stderr) and for the structured output
@@ -134,9 +131,10 @@ type Manager struct {
 const FlushInterval = time.Second
 
 // New returns a manager for the host with the given id, writing progress
-// every flush (0: FlushInterval) and reporting to ins; call Recover before
-// serving and Shutdown to stop.
-func New(log *slog.Logger, st *store.Store, exec Executor, limits Limits, hostID string, flush time.Duration, ins Instruments) *Manager {
+// every flush (0: FlushInterval), with the parts in with; call Recover
+// before serving and Shutdown to stop.
+func New(log *slog.Logger, st *store.Store, exec Executor, limits Limits, hostID string, flush time.Duration, with With) *Manager {
+	ins := with.Instruments
 	if flush <= 0 {
 		flush = FlushInterval
 	}
@@ -146,7 +144,7 @@ func New(log *slog.Logger, st *store.Store, exec Executor, limits Limits, hostID
 	ctx, cancel := context.WithCancel(context.Background())
 	stop := make(chan struct{})
 	m := &Manager{log: log, host: hostID, st: st, exec: exec, limits: limits, w: newWriter(st, ins), obs: ins.Observer, tracer: ins.Tracer,
-		ctx: ctx, cancel: cancel, runs: map[int64]*run{},
+		ctx: ctx, cancel: cancel, runs: map[int64]*run{}, sessions: with.Sessions, relay: with.Relay, approvals: with.Approvals,
 		stopFlush: sync.OnceFunc(func() { close(stop) }), flushDone: make(chan struct{})}
 	go m.flushEvery(flush, stop)
 	return m

@@ -65,7 +65,7 @@ func newManagerIn(t *testing.T, dir string, flush time.Duration) (*Manager, *scr
 func newManagerOn(t *testing.T, st *store.Store, flush time.Duration) (*Manager, *scripted) {
 	t.Helper()
 	ex := &scripted{start: make(chan int64, 8), end: make(chan module.Result, 8), kills: make(chan int64, 8)}
-	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, ex, DefaultLimits(), "test-host", flush, Instruments{})
+	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, ex, DefaultLimits(), "test-host", flush, With{})
 	ex.m = m
 	// Before the store closes (cleanups run last first); executions a test
 	// leaves blocked keep it waiting no longer than this.

@@ -16,11 +16,6 @@ type Relay interface {
 	Kill(ctx context.Context, hostID string, pid int64) error
 }
 
-// SetRelay makes the manager act on executions other hosts run: kills go
-// through relay, waits and follows read the row the runner flushes. Call it
-// before serving.
-func (m *Manager) SetRelay(r Relay) { m.relay = r }
-
 // remotePoll is how often an execution another host runs is read back while
 // it is waited on or followed: the runner writes its progress every
 // FlushInterval, so reading more often would only repeat it.
@@ -43,10 +38,6 @@ type Waiting struct {
 type Approvals interface {
 	Pending(ctx context.Context, pid int64) ([]Waiting, error)
 }
-
-// FollowApprovals has follows of executions other hosts run read the
-// approvals their calls wait on; call before serving.
-func (m *Manager) FollowApprovals(a Approvals) { m.approvals = a }
 
 // unsent reads the approvals pid's calls wait on that were not sent yet
 // and marks them sent (none on a failure: the next poll reads them again).

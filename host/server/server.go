@@ -381,8 +381,7 @@ func (s *Server) startProcesses(ctx context.Context, cfg Config) (err error) {
 	if cfg.Tracing.Enabled {
 		tracer = cfg.Tracing.Tracer("github.com/cyrnel/cyrnel")
 	}
-	s.procs = process.New(s.log.With("component", "processes"), s.store, s.modules, cfg.Limits, s.dir.HostID, 0, process.Instruments{Observer: s.metrics, Tracer: tracer})
-	s.procs.UseSessions(s.sessions)
+	s.procs = process.New(s.log.With("component", "processes"), s.store, s.modules, cfg.Limits, s.dir.HostID, 0, s.processParts(tracer))
 	if err = s.stack.Start(ctx, "processes", lifecycle.Func{OnStart: s.procs.Recover, OnStop: s.stopProcesses}); err != nil {
 		s.procs.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // already failing
 		return err
@@ -395,8 +394,6 @@ func (s *Server) startProcesses(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	if cl := s.cluster; cl != nil {
-		s.procs.SetRelay(cl)
-		s.procs.FollowApprovals(pendingApprovals{s.approvals})
 		handlers := clusterHandlers(s.store, s.procs, s.sessions, s.approvals, s.policies, s.modules, s.services)
 		if err = s.stack.Start(ctx, "cluster handlers", lifecycle.Func{OnStart: func(context.Context) error { cl.Start(handlers); return nil }}); err != nil {
 			return err
@@ -406,6 +403,16 @@ func (s *Server) startProcesses(ctx context.Context, cfg Config) (err error) {
 	// MCP sessions hold event streams open: they end first, so the
 	// listener's shutdown need not wait them out.
 	return s.stack.Start(ctx, "mcp", lifecycle.Closer(s.mcp.Close))
+}
+
+// processParts are what the process manager works with: on PostgreSQL the
+// cluster relays to the other hosts and their approvals are read back.
+func (s *Server) processParts(tracer trace.Tracer) process.With {
+	with := process.With{Instruments: process.Instruments{Observer: s.metrics, Tracer: tracer}, Sessions: s.sessions}
+	if s.cluster != nil {
+		with.Relay, with.Approvals = s.cluster, pendingApprovals{s.approvals}
+	}
+	return with
 }
 
 // stopProcesses ends running executions (canceled, host_shutdown). One of
