@@ -102,19 +102,17 @@ type Relay interface {
 	Decided(ctx context.Context, id string) error
 }
 
-// Shared makes the manager one of several hosts on one database: decisions
-// are relayed, and only orphan approvals are expired (ExpireOrphans), not
-// every pending one. Call it before Recover.
-func (m *Manager) Shared(r Relay) { m.relay = r }
-
 // New returns a manager and starts its pruning, which applies the bounds
-// at once and then every PruneEvery; Close stops it.
-func New(log *slog.Logger, st Store, opts Options) *Manager {
+// at once and then every PruneEvery; Close stops it. With a relay (nil: one
+// host) the manager is one of several hosts on one database: decisions are
+// relayed, and only orphan approvals are expired (ExpireOrphans), not every
+// pending one.
+func New(log *slog.Logger, st Store, relay Relay, opts Options) *Manager {
 	if opts.TTL <= 0 {
 		opts.TTL = DefaultTTL
 	}
 	opts.Bounds = opts.WithDefaults()
-	m := &Manager{log: log, st: st, opts: opts, stop: make(chan struct{}), done: make(chan struct{}), waiting: map[string]chan string{}}
+	m := &Manager{log: log, st: st, relay: relay, opts: opts, stop: make(chan struct{}), done: make(chan struct{}), waiting: map[string]chan string{}}
 	go m.pruneLoop()
 	return m
 }

@@ -28,7 +28,7 @@ func openStore(t *testing.T) *store.Store {
 
 func newManager(t *testing.T, st Store, opts Options) *Manager {
 	t.Helper()
-	m := New(quiet, st, opts)
+	m := New(quiet, st, nil, opts)
 	t.Cleanup(m.Close)
 	return m
 }

@@ -120,7 +120,7 @@ func newGate(t *testing.T, decision policy.Decision, ttl time.Duration) *fixture
 	if _, err := pol.Put(ctx, policy.Set{Default: policy.Allow, Rules: []policy.Rule{{Pattern: "petstore.*", Decision: decision}}}); err != nil {
 		t.Fatal(err)
 	}
-	mgr := approval.New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, approval.Options{TTL: ttl})
+	mgr := approval.New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, nil, approval.Options{TTL: ttl})
 	t.Cleanup(mgr.Close)
 	f := &fixture{tools: &tools{}, procs: &processes{approvals: make(chan *approval.Approval, 1)}, audit: &records{}, mgr: mgr}
 	f.g = &Gate{Policies: pol, Approvals: mgr, Audit: f.audit, Processes: f.procs, Tools: f.tools}

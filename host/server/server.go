@@ -306,10 +306,11 @@ func (s *Server) startGovernance(ctx context.Context, cfg Config) (err error) {
 	if cl := s.cluster; cl != nil {
 		s.policies.OnChange(func(ctx context.Context) { cl.Notify(ctx, control.Event{Kind: control.KindPolicies}) })
 	}
-	s.approvals = approval.New(s.log.With("component", "approvals"), s.store, cfg.Governance.Approvals)
+	var relay approval.Relay // nil: one host
 	if s.cluster != nil {
-		s.approvals.Shared(s.cluster)
+		relay = s.cluster
 	}
+	s.approvals = approval.New(s.log.With("component", "approvals"), s.store, relay, cfg.Governance.Approvals)
 	if err = s.stack.Start(ctx, "approvals", lifecycle.Func{OnStart: s.approvals.Recover, OnStop: stopClose(s.approvals.Close)}); err != nil {
 		s.approvals.Close()
 		return err
