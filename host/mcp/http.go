@@ -139,8 +139,12 @@ func (h *Handler) check(w http.ResponseWriter, body []byte) bool {
 // full tells whether a new session would pass the bound.
 func (h *Handler) full() bool {
 	n := 0
-	for range h.server.Sessions() {
-		n++
+	for ss := range h.server.Sessions() {
+		// Only initialized sessions count: a client's server/discover probe
+		// leaves a connection behind for a moment that is not one.
+		if ss.InitializeParams() != nil {
+			n++
+		}
 	}
 	return n >= h.max
 }
