@@ -65,7 +65,10 @@ func TestRecordListAndBound(t *testing.T) {
 	t.Parallel()
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			l := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, retention.Bounds{MaxRecords: 3, PruneEvery: time.Hour})
+			// No bound on the log itself: its first prune runs at once, in
+			// its own goroutine, and would race the records below. The bound
+			// is applied by hand once they are in.
+			l := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, retention.Bounds{MaxRecords: -1, MaxAge: -1, PruneEvery: time.Hour})
 			defer l.Close()
 			ctx := caller.With(context.Background(), caller.Caller{KeyID: "key_a", Roles: []caller.Role{caller.Admin}})
 			for i := range 5 {
@@ -90,7 +93,7 @@ func TestRecordListAndBound(t *testing.T) {
 			if want := "host python,key_a 4,key_a 3,key_a 2,key_a 1,key_a 0"; strings.Join(got, ",") != want {
 				t.Fatalf("listed %q, want %q", got, want)
 			}
-			l.bounds.Apply(l.log, "changes", st.PruneChanges)
+			retention.Bounds{MaxRecords: 3}.WithDefaults().Apply(l.log, "changes", st.PruneChanges)
 			items, _, err := l.List(ctx, ListInput{Limit: 10})
 			if err != nil || len(items) != 3 || items[2].Target != "3" || items[1].Detail["config"].(map[string]any)["n"] != 4.0 {
 				t.Fatalf("after pruning to 3: %+v %v", items, err)
