@@ -151,12 +151,17 @@ func runInit() int {
 		send(report{Started: true, ProcSubset: procSubset})
 		return 0
 	}
+	// Signals are caught before the program starts: one the host sends as
+	// soon as the program runs is forwarded, not taken by the init's
+	// default handling.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	pid, err := startProgram(s)
 	if err != nil {
 		return fail(fmt.Errorf("sandbox: %w", err))
 	}
 	send(report{Started: true, ProcSubset: procSubset})
-	return supervise(pid, s.Namespaces, send)
+	return supervise(pid, s.Namespaces, sigs, send)
 }
 
 // startProgram starts the program with fds 0-2 and the caller's extra
@@ -342,13 +347,11 @@ func dropPrivileges() error {
 // the program: before Landlock ABI 8 each thread of the init enforces its
 // own Landlock domain, and only the forking thread's domain is the
 // program's, which scoped signalling requires.
-func supervise(pid int, group bool, send func(report)) int {
+func supervise(pid int, group bool, sigs <-chan os.Signal, send func(report)) int {
 	target := pid
 	if group {
 		target = -pid
 	}
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	type waited struct {
 		pid int
 		ws  unix.WaitStatus
