@@ -5,65 +5,25 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cyrnel/cyrnel/host/store/storetest"
+
 	"github.com/cyrnel/cyrnel/host/caller"
 	"github.com/cyrnel/cyrnel/host/retention"
-	"github.com/cyrnel/cyrnel/host/store"
 )
 
 // stores is a fresh SQLite store and, when CYRNEL_TEST_POSTGRES_URL names
 // a database, a PostgreSQL one in a schema of its own.
-func stores(t *testing.T) map[string]*store.Store {
-	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	out := map[string]*store.Store{"sqlite": st}
-	url := os.Getenv("CYRNEL_TEST_POSTGRES_URL")
-	if url == "" {
-		if os.Getenv("CYRNEL_TEST_NO_POSTGRES") == "" {
-			t.Fatal("CYRNEL_TEST_POSTGRES_URL is not set; run `make test-db`, or set CYRNEL_TEST_NO_POSTGRES=<why> to test SQLite only")
-		}
-		return out
-	}
-	admin, err := store.Open(ctx, url, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := fmt.Sprintf("cyrnel_changes_test_%d", time.Now().UnixNano())
-	if _, err := admin.DB.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		admin.DB.ExecContext(context.Background(), "DROP SCHEMA "+name+" CASCADE")
-		admin.Close()
-	})
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	pg, err := store.Open(ctx, url+sep+"search_path="+name, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Close() })
-	out["postgres"] = pg
-	return out
-}
 
 // TestRecordListAndBound: changes carry the key in the context (host when
 // none), list newest first across pages, and the record keeps only the
 // newest MaxRecords.
 func TestRecordListAndBound(t *testing.T) {
 	t.Parallel()
-	for name, st := range stores(t) {
+	for name, st := range storetest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
 			// No bound on the log itself: its first prune runs at once, in
 			// its own goroutine, and would race the records below. The bound

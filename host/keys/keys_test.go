@@ -8,12 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cyrnel/cyrnel/host/store/storetest"
 
 	"github.com/cyrnel/cyrnel/host/caller"
 	"github.com/cyrnel/cyrnel/host/schema"
@@ -22,47 +23,6 @@ import (
 
 // stores is a fresh SQLite store and, when CYRNEL_TEST_POSTGRES_URL names
 // a database, a PostgreSQL one in a schema of its own.
-func stores(t testing.TB) map[string]*store.Store {
-	t.Helper()
-	ctx := context.Background()
-	out := map[string]*store.Store{}
-	st, err := store.Open(ctx, "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	out["sqlite"] = st
-	url := os.Getenv("CYRNEL_TEST_POSTGRES_URL")
-	if url == "" {
-		if os.Getenv("CYRNEL_TEST_NO_POSTGRES") == "" {
-			t.Fatal("CYRNEL_TEST_POSTGRES_URL is not set; run `make test-db`, or set CYRNEL_TEST_NO_POSTGRES=<why> to test SQLite only")
-		}
-		return out
-	}
-	admin, err := store.Open(ctx, url, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := fmt.Sprintf("cyrnel_keys_test_%d", time.Now().UnixNano())
-	if _, err := admin.DB.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		admin.DB.ExecContext(context.Background(), "DROP SCHEMA "+name+" CASCADE")
-		admin.Close()
-	})
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	pg, err := store.Open(ctx, url+sep+"search_path="+name, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Close() })
-	out["postgres"] = pg
-	return out
-}
 
 // changes records what the record of changes is told.
 type changes struct {
@@ -103,7 +63,7 @@ func fieldOf(err error) string {
 // once revoked is refused; bad input names its field.
 func TestKeysOnEveryDialect(t *testing.T) {
 	t.Parallel()
-	for name, st := range stores(t) {
+	for name, st := range storetest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := caller.With(context.Background(), caller.Caller{KeyID: BootstrapID, Roles: []caller.Role{caller.Admin}})
 			m, rec := newManager(t, st, Options{Bootstrap: "operator-key"})
@@ -182,7 +142,7 @@ func TestKeysOnEveryDialect(t *testing.T) {
 // nothing, one before it does.
 func TestExpiredKeysAreRefused(t *testing.T) {
 	t.Parallel()
-	for name, st := range stores(t) {
+	for name, st := range storetest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			m, _ := newManager(t, st, Options{})
@@ -213,7 +173,7 @@ func TestExpiredKeysAreRefused(t *testing.T) {
 // the first.
 func TestRevocationReachesEveryHost(t *testing.T) {
 	t.Parallel()
-	for name, st := range stores(t) {
+	for name, st := range storetest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			a, _ := newManager(t, st, Options{})
@@ -269,7 +229,7 @@ func (c *countingStore) APIKeyByHash(ctx context.Context, h []byte) (*store.APIK
 // of lastUsedAt and one read (the cache), and lastUsedAt is set.
 func TestLastUsedIsThrottled(t *testing.T) {
 	t.Parallel()
-	st := &countingStore{Store: stores(t)["sqlite"]}
+	st := &countingStore{Store: storetest.Stores(t)["sqlite"]}
 	ctx := context.Background()
 	rec := &changes{}
 	m := New(quiet(), st, rec, Options{CacheTTL: time.Hour})
@@ -297,7 +257,7 @@ func TestLastUsedIsThrottled(t *testing.T) {
 func TestListPages(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	m, _ := newManager(t, stores(t)["sqlite"], Options{Bootstrap: "op"})
+	m, _ := newManager(t, storetest.Stores(t)["sqlite"], Options{Bootstrap: "op"})
 	var made []string
 	for i := range 4 {
 		k, err := m.Create(ctx, CreateInput{Name: fmt.Sprint(i), Roles: []caller.Role{caller.Approver}})
