@@ -23,10 +23,11 @@ INSTALL = $(SHELL) -c '\
 		cat .cache/apt.log; echo "apt-get install $$* failed"; exit 1; fi' install
 
 .PHONY: deps
-deps: ## check for (and on Debian, install) what builds and tests need: Go, Python 3, a C compiler for -race
+deps: ## check for (and on Debian, install) what builds and tests need: Go, Python 3, a C compiler for -race, pip as a wheel (declared packages are resolved with it)
 	@command -v $(GO) >/dev/null || { echo "Go is required: https://go.dev/dl/"; exit 1; }
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3 is required"; exit 1; }
 	@command -v "$$($(GO) env CC)" >/dev/null || $(INSTALL) gcc libc6-dev
+	@ls /usr/share/python-wheels/pip-*.whl >/dev/null 2>&1 || $(INSTALL) python3-pip-whl
 	@$(GO) mod download
 
 .PHONY: build

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,8 +118,10 @@ type environmentStatus struct {
 		Version string `json:"version"`
 	} `json:"packages"`
 	Build struct {
-		State string `json:"state"`
-		Hash  string `json:"hash"`
+		State    string `json:"state"`
+		Hash     string `json:"hash"`
+		Progress string `json:"progress"`
+		Error    string `json:"error"`
 	} `json:"build"`
 }
 
@@ -136,8 +139,10 @@ func pythonStatus(h *host) environmentStatus {
 // wheels served by a PEP 503 index on loopback, importable in fresh
 // interpreters and sessions and listed with their versions; an unknown
 // package, an sdist-only one (whose setup.py never runs) and one whose
-// dependency is missing are 422 at packages[i] and change nothing; the
-// same config again and a restart reuse the build without asking the index.
+// dependency is missing are 422 at packages[i] and change nothing (but
+// status.build says the last build failed); a package's dependencies are
+// resolved by pip and installed; the same config again and a restart reuse
+// the build without asking the index.
 func TestDeclaredPackages(t *testing.T) {
 	t.Parallel()
 	marker := filepath.Join(t.TempDir(), "setup-ran")
@@ -145,6 +150,7 @@ func TestDeclaredPackages(t *testing.T) {
 		"tinya-1.0-py3-none-any.whl": wheel(t, "tinya", "1.0", "VERSION = '1.0'\n"),
 		"tinya-2.0-py3-none-any.whl": wheel(t, "tinya", "2.0", "VERSION = '2.0'\n"),
 		"tinyb-1.1-py3-none-any.whl": wheel(t, "tinyb", "1.1", "import tinya\ndef hello():\n    return 'hello from tinyb on tinya ' + tinya.VERSION\n", "tinya (>=1.0)", "pytest ; extra == 'test'"),
+		"tinyc-1.0-py3-none-any.whl": wheel(t, "tinyc", "1.0", "import tinyz\n", "tinyz"),
 		"evil-1.0.tar.gz":            sdist(t, "evil", "1.0", marker),
 	}
 	ix := newPackageIndex(t, files)
@@ -182,11 +188,11 @@ func TestDeclaredPackages(t *testing.T) {
 		field    string
 		says     string
 	}{
-		{[]string{"tinya==1.0", "nosuch"}, "packages[1]", "no such package"},
+		{[]string{"tinya==1.0", "nosuch"}, "packages[1]", "No matching distribution found for nosuch"},
 		{[]string{"evil"}, "packages[0]", "only source distributions"},
-		{[]string{"tinyb"}, "packages[0]", "tinyb needs tinya"},
-		{[]string{"tinya==3.0"}, "packages[0]", "no wheel matches"},
-		{[]string{"tinya ~= 1"}, "packages[0]", "not a version specifier"},
+		{[]string{"tinyc"}, "packages[0]", "tinyc needs tinyz"},
+		{[]string{"tinya==3.0"}, "packages[0]", "Could not find a version that satisfies the requirement tinya==3.0"},
+		{[]string{"tinya @ http://elsewhere/tinya.whl"}, "packages[0]", "not a version specifier"},
 	} {
 		prob = problem{}
 		if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"packages": c.packages}, &prob); st != http.StatusUnprocessableEntity ||
@@ -199,6 +205,23 @@ func TestDeclaredPackages(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {
 		t.Fatalf("the sdist's setup.py ran: %v", err)
+	}
+	// The last build failed: status.build says so; what runs is unchanged.
+	if st := pythonStatus(h); st.Build.State != "failed" || !strings.Contains(st.Build.Error, "tinya==3.0") ||
+		fmt.Sprint(st.Packages) != "[{tinya 1.0} {tinyb 1.1}]" {
+		t.Fatalf("after a failed build: %+v", st)
+	}
+
+	// Dependencies are resolved: tinyb alone brings the newest tinya it
+	// allows.
+	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"packages": []string{"tinyb"}}, &prob); st != http.StatusOK {
+		t.Fatalf("tinyb alone: %d %+v", st, prob)
+	}
+	if p := h.run(code, nil); p.Stdout != "2.0 hello from tinyb on tinya 2.0\n" {
+		t.Fatalf("tinyb alone: %s %q %s", p.exit(), p.Stdout, p.Stderr)
+	}
+	if st := pythonStatus(h); fmt.Sprint(st.Packages) != "[{tinya 2.0} {tinyb 1.1}]" || st.Build.State != "ready" {
+		t.Fatalf("tinyb alone: %+v", st)
 	}
 
 	// The same config again, then a restart: the build is reused.
@@ -258,4 +281,66 @@ func TestDeclaredPackagesOnTwoHosts(t *testing.T) {
 	eventually(t, "B built the same environment", func() bool {
 		return pythonStatus(b).Build.Hash == pythonStatus(a).Build.Hash && pythonStatus(a).Build.Hash != ""
 	})
+}
+
+// TestPackageBuildVisible: while a build runs (provably: the index holds
+// the wheel until the test has looked), GET /environment shows it as
+// status.build "building" with its hash and what it is doing, and the
+// environment in force keeps serving; when it is done the PUT succeeds and
+// status.build is "ready" with the same hash.
+func TestPackageBuildVisible(t *testing.T) {
+	t.Parallel()
+	whl := wheel(t, "tinya", "1.0", "VERSION = '1.0'\n")
+	asked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	mux := http.NewServeMux()
+	mux.HandleFunc("/simple/tinya/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<a href="../../files/tinya-1.0-py3-none-any.whl#sha256=%x">tinya-1.0-py3-none-any.whl</a>`, sha256.Sum256(whl))
+	})
+	mux.HandleFunc("/files/tinya-1.0-py3-none-any.whl", func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(asked) })
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Write(whl)
+	})
+	ix := httptest.NewServer(mux)
+	t.Cleanup(ix.Close)
+	h := start(t, "", "CYRNEL_PACKAGE_INDEX="+ix.URL+"/simple")
+	if st := pythonStatus(h); st.Build.State != "" {
+		t.Fatalf("no packages declared, yet a build: %+v", st)
+	}
+	done := make(chan int, 1)
+	var prob problem
+	go func() {
+		st, _ := h.do("PUT", "/modules/python/config", map[string]any{"packages": []string{"tinya==1.0"}}, &prob)
+		done <- st
+	}()
+	select {
+	case <-asked:
+	case st := <-done:
+		close(release)
+		t.Fatalf("the PUT ended (%d %+v) before the wheel was fetched", st, prob)
+	}
+	during := pythonStatus(h)
+	if p := h.run("print('still serving')", nil); p.Stdout != "still serving\n" {
+		t.Errorf("during the build: %s %q %s", p.exit(), p.Stdout, p.Stderr)
+	}
+	close(release)
+	if st := <-done; st != http.StatusOK {
+		t.Fatalf("declare tinya: %d %+v", st, prob)
+	}
+	if during.Build.State != "building" || during.Build.Hash == "" || during.Build.Progress == "" {
+		t.Fatalf("during the build: %+v", during)
+	}
+	t.Logf("during the build: %+v", during.Build)
+	after := pythonStatus(h)
+	if after.Build.State != "ready" || after.Build.Hash != during.Build.Hash {
+		t.Fatalf("after the build: %+v (during: %+v)", after.Build, during.Build)
+	}
+	if p := h.run("import tinya\nprint(tinya.VERSION)", nil); p.Stdout != "1.0\n" {
+		t.Fatalf("%s %q %s", p.exit(), p.Stdout, p.Stderr)
+	}
 }

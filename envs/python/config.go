@@ -27,9 +27,9 @@ type Config struct {
 	// running site, which costs tens of milliseconds per start).
 	SitePackages bool `json:"sitePackages"`
 	// Packages are requirements (pip's form: name, name==1.2) installed
-	// from wheels into an environment of their own, built by the host from
-	// the operator's package source (PackageSource); the list is the whole
-	// environment: dependencies are not resolved.
+	// with their dependencies (resolved by pip) from wheels into an
+	// environment of their own, built by the host from the operator's
+	// package source (PackageSource).
 	Packages []string `json:"packages"`
 	// SystemSitePackages puts the interpreter's site-packages after the
 	// declared packages' environment (with Packages only).
@@ -71,8 +71,8 @@ const configSchema = `{
     "queueLimit": {"type": "integer", "minimum": 0, "maximum": 100000, "default": 256, "description": "Executions allowed to wait for a slot; beyond it they fail at once."},
     "preload": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$"}, "maxItems": 64, "default": ["asyncio"], "description": "Modules every interpreter imports while warm (e.g. numpy, pandas). asyncio makes top-level await start at once; matplotlib is also made ready to plot (pyplot, its font list, one figure drawn while warm); with fork (the default) they are imported once, by the template, outside any execution's sandbox: list only modules you trust, and only modules that start no threads at import (the template refuses those, naming the threads)."},
     "sitePackages": {"type": "boolean", "default": true, "description": "Put the interpreter's site-packages on sys.path (without packages; with them, systemSitePackages decides)."},
-    "packages": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 200}, "maxItems": 200, "description": "Requirements (numpy, pandas==2.1.4, rich>=13,<14) installed from wheels only into an environment of their own, fetched from the package index or wheel directory the operator named at start-up (serve --package-index / --find-links); no package's code runs to install it. The list is the whole environment: each package's dependencies must be listed too (or come from the interpreter, with systemSitePackages). Built once per interpreter and list, cached by content hash under the data directory. A package that cannot be installed is 422 at packages[i]."},
-    "systemSitePackages": {"type": "boolean", "default": false, "description": "With packages: also put the interpreter's own site-packages (Debian's numpy, say) on sys.path, after the declared packages."},
+    "packages": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 200}, "maxItems": 200, "description": "Requirements (numpy, pandas==2.1.4, rich>=13,<14) installed from wheels only into an environment of their own, fetched from the package index or wheel directory the operator named at start-up (serve --package-index / --find-links); no package's code runs to install it. Dependencies are resolved by pip (with systemSitePackages, the interpreter's own packages satisfy them). Built once per interpreter and list, cached by content hash under the data directory; GET /environment shows status.build while it runs. A package that cannot be installed is 422 at packages[i] with pip's reason."},
+    "systemSitePackages": {"type": "boolean", "default": false, "description": "With packages: also put the interpreter's own site-packages (Debian's numpy, say) on sys.path, after the declared packages; what is there satisfies the declared packages' dependencies."},
     "fork": {"type": "boolean", "default": true, "description": "Fork each interpreter from a warm template that has imported the runtime and the preload list (milliseconds per fresh interpreter, preload paid once), each child in its own namespaces and cgroups. Where the template cannot run (not root, no cgroups, a sandbox layer turned off) interpreters are spawned and GET /environment says why."},
     "startTimeoutMs": {"type": "integer", "minimum": 100, "maximum": 600000, "default": 10000, "description": "An interpreter that is not warm within this time is replaced."},
     ` + worker.SandboxSchema + `

@@ -45,7 +45,9 @@ type Env struct {
 	version       string
 	packages      []Package      // importable from sys.path besides the standard library
 	build         map[string]any // the declared packages' environment, for Status (nil: none)
+	buildSeq      uint64         // when it was asked for, among builds
 	pkgs          PackageSource
+	builds        *Builds
 	paths         []string // sys.path prefix: the runtime, then site-packages
 	runtime       string   // extracted runtime directory
 	launch        worker.Launcher
@@ -64,11 +66,19 @@ type Options struct {
 	// Packages is where declared packages come from (serve --package-index,
 	// --find-links) and where their environments are cached.
 	Packages PackageSource
+	// Builds is shared by the environments of one host, so that a build is
+	// made once and the active environment's Status shows one that runs for
+	// a set-up; nil: the environment's own.
+	Builds *Builds
 }
 
 // New returns the Python environment.
 func New(log *slog.Logger, opts Options) *Env {
-	return &Env{log: log.With("env", "python"), interpreters: opts.Interpreters, pkgs: opts.Packages}
+	builds := opts.Builds
+	if builds == nil {
+		builds = NewBuilds()
+	}
+	return &Env{log: log.With("env", "python"), interpreters: opts.Interpreters, pkgs: opts.Packages, builds: builds}
 }
 
 // Info describes the module.
@@ -111,7 +121,7 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 		os.RemoveAll(dir)
 		return err
 	}
-	paths, packages, build, err := e.sysPath(ctx, cfg, py, dir)
+	paths, packages, build, seq, err := e.sysPath(ctx, cfg, py, dir)
 	if err != nil {
 		os.RemoveAll(dir)
 		return err
@@ -141,7 +151,7 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	}, e.spawn)
 	e.mu.Lock()
 	e.cfg, e.b, e.python, e.version, e.paths, e.runtime, e.launch, e.layers, e.runner = cfg, sc.Bindings, py.exe, py.version, paths, dir, launcher, layers, r
-	e.forking, e.tplWhy, e.sessionLaunch, e.packages, e.build = forking, tplWhy, sessionLaunch, packages, build
+	e.forking, e.tplWhy, e.sessionLaunch, e.packages, e.build, e.buildSeq = forking, tplWhy, sessionLaunch, packages, build, seq
 	e.mu.Unlock()
 	// Set up means an interpreter is warm, its preload imported inside the
 	// sandbox: a config that cannot work is refused here, naming the
@@ -160,26 +170,26 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 // can be imported from it: the declared packages' environment (built or
 // found in the cache) and, with systemSitePackages, the interpreter's own
 // site-packages; without declared packages, its site-packages as
-// sitePackages says.
-func (e *Env) sysPath(ctx context.Context, cfg Config, py interpreter, dir string) ([]string, []Package, map[string]any, error) {
-	paths, packages := []string{dir}, []Package{}
+// sitePackages says. seq places the build among this host's.
+func (e *Env) sysPath(ctx context.Context, cfg Config, py interpreter, dir string) (paths []string, packages []Package, build map[string]any, seq uint64, err error) {
+	paths, packages = []string{dir}, []Package{}
 	if len(cfg.Packages) == 0 {
 		if cfg.SitePackages {
 			paths, packages = append(paths, py.site...), py.packages
 		}
-		return paths, packages, nil, nil
+		return paths, packages, nil, 0, nil
 	}
 	if e.pkgs.CacheDir == "" {
-		return nil, nil, nil, &module.ConfigError{Field: "packages", Err: errors.New("this host has no package cache directory")}
+		return nil, nil, nil, 0, &module.ConfigError{Field: "packages", Err: errors.New("this host has no package cache directory")}
 	}
-	var base []Package
+	req := buildRequest{exe: py.exe, version: py.version, site: py.site, packages: cfg.Packages, system: cfg.SystemSitePackages}
 	if cfg.SystemSitePackages {
-		base = py.packages
+		req.base = py.packages
 	}
 	start := time.Now()
-	b, err := buildPackages(ctx, e.pkgs, py.exe, py.version, cfg.Packages, base)
+	b, seq, err := e.builds.build(ctx, e.log, e.pkgs, req)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, 0, err
 	}
 	// In use: the collector keeps what was used recently.
 	now := time.Now()
@@ -192,7 +202,7 @@ func (e *Env) sysPath(ctx context.Context, cfg Config, py interpreter, dir strin
 	if cfg.SystemSitePackages {
 		paths, packages = append(paths, py.site...), append(packages, py.packages...)
 	}
-	return paths, firstOfEach(packages), map[string]any{"state": "ready", "hash": b.Hash}, nil
+	return paths, firstOfEach(packages), map[string]any{"state": "ready", "hash": b.Hash}, seq, nil
 }
 
 // firstOfEach keeps the first package of each name: the one imported.
@@ -364,8 +374,8 @@ func (e *Env) Status() map[string]any {
 		tpl["reason"] = e.tplWhy
 	}
 	st := map[string]any{"interpreter": e.python, "version": e.version, "sandbox": e.layers, "template": tpl, "packages": e.packages}
-	if e.build != nil {
-		st["build"] = e.build
+	if b := e.builds.status(e.build, e.buildSeq); b != nil {
+		st["build"] = b
 	}
 	maps.Copy(st, e.runner.Status())
 	return st

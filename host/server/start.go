@@ -257,9 +257,10 @@ func (s *Server) assembleHandler(cfg Config) {
 
 // environments are the environments this host can activate.
 func environments(log *slog.Logger, cfg Config, interpreters []python.Interpreter) map[string]modules.Factory {
+	builds := python.NewBuilds() // one per host: a build runs once, and shows while it runs
 	return map[string]modules.Factory{
 		"python": func() module.Environment {
-			return python.New(log, python.Options{Interpreters: interpreters, Packages: python.PackageSource{
+			return python.New(log, python.Options{Interpreters: interpreters, Builds: builds, Packages: python.PackageSource{
 				Index: cfg.PackageIndex, FindLinks: cfg.FindLinks, CacheDir: filepath.Join(cfg.DataDir, "packages"),
 			}})
 		},
