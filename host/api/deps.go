@@ -34,7 +34,7 @@ type Processes interface {
 	Delete(ctx context.Context, pid int64) error
 	Follow(ctx context.Context, pid int64) (replay []process.Event, next <-chan process.Event, stop func(), err error)
 	Files(ctx context.Context, pid int64) ([]process.OutputFile, error)
-	File(ctx context.Context, pid int64, path string) ([]byte, error)
+	File(ctx context.Context, pid int64, path string) (size int64, content io.Reader, err error)
 	Displays(ctx context.Context, pid int64) ([]process.Display, error)
 }
 

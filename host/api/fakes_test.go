@@ -130,9 +130,9 @@ func (f *fakeProcesses) Files(_ context.Context, pid int64) ([]process.OutputFil
 	return nil, err
 }
 
-func (f *fakeProcesses) File(_ context.Context, pid int64, _ string) ([]byte, error) {
+func (f *fakeProcesses) File(_ context.Context, pid int64, _ string) (int64, io.Reader, error) {
 	_, err := f.get(pid)
-	return nil, err
+	return 0, nil, err
 }
 
 func (f *fakeProcesses) Displays(_ context.Context, pid int64) ([]process.Display, error) {

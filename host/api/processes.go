@@ -198,7 +198,7 @@ func (s *server) registerProcesses(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "listProcessFiles", Method: http.MethodGet, Path: "/processes/{pid}/files", Tags: []string{"processes"},
 		Summary:     "List the files a process left",
-		Description: "What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 8 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.",
+		Description: "What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 256 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.",
 	}, func(ctx context.Context, in *pidPath) (*processFileList, error) {
 		files, err := s.Processes.Files(ctx, in.PID)
 		if err != nil {
@@ -212,14 +212,14 @@ func (s *server) registerProcesses(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "getProcessFile", Method: http.MethodGet, Path: "/processes/{pid}/files/{path}", Tags: []string{"processes"},
 		Summary: "Download a file a process left", Description: "Raw bytes as application/octet-stream (the name in Content-Disposition carries the extension), an attachment (Content-Disposition), with nosniff and a sandboxing Content-Security-Policy.",
-		Responses: map[string]*huma.Response{"200": {Description: "The file.",
+		Responses: map[string]*huma.Response{"200": {Description: "The file, streamed.", Headers: downloadHeaders(),
 			Content: map[string]*huma.MediaType{"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}}}}},
-	}, func(ctx context.Context, in *processFilePath) (*fileBody, error) {
-		data, err := s.Processes.File(ctx, in.PID, in.Path)
+	}, func(ctx context.Context, in *processFilePath) (*huma.StreamResponse, error) {
+		size, content, err := s.Processes.File(ctx, in.PID, in.Path)
 		if err != nil {
 			return nil, s.problemAt(ctx, err, inPath)
 		}
-		return download(in.Path, data), nil
+		return s.streamDownload(in.Path, size, content, "pid", in.PID), nil
 	})
 
 	huma.Register(api, huma.Operation{

@@ -169,31 +169,6 @@ type putFileInput struct {
 	RawBody []byte `contentType:"*/*"`
 }
 
-// fileBody is a file a program left, served as a download: a browser that
-// opens the URL saves it rather than rendering it (an f.html a program wrote
-// would otherwise run as a page of this origin), never sniffs another type
-// from it, and a CSP sandbox keeps it inert if it is rendered anyway.
-type fileBody struct {
-	ContentType        string `header:"Content-Type"`
-	ContentDisposition string `header:"Content-Disposition"`
-	NoSniff            string `header:"X-Content-Type-Options"`
-	CSP                string `header:"Content-Security-Policy"`
-	Body               []byte
-}
-
-// download is a program's file at path p, always application/octet-stream
-// as the document declares: its name (Content-Disposition) carries the
-// extension, and no type is guessed that a client or browser would act on.
-func download(p string, data []byte) *fileBody {
-	return &fileBody{
-		ContentType:        "application/octet-stream",
-		ContentDisposition: mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}),
-		NoSniff:            "nosniff",
-		CSP:                "default-src 'none'; sandbox",
-		Body:               data,
-	}
-}
-
 // downloadHeaders documents a streamed download's headers (a streamed
 // response declares none of its own).
 func downloadHeaders() map[string]*huma.Header {
@@ -202,6 +177,30 @@ func downloadHeaders() map[string]*huma.Header {
 		h[name] = &huma.Header{Schema: &huma.Schema{Type: "string"}}
 	}
 	return h
+}
+
+// streamDownload streams a program's file at path p, of size bytes, from
+// r, as a download: always application/octet-stream as the document
+// declares (the name in Content-Disposition carries the extension, and no
+// type is guessed that a client or browser would act on); a browser that
+// opens the URL saves it rather than rendering it (an f.html a program
+// wrote would otherwise run as a page of this origin), never sniffs another
+// type from it, and a CSP sandbox keeps it inert if it is rendered anyway.
+// owner names whose file it is, for the log.
+func (s *server) streamDownload(p string, size int64, r io.Reader, owner ...any) *huma.StreamResponse {
+	return &huma.StreamResponse{Body: func(hc huma.Context) {
+		hc.SetHeader("Content-Type", "application/octet-stream")
+		hc.SetHeader("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}))
+		hc.SetHeader("X-Content-Type-Options", "nosniff")
+		hc.SetHeader("Content-Security-Policy", "default-src 'none'; sandbox")
+		hc.SetHeader("Content-Length", strconv.FormatInt(size, 10))
+		hc.SetStatus(http.StatusOK)
+		// Headers are gone: a failure past here can only cut the body
+		// short, which Content-Length lets the client see.
+		if _, err := io.Copy(hc.BodyWriter(), r); err != nil {
+			s.Log.Warn("file download cut short", append(owner, "path", p, "err", err)...)
+		}
+	}}
 }
 
 type fileList struct {
@@ -248,20 +247,7 @@ func (s *server) registerSessionFiles(api huma.API) {
 		if err != nil {
 			return nil, s.problemAt(ctx, err, inPath)
 		}
-		return &huma.StreamResponse{Body: func(hc huma.Context) {
-			h := download(in.Path, nil)
-			hc.SetHeader("Content-Type", h.ContentType)
-			hc.SetHeader("Content-Disposition", h.ContentDisposition)
-			hc.SetHeader("X-Content-Type-Options", h.NoSniff)
-			hc.SetHeader("Content-Security-Policy", h.CSP)
-			hc.SetHeader("Content-Length", strconv.FormatInt(size, 10))
-			hc.SetStatus(http.StatusOK)
-			// Headers are gone: a failure past here can only cut the body
-			// short, which Content-Length lets the client see.
-			if _, err := io.Copy(hc.BodyWriter(), r); err != nil {
-				s.Log.Warn("session file download cut short", "session", in.ID, "path", in.Path, "err", err)
-			}
-		}}, nil
+		return s.streamDownload(in.Path, size, r, "session", in.ID), nil
 	})
 
 	huma.Register(api, huma.Operation{

@@ -44,7 +44,7 @@ func everyAction(m *Manager, ctx context.Context, pid int64) map[string]error {
 	stop()
 	errs["follow"] = err
 	_, errs["files"] = m.Files(ctx, pid)
-	_, errs["file"] = m.File(ctx, pid, "out.txt")
+	_, _, errs["file"] = m.File(ctx, pid, "out.txt")
 	_, errs["displays"] = m.Displays(ctx, pid)
 	return errs
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"slices"
@@ -80,7 +81,10 @@ type Sessions interface {
 
 // Limits bound what one process may hold.
 type Limits struct {
-	OutputBytes      int64 // per stream (stdout, stderr) and for the structured output
+	OutputBytes int64 // per stream (stdout, stderr) and for the structured output
+	// OutputFileBytes caps the files a one-shot execution leaves, together
+	// (spooled to disk, stored and downloaded in parts, never held whole).
+	OutputFileBytes  int64
 	CodeBytes        int
 	DefaultTimeoutMs int64
 	MaxTimeoutMs     int64
@@ -90,7 +94,7 @@ type Limits struct {
 
 // DefaultLimits are the documented defaults.
 func DefaultLimits() Limits {
-	return Limits{OutputBytes: 1 << 20, CodeBytes: 256 << 10, DefaultTimeoutMs: module.DefaultTimeoutMs, MaxTimeoutMs: 24 * 3600 * 1000,
+	return Limits{OutputBytes: 1 << 20, OutputFileBytes: 256 << 20, CodeBytes: 256 << 10, DefaultTimeoutMs: module.DefaultTimeoutMs, MaxTimeoutMs: 24 * 3600 * 1000,
 		Keep: DefaultRetention()}
 }
 
@@ -226,8 +230,10 @@ type CreateInput struct {
 	Files []module.File
 }
 
-// Caps of a process's files: the inputs of one execution, and the outputs
-// it leaves in its workspace, each.
+// Caps of a process's files: the inputs of one execution (MaxInputFiles,
+// MaxFileBytes together: they travel in the request), and the number of
+// outputs it leaves in its workspace (MaxInputFiles; their bytes,
+// Limits.OutputFileBytes).
 const (
 	MaxInputFiles = 20
 	MaxFileBytes  = 8 << 20
@@ -447,6 +453,7 @@ func (m *Manager) launch(p *store.Process, files []module.File, span trace.Span)
 // take the result (a full disk) is finished as failed without it, so it
 // never stays looking alive.
 func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
+	defer r.spool.close()
 	m.mu.Lock()
 	stopping := m.stopping
 	m.mu.Unlock()
@@ -462,7 +469,7 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 				m.log.WarnContext(sctx, "process result arrived for a process no longer live", "pid", p.PID)
 			}
 			if err == nil && ok && files {
-				err = tx.ReplaceProcessFiles(ctx, p.PID, r.files)
+				err = tx.ReplaceProcessFiles(ctx, p.PID, r.files, func(i int) io.Reader { return r.spool.reader(i, r.files[i].Size) })
 			}
 			return err
 		}, files)

@@ -709,12 +709,13 @@ func TestAResultOutlivesADatabaseOutage(t *testing.T) {
 func TestOutputFilePartsAreKeptWhole(t *testing.T) {
 	t.Parallel()
 	m, ex, _ := newManager(t)
+	m.limits.OutputFileBytes = 1 << 20
 	p, _ := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})
 	<-ex.start
 	m.EmitFile(p.PID, "a.txt", []byte("ab"), false)
 	m.EmitFile(p.PID, "a.txt", []byte("cd"), true)
 	m.EmitFile(p.PID, "b.txt", []byte("orphan"), true)
-	m.EmitFile(p.PID, "c.bin", make([]byte, MaxFileBytes-10), false)
+	m.EmitFile(p.PID, "c.bin", make([]byte, 1<<20-10), false)
 	m.EmitFile(p.PID, "c.bin", make([]byte, 20), true) // past the cap
 	m.EmitFile(p.PID, "c.bin", make([]byte, 1), true)  // the rest of a dropped file
 	ex.end <- module.Result{Exit: module.ExitSuccess}
@@ -723,10 +724,22 @@ func TestOutputFilePartsAreKeptWhole(t *testing.T) {
 	if err != nil || len(files) != 1 || files[0].Path != "a.txt" || files[0].Size != 4 || !got.OutputTruncated {
 		t.Fatalf("files %+v (%v), truncated %v", files, err, got.OutputTruncated)
 	}
-	if b, err := m.File(context.Background(), p.PID, "a.txt"); err != nil || string(b) != "abcd" {
+	if b, err := readFile(m, p.PID, "a.txt"); err != nil || string(b) != "abcd" {
 		t.Fatalf("a.txt: %q %v", b, err)
 	}
 	if !strings.Contains(got.Stderr, "c.bin") {
 		t.Fatalf("stderr %q does not say c.bin was dropped", got.Stderr)
 	}
+}
+
+func readFile(m *Manager, pid int64, path string) ([]byte, error) {
+	size, r, err := m.File(context.Background(), pid, path)
+	if err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(r)
+	if err == nil && int64(len(b)) != size {
+		err = fmt.Errorf("read %d bytes of %d", len(b), size)
+	}
+	return b, err
 }

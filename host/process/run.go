@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -48,6 +49,7 @@ type run struct {
 	displaySize   int64
 	files         []store.ProcessFile // left in the workspace (one-shot), written with the final row
 	fileSize      int64
+	spool         fileSpool // the files' content
 	err           string
 	killed        bool
 	ended         bool // Execute returned: the environment's reports are late
@@ -324,9 +326,10 @@ func (m *Manager) EmitDisplay(eid int64, d worker.Display) {
 }
 
 // EmitFile keeps a file a one-shot program left in its workspace, within
-// the caps (MaxInputFiles files, MaxFileBytes together); past them the file
-// is dropped, the output flagged truncated and stderr says so. A file comes
-// in parts (appended: data continues the file sent last, of the same path).
+// the caps (MaxInputFiles files, Limits.OutputFileBytes together); past them
+// the file is dropped, the output flagged truncated and stderr says so. A
+// file comes in parts (appended: data continues the file sent last, of the
+// same path), which are spooled to disk, not held in memory.
 func (m *Manager) EmitFile(eid int64, path string, data []byte, appended bool) {
 	r := m.lookup(eid)
 	if r == nil || workspace.ValidPath("path", path) != nil {
@@ -349,28 +352,41 @@ func (m *Manager) EmitFile(eid int64, path string, data []byte, appended bool) {
 	} else if slices.ContainsFunc(r.files, func(f store.ProcessFile) bool { return f.Path == path }) {
 		return
 	}
-	if (!appended && len(r.files) >= MaxInputFiles) || r.fileSize+int64(len(data)) > MaxFileBytes {
-		size := int64(len(data))
-		if appended {
-			// A file is kept whole or not at all.
-			size += last.Size
-			r.fileSize -= last.Size
-			r.files = r.files[:len(r.files)-1]
+	if limit := m.limits.OutputFileBytes; (!appended && len(r.files) >= MaxInputFiles) || r.fileSize+int64(len(data)) > limit {
+		r.dropFileLocked(path, int64(len(data)), appended, fmt.Sprintf("a process keeps at most %d files and %d bytes of them", MaxInputFiles, limit))
+		return
+	}
+	if err := r.spool.write(data, !appended); err != nil {
+		if !appended {
+			r.spool.dropLast()
 		}
-		note := fmt.Sprintf("cyrnel: output file %s (%d bytes so far) not kept: a process keeps at most %d files and %d bytes of them\n", path, size, MaxInputFiles, MaxFileBytes)
-		if text := r.stderr.add([]byte(note)); text != "" {
-			r.publishLocked(Event{Type: EventStderr, Text: text})
-		}
-		r.outputCut = true
+		m.log.WarnContext(r.logContext(), "process file not kept", "pid", eid, "path", path, "err", err)
+		r.dropFileLocked(path, int64(len(data)), appended, "the host could not spool it")
 		return
 	}
 	r.fileSize += int64(len(data))
 	if appended {
-		last.Content = append(last.Content, data...)
 		last.Size += int64(len(data))
 		return
 	}
-	r.files = append(r.files, store.ProcessFile{PID: r.pid, Path: path, Size: int64(len(data)), ModifiedAt: time.Now().UTC(), Content: data})
+	r.files = append(r.files, store.ProcessFile{PID: r.pid, Path: path, Size: int64(len(data)), ModifiedAt: time.Now().UTC()})
+}
+
+// dropFileLocked drops the file being sent (size bytes more of it), whole,
+// and says why on stderr.
+func (r *run) dropFileLocked(path string, size int64, appended bool, why string) {
+	if appended {
+		last := r.files[len(r.files)-1]
+		size += last.Size
+		r.fileSize -= last.Size
+		r.files = r.files[:len(r.files)-1]
+		r.spool.dropLast()
+	}
+	note := fmt.Sprintf("cyrnel: output file %s (%d bytes so far) not kept: %s\n", path, size, why)
+	if text := r.stderr.add([]byte(note)); text != "" {
+		r.publishLocked(Event{Type: EventStderr, Text: text})
+	}
+	r.outputCut = true
 }
 
 // OutputFile is one file a process left in its workspace.
@@ -399,22 +415,23 @@ func (m *Manager) Files(ctx context.Context, pid int64) ([]OutputFile, error) {
 // ErrFileNotFound: the process has no such file.
 var ErrFileNotFound = errors.New("file not found")
 
-// File returns one file the process left.
-func (m *Manager) File(ctx context.Context, pid int64, path string) ([]byte, error) {
+// File returns one file the process left: its size and a reader of its
+// content, which reads it from the database a part at a time.
+func (m *Manager) File(ctx context.Context, pid int64, path string) (int64, io.Reader, error) {
 	if err := workspace.ValidPath("path", path); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	if _, err := m.get(ctx, pid); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	f, err := m.st.GetProcessFile(ctx, pid, path)
+	f, content, err := m.st.OpenProcessFile(ctx, pid, path)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w: process %d has no file %s", ErrFileNotFound, pid, path)
+		return 0, nil, fmt.Errorf("%w: process %d has no file %s", ErrFileNotFound, pid, path)
 	}
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	return f.Content, nil
+	return f.Size, content, nil
 }
 
 // Displays returns a process's displays (a live one's so far).

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,7 +32,7 @@ func TestPruneProcessesOnEveryDialect(t *testing.T) {
 				write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
 				if file > 0 {
 					write(t, st, func(tx *Tx) error {
-						return tx.ReplaceProcessFiles(ctx, p.PID, []ProcessFile{{PID: p.PID, Path: "f", Size: int64(file), ModifiedAt: finished, Content: make([]byte, file)}})
+						return tx.ReplaceProcessFiles(ctx, p.PID, []ProcessFile{{PID: p.PID, Path: "f", Size: int64(file), ModifiedAt: finished}}, func(int) io.Reader { return bytes.NewReader(make([]byte, file)) })
 					})
 				}
 				return p.PID

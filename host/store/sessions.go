@@ -1,8 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -103,7 +107,8 @@ func (s *Store) EndHostSessions(ctx context.Context, hostID, reason string, at t
 }
 
 // ProcessFile is a file a one-shot program left in its workspace, kept
-// with its process (deleted with it).
+// with its process (deleted with it). Its content is in parts
+// (process_file_parts); Content holds that of a row stored before parts.
 type ProcessFile struct {
 	bun.BaseModel `bun:"table:process_files"`
 
@@ -114,17 +119,59 @@ type ProcessFile struct {
 	Content    []byte    `bun:"content,notnull"`
 }
 
+// processFilePart is one part of a file's content.
+type processFilePart struct {
+	bun.BaseModel `bun:"table:process_file_parts"`
+
+	PID  int64  `bun:"pid,pk"`
+	Path string `bun:"path,pk"`
+	Part int    `bun:"part,pk"`
+	Data []byte `bun:"data,notnull"`
+}
+
+// FilePartBytes is the size of a stored file's parts: what a store or a
+// download of a file holds in memory at once.
+const FilePartBytes = 1 << 20
+
 // ReplaceProcessFiles stores the files of a process's latest execution in
-// place of those of earlier ones.
-func (t *Tx) ReplaceProcessFiles(ctx context.Context, pid int64, files []ProcessFile) error {
+// place of those of earlier ones; content(i) reads files[i]'s content,
+// which is stored a part at a time.
+func (t *Tx) ReplaceProcessFiles(ctx context.Context, pid int64, files []ProcessFile, content func(i int) io.Reader) error {
+	if _, err := t.db.NewDelete().Model((*processFilePart)(nil)).Where("pid = ?", pid).Exec(ctx); err != nil {
+		return fmt.Errorf("replace files of process %d: %w", pid, err)
+	}
 	if _, err := t.db.NewDelete().Model((*ProcessFile)(nil)).Where("pid = ?", pid).Exec(ctx); err != nil {
 		return fmt.Errorf("replace files of process %d: %w", pid, err)
 	}
 	if len(files) == 0 {
 		return nil
 	}
-	if _, err := t.db.NewInsert().Model(&files).Exec(ctx); err != nil {
+	rows := make([]ProcessFile, len(files))
+	for i, f := range files {
+		rows[i] = f
+		rows[i].Content = []byte{}
+	}
+	if _, err := t.db.NewInsert().Model(&rows).Exec(ctx); err != nil {
 		return fmt.Errorf("store files of process %d: %w", pid, err)
+	}
+	buf := make([]byte, FilePartBytes)
+	for i, f := range files {
+		r := content(i)
+		for part := 0; ; part++ {
+			n, err := io.ReadFull(r, buf)
+			if n > 0 {
+				row := &processFilePart{PID: pid, Path: f.Path, Part: part, Data: buf[:n]}
+				if _, err := t.db.NewInsert().Model(row).Exec(ctx); err != nil {
+					return fmt.Errorf("store file %s of process %d: %w", f.Path, pid, err)
+				}
+			}
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("store file %s of process %d: %w", f.Path, pid, err)
+			}
+		}
 	}
 	return nil
 }
@@ -138,11 +185,46 @@ func (s *Store) ListProcessFiles(ctx context.Context, pid int64) ([]ProcessFile,
 	return out, nil
 }
 
-// GetProcessFile reads one file of a process.
-func (s *Store) GetProcessFile(ctx context.Context, pid int64, path string) (*ProcessFile, error) {
+// OpenProcessFile returns one file of a process, without its content, and
+// a reader of its content that reads it a part at a time.
+func (s *Store) OpenProcessFile(ctx context.Context, pid int64, path string) (*ProcessFile, io.Reader, error) {
 	f := &ProcessFile{}
 	if !keyable(path) {
-		return nil, fmt.Errorf("file %q of process %d: %w", path, pid, ErrNotFound)
+		return nil, nil, fmt.Errorf("file %q of process %d: %w", path, pid, ErrNotFound)
 	}
-	return one(f, s.DB.NewSelect().Model(f).Where("pid = ? AND path = ?", pid, path).Scan(ctx), "file %s of process %d", path, pid)
+	if _, err := one(f, s.DB.NewSelect().Model(f).Where("pid = ? AND path = ?", pid, path).Scan(ctx), "file %s of process %d", path, pid); err != nil {
+		return nil, nil, err
+	}
+	if int64(len(f.Content)) == f.Size {
+		return f, bytes.NewReader(f.Content), nil // stored before parts, or empty
+	}
+	f.Content = nil
+	return f, &partReader{ctx: ctx, s: s, pid: pid, path: path}, nil
+}
+
+// partReader reads a stored file's parts in order, one query each.
+type partReader struct {
+	ctx  context.Context
+	s    *Store
+	pid  int64
+	path string
+	next int
+	cur  []byte
+}
+
+func (r *partReader) Read(p []byte) (int, error) {
+	for len(r.cur) == 0 {
+		var part processFilePart
+		err := r.s.DB.NewSelect().Model(&part).Where("pid = ? AND path = ? AND part = ?", r.pid, r.path, r.next).Scan(r.ctx)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, io.EOF
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read file %s of process %d: %w", r.path, r.pid, err)
+		}
+		r.cur, r.next = part.Data, r.next+1
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
 }

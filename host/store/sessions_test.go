@@ -1,8 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"testing"
 	"time"
 )
@@ -55,25 +57,38 @@ func TestSessionsAndProcessFilesOnEveryDialect(t *testing.T) {
 
 			p := &Process{Code: "x", State: "idle", CreatedAt: at, Session: "ses_c"}
 			write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
+			big := bytes.Repeat([]byte("0123456789abcdef"), (FilePartBytes*5/2)/16) // two parts and a half
 			for _, files := range [][]ProcessFile{
 				{{PID: p.PID, Path: "old.txt", Size: 1, ModifiedAt: at, Content: []byte("o")}},
-				{{PID: p.PID, Path: "a/b.csv", Size: 3, ModifiedAt: at, Content: []byte("x,y")}, {PID: p.PID, Path: "c.bin", Size: 2, ModifiedAt: at, Content: []byte{0, 255}}},
+				{{PID: p.PID, Path: "a/b.csv", Size: 3, ModifiedAt: at, Content: []byte("x,y")}, {PID: p.PID, Path: "c.bin", Size: 2, ModifiedAt: at, Content: []byte{0, 255}},
+					{PID: p.PID, Path: "d.big", Size: int64(len(big)), ModifiedAt: at, Content: big}},
 			} {
-				write(t, st, func(tx *Tx) error { return tx.ReplaceProcessFiles(ctx, p.PID, files) })
+				write(t, st, func(tx *Tx) error {
+					return tx.ReplaceProcessFiles(ctx, p.PID, files, func(i int) io.Reader { return bytes.NewReader(files[i].Content) })
+				})
 			}
 			list, err := st.ListProcessFiles(ctx, p.PID)
-			if err != nil || len(list) != 2 || list[0].Path != "a/b.csv" || list[1].Path != "c.bin" || list[1].Size != 2 || list[0].Content != nil {
+			if err != nil || len(list) != 3 || list[0].Path != "a/b.csv" || list[1].Path != "c.bin" || list[1].Size != 2 || list[0].Content != nil {
 				t.Fatalf("files: %+v %v", list, err)
 			}
-			f, err := st.GetProcessFile(ctx, p.PID, "c.bin")
-			if err != nil || string(f.Content) != "\x00\xff" {
-				t.Fatalf("c.bin: %+v %v", f, err)
+			for path, want := range map[string][]byte{"c.bin": {0, 255}, "d.big": big} {
+				f, r, err := st.OpenProcessFile(ctx, p.PID, path)
+				if err != nil {
+					t.Fatalf("%s: %v", path, err)
+				}
+				if got, err := io.ReadAll(r); err != nil || !bytes.Equal(got, want) || f.Size != int64(len(want)) {
+					t.Fatalf("%s: %d bytes (size %d), want %d: %v", path, len(got), f.Size, len(want), err)
+				}
+			}
+			var parts int
+			if err := st.DB.NewSelect().Model((*processFilePart)(nil)).ColumnExpr("count(*)").Where("pid = ? AND path = 'd.big'", p.PID).Scan(ctx, &parts); err != nil || parts != 3 {
+				t.Fatalf("d.big in %d parts (%v), want 3", parts, err)
 			}
 			if got, err := st.GetProcess(ctx, p.PID); err != nil || got.Session != "ses_c" {
 				t.Fatalf("process session: %+v %v", got, err)
 			}
 			write(t, st, func(tx *Tx) error { _, err := tx.DeleteProcess(ctx, p.PID, []string{"idle"}); return err })
-			if _, err := st.GetProcessFile(ctx, p.PID, "c.bin"); !errors.Is(err, ErrNotFound) {
+			if _, _, err := st.OpenProcessFile(ctx, p.PID, "c.bin"); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("a deleted process's file: %v", err)
 			}
 		})

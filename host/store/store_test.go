@@ -394,7 +394,7 @@ func TestUnkeyableLookupsFindNothing(t *testing.T) {
 				_, e3 := st.GetService(ctx, key)
 				_, e4 := st.GetTool(ctx, "s", key)
 				_, e5 := st.GetModule(ctx, key)
-				_, e6 := st.GetProcessFile(ctx, 1, key)
+				_, _, e6 := st.OpenProcessFile(ctx, 1, key)
 				e7 := st.DeleteService(ctx, key)
 				e8 := st.SetToolEnabled(ctx, key, "t", true)
 				for i, err := range []error{e1, e2, e3, e4, e5, e6, e7, e8} {

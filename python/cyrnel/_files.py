@@ -111,9 +111,10 @@ def serve(method: str, params: dict[str, Any]) -> tuple[dict[str, Any] | None, d
         return None, {"code": INVALID, "message": f"{params.get('path', '')}: {e.strerror}"}
 
 
-# What a one-shot program's workspace may send back; the host caps it again.
+# What a one-shot program's workspace may send back; the host caps it again
+# (process.Limits.OutputFileBytes).
 MAX_FILES = 20
-MAX_BYTES = 8 << 20
+MAX_BYTES = 256 << 20
 
 
 def place(files: Any) -> None:
@@ -126,7 +127,8 @@ def place(files: Any) -> None:
 def collect(send: Callable[[str, Any], None]) -> None:
     """Send the files a one-shot program left in its workspace, as
     ``file`` notifications, within the caps; one past them is reported on
-    stderr (and by the host, which counts again)."""
+    stderr (and by the host, which counts again). Each file is read and sent
+    a part at a time, never held whole."""
     import sys
 
     total = 0
@@ -141,14 +143,21 @@ def collect(send: Callable[[str, Any], None]) -> None:
             sys.stderr.flush()
             continue
         try:
-            with open(os.path.join(_root(), path), "rb") as fh:
-                data = fh.read(MAX_BYTES + 1)
+            fh = open(os.path.join(_root(), path), "rb")
         except OSError:
             continue
-        total += len(data)
         sent += 1
         # In parts: one message to the host stays within the execution's
         # output limit, which bounds every message (docs/protocol.md).
-        for at in range(0, max(len(data), 1), _rpc.PART):
-            part = binascii.b2a_base64(data[at : at + _rpc.PART], newline=False).decode("ascii")
-            send("file", {"path": path, "data": part, "append": at > 0})
+        with fh:
+            at = 0
+            while True:
+                data = fh.read(min(_rpc.PART, MAX_BYTES - total))
+                if not data and at > 0:
+                    break
+                part = binascii.b2a_base64(data, newline=False).decode("ascii")
+                send("file", {"path": path, "data": part, "append": at > 0})
+                at += len(data)
+                total += len(data)
+                if not data or total >= MAX_BYTES:
+                    break
