@@ -2404,7 +2404,7 @@ type ClientInterface interface {
 
 	// ListProcessFiles List the files a process left
 	//
-	// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 8 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
+	// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 256 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
 	//
 	// Corresponds with GET /processes/{pid}/files (the `ListProcessFiles` operationId).
 	ListProcessFiles(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3307,7 +3307,7 @@ func (c *Client) StreamProcessEvents(ctx context.Context, pid int64, reqEditors 
 
 // ListProcessFiles List the files a process left
 //
-// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 8 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
+// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 256 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
 //
 // Corresponds with GET /processes/{pid}/files (the `ListProcessFiles` operationId).
 func (c *Client) ListProcessFiles(ctx context.Context, pid int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7159,7 +7159,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListProcessFilesWithResponse List the files a process left
 	//
-	// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 8 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
+	// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 256 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9556,6 +9556,7 @@ func (r ListProcessFilesResponse) ContentType() string {
 // GetProcessFileResponse200Headers the declared response headers of an HTTP 200 response for GetProcessFile
 type GetProcessFileResponse200Headers struct {
 	ContentDisposition    *string
+	ContentLength         *string
 	ContentSecurityPolicy *string
 	ContentType           *string
 	XContentTypeOptions   *string
@@ -12549,7 +12550,7 @@ func (c *ClientWithResponses) StreamProcessEventsWithResponse(ctx context.Contex
 
 // ListProcessFilesWithResponse List the files a process left
 //
-// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 8 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
+// What the latest execution left in its workspace when it ended (one-shot processes; at most 20 files, 256 MiB together: past that they are dropped, outputTruncated is set and stderr says so). Deleted with the process.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14835,6 +14836,13 @@ func ParseGetProcessFileResponse(rsp *http.Response) (*GetProcessFileResponse, e
 				return nil, err
 			}
 			headers.ContentDisposition = &value
+		}
+		if values := rsp.Header.Values("Content-Length"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Length", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentLength = &value
 		}
 		if values := rsp.Header.Values("Content-Security-Policy"); len(values) > 0 {
 			var value string
