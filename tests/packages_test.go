@@ -275,7 +275,7 @@ func TestDeclaredPackagesOnTwoHosts(t *testing.T) {
 	if st, _ := a.do("PUT", "/modules/python/config", map[string]any{"packages": []string{"tinya==1.0"}}, &prob); st != http.StatusOK {
 		t.Fatalf("declare on A: %d %+v", st, prob)
 	}
-	eventually(t, "tinya importable through B", func() bool {
+	eventuallyWithin(t, time.Minute, "tinya importable through B", func() bool {
 		return b.run("import tinya\nprint(tinya.VERSION)", nil).Stdout == "1.0\n"
 	})
 	eventually(t, "B built the same environment", func() bool {

@@ -275,10 +275,18 @@ func TestScaleOutConfiguration(t *testing.T) {
 // changes reach the other hosts within about a second.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
+	eventuallyWithin(t, 3*time.Second, what, cond)
+}
+
+// eventuallyWithin is eventually with a bound of its own, for a condition
+// that waits on slow work (a package build, which is pip's start-up and
+// resolution).
+func eventuallyWithin(t *testing.T, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 3s", what)
+			t.Fatalf("%s: not within %v", what, bound)
 		}
 		time.Sleep(100 * time.Millisecond) // polling a condition, not synchronising
 	}
