@@ -19,7 +19,8 @@ import (
 
 // Interpreter is a Python the operator declared when starting the host
 // (serve --python, CYRNEL_PYTHON). A module config may name only these; the
-// host runs them only in the sandbox.
+// host runs programs with them only in the sandbox; outside it, only pip,
+// to resolve declared packages (packages_pip.go).
 type Interpreter struct {
 	Name string // as declared: python3, /opt/venv/bin/python
 	// Path is Name made absolute (looked up on PATH), its symlinks kept:
