@@ -140,7 +140,7 @@ func (bs *Builds) build(ctx context.Context, log *slog.Logger, src PackageSource
 	src.CacheDir = cache
 	dir := filepath.Join(cache, key)
 	if b, err := readBuilt(dir); err == nil {
-		return b, bs.cacheHit(), nil
+		return b, bs.next(), nil
 	}
 	seq := bs.begin(key)
 	v, err, _ := bs.group.Do(dir, func() (any, error) {
@@ -160,9 +160,9 @@ func (bs *Builds) build(ctx context.Context, log *slog.Logger, src PackageSource
 	return v.(*built), seq, nil
 }
 
-// cacheHit counts a build found in the cache: it is newer than any that
-// failed before it.
-func (bs *Builds) cacheHit() uint64 {
+// next numbers a set-up that needs no build (found in the cache, or no
+// packages): it is newer than any build that failed before it.
+func (bs *Builds) next() uint64 {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
 	bs.seq++

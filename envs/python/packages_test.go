@@ -182,3 +182,28 @@ func benchWheel(b *testing.B, name string, members map[string]string) []byte {
 	}
 	return buf.Bytes()
 }
+
+// TestBuildStatus: status.build is a build running now, else the last
+// failed one until a later set-up (a build, a cache hit, a config without
+// packages) supersedes it, else the environment's own.
+func TestBuildStatus(t *testing.T) {
+	t.Parallel()
+	bs := NewBuilds()
+	own := map[string]any{"state": "ready", "hash": "old"}
+	ownSeq := bs.next()
+	if got := bs.status(own, ownSeq); got["state"] != "ready" {
+		t.Fatalf("idle: %v", got)
+	}
+	seq := bs.begin("new")
+	bs.progress("new", "Collecting tinya")
+	if got := bs.status(own, ownSeq); got["state"] != "building" || got["hash"] != "new" || got["progress"] != "Collecting tinya" {
+		t.Fatalf("building: %v", got)
+	}
+	bs.end("new", seq, fmt.Errorf("pip: no tinya"))
+	if got := bs.status(own, ownSeq); got["state"] != "failed" || got["error"] != "pip: no tinya" {
+		t.Fatalf("after a failure: %v", got)
+	}
+	if got := bs.status(nil, bs.next()); got != nil {
+		t.Fatalf("a later set-up without packages: %v", got)
+	}
+}

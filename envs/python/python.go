@@ -177,7 +177,7 @@ func (e *Env) sysPath(ctx context.Context, cfg Config, py interpreter, dir strin
 		if cfg.SitePackages {
 			paths, packages = append(paths, py.site...), py.packages
 		}
-		return paths, packages, nil, 0, nil
+		return paths, packages, nil, e.builds.next(), nil
 	}
 	if e.pkgs.CacheDir == "" {
 		return nil, nil, nil, 0, &module.ConfigError{Field: "packages", Err: errors.New("this host has no package cache directory")}
