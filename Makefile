@@ -39,7 +39,7 @@ run: build ## run the server on its embedded defaults (SQLite in ./cyrnel-data, 
 	./$(BIN) serve
 
 .PHONY: test
-test: deps lint ts-check openapi-lint mcp-conformance py-check test-db browser datascience prometheus ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript client check, the OpenAPI documents' lint (Redocly), the Python runtime's type check, the whole suite with the race detector on SQLite and PostgreSQL (the console in Chromium; the metrics scraped by Prometheus), listing every skipped test and failing on one whose reason is not in tests/skips.allow, then each fuzz target briefly
+test: deps lint ts-check openapi-lint mcp-conformance dredd py-check test-db browser datascience prometheus ## run every test CI runs: lint (gofmt, goimports, vet, staticcheck, the import rules), the TypeScript clients (generated, type-checked, and driven against the server), the OpenAPI documents' lint (Redocly) and Dredd, the Python runtime's type check, the whole suite with the race detector on SQLite and PostgreSQL (the console in Chromium; the metrics scraped by Prometheus), listing every skipped test and failing on one whose reason is not in tests/skips.allow, then each fuzz target briefly
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -202,6 +202,19 @@ mcp-conformance: $(MCP_CONFORMANCE)/node_modules/.package-lock.json ## install t
 $(MCP_CONFORMANCE)/node_modules/.package-lock.json: $(MCP_CONFORMANCE)/package-lock.json
 	@command -v npm >/dev/null || { echo "npm (Node.js) is required to install the MCP conformance suite"; exit 1; }
 	cd $(MCP_CONFORMANCE) && npm ci --no-audit --no-fund --loglevel=error
+
+# Dredd (14.1.0, the last release), the OpenAPI 3 conversion its hooks use
+# and Node.js 22.23.3, pinned in package-lock.json and installed from the
+# npm registry. TestDredd (tests/) runs it over the 3.0 document against the
+# built server with the hooks in hooks.js.
+DREDD := tests/testdata/dredd
+
+.PHONY: dredd
+dredd: $(DREDD)/node_modules/.package-lock.json ## install the pinned Dredd (npm) that TestDredd runs over every transaction of the OpenAPI document
+
+$(DREDD)/node_modules/.package-lock.json: $(DREDD)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm (Node.js) is required to install Dredd"; exit 1; }
+	cd $(DREDD) && npm ci --no-audit --no-fund --loglevel=error
 
 OPENAPI_LINT := openapi/lint
 

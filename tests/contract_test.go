@@ -64,11 +64,13 @@ func validated(t *testing.T, h *host) (*host, *contract) {
 	}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.ModifyResponse = c.checkResponse
-	c.srv = httptest.NewServer(c.handler(rp))
-	doc.Servers = openapi3.Servers{{URL: c.srv.URL}}
+	// The router is made before the proxy serves: its handlers read it.
+	c.srv = httptest.NewUnstartedServer(c.handler(rp))
+	doc.Servers = openapi3.Servers{{URL: "http://" + c.srv.Listener.Addr().String()}}
 	if c.router, err = legacy.NewRouter(doc); err != nil {
 		t.Fatal(err)
 	}
+	c.srv.Start()
 	t.Cleanup(c.srv.Close)
 	p := *h
 	p.base = c.srv.URL

@@ -105,10 +105,12 @@ func fix30(v any) {
 
 // declareErrors declares on every operation the statuses the API layer
 // itself can answer before the operation runs, where huma did not already
-// declare a default response: 404 for a path that names nothing, 400 for
-// malformed JSON and 413 for a body past its limit (operations that take
-// one), 415 for a body of another media type (or any body where none is
-// taken), 422 for an unknown query parameter, 500. It also records in
+// declare a default response: 404 for a path that names nothing, 400 for a
+// missing body or malformed JSON and 413 for a body past its limit
+// (operations that take one), 415 for a body of another media type
+// (operations that take JSON; any body where none is taken, but for GET,
+// whose body is never read), 422 for an unknown query parameter, 500. The
+// file upload takes bytes of any media type: no 415. It also records in
 // bodies the "METHOD pattern" of each operation that takes a body, and
 // copies each path parameter's example onto the parameter.
 func declareErrors(o *huma.OpenAPI, bodies map[string]bool) {
@@ -132,10 +134,16 @@ func declareErrors(o *huma.OpenAPI, bodies map[string]bool) {
 					p.Example = p.Schema.Examples[0]
 				}
 			}
-			statuses := []int{http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity, http.StatusInternalServerError}
-			if op.RequestBody != nil {
+			statuses := []int{http.StatusUnprocessableEntity, http.StatusInternalServerError}
+			switch {
+			case op.RequestBody != nil:
 				bodies[method+" "+path] = true
 				statuses = append(statuses, http.StatusBadRequest, http.StatusRequestEntityTooLarge)
+				if op.RequestBody.Content["application/json"] != nil {
+					statuses = append(statuses, http.StatusUnsupportedMediaType)
+				}
+			case method != http.MethodGet:
+				statuses = append(statuses, http.StatusUnsupportedMediaType)
 			}
 			if strings.Contains(path, "{") {
 				statuses = append(statuses, http.StatusNotFound)
