@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -325,6 +326,51 @@ func TestClientAuth(t *testing.T) {
 	p := must[*client.CreateProcessResponse](t)(c.CreateProcessWithResponse(ctx, client.CreateProcessJSONRequestBody{Code: "print(1)", WaitMs: ptr[int64](30000)})).JSON201
 	if exitOf(p) != "success" {
 		t.Fatalf("with key: %+v", p)
+	}
+}
+
+// TestClientSessionFiles: a session's file upload and download, and an
+// invalid request read as a problem naming its field, through the Go client
+// and the validating proxy (the probe is meant to break the document, so
+// only its answer is checked).
+func TestClientSessionFiles(t *testing.T) {
+	t.Parallel()
+	h0 := start(t, "")
+	h, proxy := validated(t, h0)
+	c := apiClient(t, h)
+	ctx := deadline(t)
+
+	s := must[*client.CreateSessionResponse](t)(c.CreateSessionWithResponse(ctx, client.CreateSessionJSONRequestBody{Ref: ptr("client-files")})).JSON201
+	must[*client.PutSessionFileResponse](t)(c.PutSessionFileWithBodyWithResponse(ctx, s.Id, "data/in.csv", "text/csv", strings.NewReader("a,b\n1,2\n")))
+	run := must[*client.CreateProcessResponse](t)(c.CreateProcessWithResponse(ctx, client.CreateProcessJSONRequestBody{
+		Session: &s.Id, WaitMs: ptr[int64](30000),
+		Code: "rows = open('data/in.csv').read().splitlines()\nopen('rows.txt', 'w').write(str(len(rows)))",
+	})).JSON201
+	if exitOf(run) != "success" {
+		t.Fatalf("run in session: %+v", run)
+	}
+	var paths []string
+	for _, f := range must[*client.ListSessionFilesResponse](t)(c.ListSessionFilesWithResponse(ctx, s.Id)).JSON200.Items {
+		paths = append(paths, f.Path)
+	}
+	if slices.Sort(paths); !slices.Equal(paths, []string{"data/in.csv", "rows.txt"}) {
+		t.Fatalf("files %v", paths)
+	}
+	got := must[*client.GetSessionFileResponse](t)(c.GetSessionFileWithResponse(ctx, s.Id, "rows.txt"))
+	if string(got.Body) != "2" || got.HTTPResponse.Header.Get("Content-Type") != "application/octet-stream" {
+		t.Fatalf("download %q %s", got.Body, got.HTTPResponse.Header.Get("Content-Type"))
+	}
+	probe := func(_ context.Context, r *http.Request) error { r.Header.Set(probeHeader, "1"); return nil }
+	var prob *client.Problem
+	_, err := client.Check(c.CreateProcessWithResponse(ctx, client.CreateProcessJSONRequestBody{Code: "pass", TimeoutMs: ptr[int64](86400001)}, probe))
+	if !errors.As(err, &prob) || prob.Status != http.StatusUnprocessableEntity || prob.Errors == nil || len(*prob.Errors) != 1 ||
+		(*prob.Errors)[0].Location == nil || *(*prob.Errors)[0].Location != "body.timeoutMs" {
+		t.Fatalf("timeoutMs past its maximum: %v", err)
+	}
+	must[*client.DeleteSessionResponse](t)(c.DeleteSessionWithResponse(ctx, s.Id))
+	bad, _ := proxy.violations()
+	for _, v := range bad {
+		t.Error(v)
 	}
 }
 
