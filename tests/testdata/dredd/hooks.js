@@ -128,9 +128,9 @@ function setBody(t, value, contentType) {
 // components its $refs name: Dredd's OpenAPI 3 parser gives Dredd no
 // schema (it checks only that the keys of an example it generates are all
 // present, which makes every optional property required), so the hooks
-// hand it the document's own.
-// OpenAPI's own formats are not JSON Schema's, and Dredd's validator
-// refuses formats it does not know; the ranges of int32 and int64 stay.
+// hand it the document's own. OpenAPI's own formats are not JSON Schema's,
+// and Dredd's validator refuses formats it does not know: they go, the
+// ranges of int32 and int64 stay.
 const openapiFormats = new Set(["int32", "int64", "float", "double", "byte", "binary"]);
 const toJSONSchema = (s) =>
   fromSchema(s, {
@@ -167,8 +167,8 @@ async function prepare(t) {
   const p = parts(t);
   // The key that owns the executions asking for approval cannot decide
   // them: an approver does.
-  const admin = p.template.startsWith("/approvals/{id}/") ? fx.keys.approver : fx.keys.admin;
-  t.request.headers.Authorization = `Bearer ${admin}`;
+  const key = p.template.startsWith("/approvals/{id}/") ? fx.keys.approver : fx.keys.admin;
+  t.request.headers.Authorization = `Bearer ${key}`;
   const reason = skipReason(p);
   if (reason) {
     t.skip = true;
