@@ -12,11 +12,14 @@ import (
 
 // RenewLease records that hostID lives for ttl more, on the database's
 // clock (hosts' clocks may disagree; the database's is the one all read),
-// and is reached at addr ("": not yet known). PostgreSQL only: one host on
-// SQLite needs no lease.
+// and is reached at addr. An empty addr (a renewal before the host knows
+// its address) keeps the stored one: a renewal begun before the host
+// advertised may land after it did, and must not leave the host
+// unreachable until the next renewal. PostgreSQL only: one host on SQLite
+// needs no lease.
 func (s *Store) RenewLease(ctx context.Context, hostID, addr string, ttl time.Duration) error {
 	_, err := s.DB.ExecContext(ctx, `INSERT INTO hosts (host_id, lease_until, address) VALUES (?, now() + make_interval(secs => ?), ?)
-ON CONFLICT (host_id) DO UPDATE SET lease_until = EXCLUDED.lease_until, address = EXCLUDED.address`, hostID, ttl.Seconds(), addr)
+ON CONFLICT (host_id) DO UPDATE SET lease_until = EXCLUDED.lease_until, address = COALESCE(NULLIF(EXCLUDED.address, ''), hosts.address)`, hostID, ttl.Seconds(), addr)
 	if err != nil {
 		return fmt.Errorf("renew lease: %w", err)
 	}

@@ -149,3 +149,34 @@ func TestHostAddressAndLostSessionsOnPostgres(t *testing.T) {
 		}
 	}
 }
+
+// A renewal that does not know the host's address (one begun before the
+// host advertised it, landing after) keeps the advertised address; one
+// that names an address replaces it.
+func TestRenewalKeepsTheAdvertisedAddressOnPostgres(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := Open(ctx, pgSchema(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.RenewLease(ctx, "h", "", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.HostAddress(ctx, "h"); !errors.Is(err, ErrHostLost) {
+		t.Fatalf("address of a host that told none: %v, want ErrHostLost", err)
+	}
+	for _, step := range []struct{ renew, want string }{
+		{"h.example:9371", "h.example:9371"},
+		{"", "h.example:9371"},
+		{"https://h.example:8443", "https://h.example:8443"},
+	} {
+		if err := st.RenewLease(ctx, "h", step.renew, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if addr, err := st.HostAddress(ctx, "h"); err != nil || addr != step.want {
+			t.Fatalf("after a renewal with %q: %q %v, want %q", step.renew, addr, err, step.want)
+		}
+	}
+}
