@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -15,13 +13,9 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/cyrnel/cyrnel/host/peer"
 	"github.com/cyrnel/cyrnel/host/session"
 )
-
-// ForwardedHeader marks a request one host forwarded to another: it is
-// served where it arrives and never forwarded again. Its value is the
-// forwarding host's id.
-const ForwardedHeader = "Cyrnel-Forwarded-By"
 
 // Peers are the other hosts sharing this host's database (DESIGN §13
 // "Several hosts, continued").
@@ -47,19 +41,16 @@ type forwarder struct {
 
 // forwardSessions is the middleware that sends a request for a session live
 // on another host there: every /sessions/{id} route and POST /processes
-// with a session in its body. MCP calls are not forwarded: an MCP session
-// lives on the host that opened it, which the other host does not know. A
-// request already forwarded, or for a session this caller does not
-// see, that ended or that runs here, is served here.
+// with a session in its body. MCP calls are not forwarded (an MCP session
+// lives on the host that opened it, which the other host does not know):
+// host/mcp sends a run in such a session on itself. A request already
+// forwarded, or for a session this caller does not see, that ended or that
+// runs here, is served here.
 func (s *server) forwardSessions(mux *chi.Mux) func(http.Handler) http.Handler {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	// A dead host's address may not answer at all: the client is told
-	// 503 soon rather than after the system's connect timeout.
-	t.DialContext = (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	f := &forwarder{s: s, mux: mux, transport: t}
+	f := &forwarder{s: s, mux: mux, transport: peer.Transport()}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get(ForwardedHeader) != "" {
+			if r.Header.Get(peer.ForwardedHeader) != "" {
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -94,7 +85,7 @@ func unreachable(w http.ResponseWriter, id, hostID string) {
 // proxy sends r to the host at addr with its Authorization header and
 // body, and streams the answer back (an event stream as it comes).
 func (f *forwarder) proxy(w http.ResponseWriter, r *http.Request, id, hostID, addr string) {
-	target, err := baseURL(addr)
+	target, err := peer.BaseURL(addr)
 	if err != nil {
 		f.s.Log.Error("a host advertises an unusable address", "host", hostID, "addr", addr, "err", err)
 		unreachable(w, id, hostID)
@@ -105,7 +96,7 @@ func (f *forwarder) proxy(w http.ResponseWriter, r *http.Request, id, hostID, ad
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.SetXForwarded()
-			pr.Out.Header.Set(ForwardedHeader, self)
+			pr.Out.Header.Set(peer.ForwardedHeader, self)
 		},
 		Transport:     f.transport,
 		FlushInterval: -1,
@@ -115,21 +106,6 @@ func (f *forwarder) proxy(w http.ResponseWriter, r *http.Request, id, hostID, ad
 		},
 	}
 	rp.ServeHTTP(w, r)
-}
-
-// baseURL reads an advertised address: host:port (http) or a URL.
-func baseURL(addr string) (*url.URL, error) {
-	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
-	}
-	u, err := url.Parse(addr)
-	if err != nil {
-		return nil, err
-	}
-	if u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, errors.New("want host:port or an http(s) URL")
-	}
-	return u, nil
 }
 
 // sessionOf is the session r is about ("" when none): the {id} of a

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cyrnel/cyrnel/host/peer"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -87,7 +88,7 @@ func TestForwardSessions(t *testing.T) {
 	got := make(chan seen, 1)
 	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		got <- seen{r.Method, r.URL.RequestURI(), r.Header.Get("Authorization"), r.Header.Get(ForwardedHeader), string(b)}
+		got <- seen{r.Method, r.URL.RequestURI(), r.Header.Get("Authorization"), r.Header.Get(peer.ForwardedHeader), string(b)}
 		w.WriteHeader(http.StatusAccepted)
 	}))
 	defer other.Close()
@@ -121,7 +122,7 @@ func TestForwardSessions(t *testing.T) {
 		{"POST", "/processes", `{"code": "1"}`, nil},
 		{"POST", "/processes", `{"code": "1", "session": "s2"}`, nil},
 		{"POST", "/processes", `{"code": "1", "session": "s3"}`, nil},
-		{"POST", "/processes", runInS1, []string{ForwardedHeader, "C"}},
+		{"POST", "/processes", runInS1, []string{peer.ForwardedHeader, "C"}},
 		{"GET", "/sessions/s3", "", nil},
 		{"POST", "/mcp", mcpRun, nil},
 	} {

@@ -26,10 +26,24 @@ type Processes interface {
 	Displays(ctx context.Context, pid int64) ([]process.Display, error)
 }
 
-// Sessions starts and ends sessions (nil: no session tools).
+// Sessions starts, reads and ends sessions (nil: no session tools).
 type Sessions interface {
 	Create(ctx context.Context, in session.CreateInput) (*store.Session, error)
+	Get(ctx context.Context, id string) (*store.Session, error)
 	End(ctx context.Context, id string) error
+}
+
+// Remote reaches the sessions other hosts on the database run: a run in
+// one is created on its host, which authenticates the caller's
+// Authorization again, and followed here from its row.
+type Remote interface {
+	// Self is this host's id.
+	Self() string
+	// CreateProcess creates in on hostID, which runs in.Session, and
+	// returns its pid.
+	CreateProcess(ctx context.Context, hostID, authorization string, in process.CreateInput) (int64, error)
+	// EndSession ends session id, which hostID runs.
+	EndSession(ctx context.Context, hostID, authorization, id string) error
 }
 
 // Environments gives the active environment.
@@ -65,6 +79,9 @@ type Deps struct {
 	Environments Environments
 	Tools        Tools
 	Sessions     Sessions
+	// Remote, with several hosts, reaches the sessions the others run
+	// (nil: this host is alone).
+	Remote Remote
 }
 
 // New returns the Streamable HTTP endpoint. Its sessions end after
@@ -200,8 +217,14 @@ type endSessionInput struct {
 	Session string `json:"session" jsonschema:"the session id"`
 }
 
-func (d Deps) endSession(ctx context.Context, _ *mcp.CallToolRequest, in endSessionInput) (*mcp.CallToolResult, any, error) {
-	if err := d.Sessions.End(ctx, in.Session); err != nil {
+func (d Deps) endSession(ctx context.Context, req *mcp.CallToolRequest, in endSessionInput) (*mcp.CallToolResult, any, error) {
+	end := d.Sessions.End
+	if host := d.sessionHost(ctx, in.Session); host != "" {
+		end = func(ctx context.Context, id string) error {
+			return d.Remote.EndSession(ctx, host, authorization(req), id)
+		}
+	}
+	if err := end(ctx, in.Session); err != nil {
 		return nil, nil, fmt.Errorf("end_session: %w", err)
 	}
 	return text("session " + in.Session + " ended"), nil, nil
@@ -267,4 +290,28 @@ func (d Deps) toolDocs(ctx context.Context, _ *mcp.CallToolRequest, in toolDocsI
 		return nil, nil, fmt.Errorf("tool_docs: %w", err)
 	}
 	return text(docs), nil, nil
+}
+
+// sessionHost is the host that runs session id when that is another live
+// one ("" when it runs here, has ended, is not the caller's to see, or
+// this host is alone: the call is then answered here, as it would be).
+func (d Deps) sessionHost(ctx context.Context, id string) string {
+	if d.Remote == nil || d.Sessions == nil || id == "" {
+		return ""
+	}
+	row, err := d.Sessions.Get(ctx, id)
+	if err != nil || row.State == session.Ended || row.HostID == d.Remote.Self() {
+		return ""
+	}
+	return row.HostID
+}
+
+// authorization is the Authorization header of the HTTP request a call came
+// in ("" when it had none): what a call sent to another host carries, so
+// that host authenticates the same key.
+func authorization(req *mcp.CallToolRequest) string {
+	if extra := req.GetExtra(); extra != nil && extra.Header != nil {
+		return extra.Header.Get("Authorization")
+	}
+	return ""
 }

@@ -38,11 +38,11 @@ type runOutput struct {
 // (the environment stops it at the timeout) before it is killed.
 const waitGrace = 10 * time.Second
 
-func (d Deps) runCode(ctx context.Context, _ *mcp.CallToolRequest, in runInput) (*mcp.CallToolResult, runOutput, error) {
+func (d Deps) runCode(ctx context.Context, req *mcp.CallToolRequest, in runInput) (*mcp.CallToolResult, runOutput, error) {
 	if strings.TrimSpace(in.Code) == "" {
 		return nil, runOutput{}, errors.New("run_code: code is empty")
 	}
-	p, err := d.Processes.Create(ctx, process.CreateInput{Code: in.Code, Ref: "mcp", TimeoutMs: in.TimeoutMs, Autorun: true, Session: in.Session})
+	p, err := d.create(ctx, req, process.CreateInput{Code: in.Code, Ref: "mcp", TimeoutMs: in.TimeoutMs, Autorun: true, Session: in.Session})
 	if err != nil {
 		return nil, runOutput{}, fmt.Errorf("run_code: %w", argument(err))
 	}
@@ -66,6 +66,21 @@ func (d Deps) runCode(ctx context.Context, _ *mcp.CallToolRequest, in runInput) 
 		return nil, runOutput{}, fmt.Errorf("run_code: process %d: %w", pid, err)
 	}
 	return d.result(ctx, p)
+}
+
+// create creates and starts a run: here, or on the host that runs its
+// session, from whose row it is then followed here as any process another
+// host runs is (its approvals, its end, a kill).
+func (d Deps) create(ctx context.Context, req *mcp.CallToolRequest, in process.CreateInput) (*process.Process, error) {
+	host := d.sessionHost(ctx, in.Session)
+	if host == "" {
+		return d.Processes.Create(ctx, in)
+	}
+	pid, err := d.Remote.CreateProcess(ctx, host, authorization(req), in)
+	if err != nil {
+		return nil, fmt.Errorf("session %s: %w", in.Session, err)
+	}
+	return d.Processes.Wait(ctx, pid, 0)
 }
 
 // kill stops a process whose caller is gone, even though the caller's

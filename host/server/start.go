@@ -30,6 +30,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/mcp"
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/origins"
+	"github.com/cyrnel/cyrnel/host/peer"
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/services"
@@ -208,7 +209,11 @@ func (s *Server) startProcesses(ctx context.Context, cfg Config) (err error) {
 			return err
 		}
 	}
-	s.mcp = mcp.New(mcp.Deps{Log: s.log.With("component", "mcp"), Version: cfg.Version, Processes: s.procs, Environments: s.modules, Tools: mcpTools{s.services, s.modules}, Sessions: s.sessions}, mcp.Options{})
+	deps := mcp.Deps{Log: s.log.With("component", "mcp"), Version: cfg.Version, Processes: s.procs, Environments: s.modules, Tools: mcpTools{s.services, s.modules}, Sessions: s.sessions}
+	if s.cluster != nil {
+		deps.Remote = peer.NewClient(peers{s.store, s.dir.HostID})
+	}
+	s.mcp = mcp.New(deps, mcp.Options{})
 	// MCP sessions hold event streams open: they end first, so the
 	// listener's shutdown need not wait them out.
 	return s.stack.Start(ctx, "mcp", lifecycle.Closer(s.mcp.Close))
