@@ -100,6 +100,14 @@ func (f *forwarder) proxy(w http.ResponseWriter, r *http.Request, id, hostID, ad
 		},
 		Transport:     f.transport,
 		FlushInterval: -1,
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode == http.StatusUnauthorized {
+				// This host accepted the key: the hosts' bootstrap keys
+				// differ, or a revocation has reached one of them only.
+				f.s.Log.Warn("a host refused a key this host accepted (hosts sharing a database must share CYRNEL_API_KEY)", "session", id, "host", hostID)
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			f.s.Log.Warn("forward a session's request", "session", id, "host", hostID, "addr", addr, "err", err)
 			unreachable(w, id, hostID)
