@@ -126,12 +126,15 @@ vendor-redoc: ## re-vendor Redoc $(REDOC_VERSION) (npm) into host/console/assets
 
 # PostgreSQL for the tests: CYRNEL_TEST_POSTGRES_URL when set, else a local
 # cluster, installed from Debian's packages when missing and run as root;
-# its URL goes to .cache/postgres-url. Where neither can be had the target
-# fails.
+# its URL goes to .cache/postgres-url. The server's binaries are installed in
+# either case: a test runs a cluster of its own to restart it
+# (host/pgtest.Server; CYRNEL_TEST_PG_BIN names another directory of them).
+# Where neither can be had the target fails.
 PG_TEST_URL := postgres://cyrnel:cyrnel@127.0.0.1:5432/cyrnel_test?sslmode=disable
 .PHONY: test-db
 test-db: ## provide a PostgreSQL for the tests (CYRNEL_TEST_POSTGRES_URL, or a local one on Debian as root), or fail saying why
 	@mkdir -p .cache; rm -f .cache/postgres-url
+	@[ -n "$$CYRNEL_TEST_PG_BIN" ] || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || $(INSTALL) postgresql || exit 1
 	@if [ -n "$$CYRNEL_TEST_POSTGRES_URL" ]; then echo "tests use CYRNEL_TEST_POSTGRES_URL"; exit 0; fi; \
 	ls /etc/postgresql/*/main >/dev/null 2>&1 || $(INSTALL) postgresql || exit 1; \
 	[ "$$(id -u)" = 0 ] || { echo "a local PostgreSQL for the tests is run as root (su postgres); or set CYRNEL_TEST_POSTGRES_URL"; exit 1; }; \

@@ -1,7 +1,8 @@
 // Package pgtest gives tests a PostgreSQL of their own: a fresh schema in
-// the test database (`make test` provides one), and an Outage proxy in front
+// the test database (`make test` provides one), an Outage proxy in front
 // of it that a test cuts and restores, as a database that stops, restarts
-// or becomes unreachable does. Only tests import it.
+// or becomes unreachable does, and a Server, a cluster of the test's own
+// that it really restarts and stops. Only tests import it.
 package pgtest
 
 import (

@@ -1,0 +1,263 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cyrnel/cyrnel/host/pgtest"
+)
+
+// restartLoad is load from several clients across hosts: programs that each
+// print a token of their own, sent until stop. It signals each answer.
+type restartLoad struct {
+	hosts []*host
+	stop  chan struct{}
+	wg    sync.WaitGroup
+
+	mu       sync.Mutex
+	answers  []tokenAnswer
+	statuses map[int]int
+	changed  chan struct{} // a receive follows each new answer
+}
+
+// tokenAnswer is one request of the load and what it was answered.
+type tokenAnswer struct {
+	token  string
+	status int // 0: the request itself failed
+	p      proc
+}
+
+func startRestartLoad(hosts []*host, clients int) *restartLoad {
+	l := &restartLoad{hosts: hosts, stop: make(chan struct{}), statuses: map[int]int{}, changed: make(chan struct{}, 1)}
+	for c := range clients {
+		l.wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				token := fmt.Sprintf("c%d-%d", c, i)
+				a := postToken(hosts[(c+i)%len(hosts)], token)
+				l.mu.Lock()
+				l.answers = append(l.answers, a)
+				l.statuses[a.status]++
+				l.mu.Unlock()
+				select {
+				case l.changed <- struct{}{}:
+				default:
+				}
+				if a.status == http.StatusServiceUnavailable {
+					select { // as a client told Retry-After would: not a tight loop
+					case <-l.stop:
+						return
+					case <-time.After(200 * time.Millisecond):
+					}
+				}
+			}
+		})
+	}
+	return l
+}
+
+// until waits for cond on the counts of answers by status, failing the test
+// after limit.
+func (l *restartLoad) until(t *testing.T, what string, limit time.Duration, cond func(statuses map[int]int) bool) {
+	t.Helper()
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	for {
+		l.mu.Lock()
+		ok := cond(l.statuses)
+		counts := fmt.Sprint(l.statuses)
+		l.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-l.changed:
+		case <-deadline.C:
+			t.Fatalf("%s: not within %v (answers by status: %s)", what, limit, counts)
+		}
+	}
+}
+
+// accepted is how many were answered 201 so far.
+func (l *restartLoad) accepted() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.statuses[http.StatusCreated]
+}
+
+func (l *restartLoad) finish() []tokenAnswer {
+	close(l.stop)
+	l.wg.Wait()
+	return l.answers
+}
+
+// postToken runs a program printing token through h, waiting for it.
+func postToken(h *host, token string) tokenAnswer {
+	code := fmt.Sprintf("import time\ntime.sleep(0.2)\nprint(%q)", token)
+	body, _ := json.Marshal(map[string]any{"code": code, "ref": token, "waitMs": 20000})
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", h.base+"/processes", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return tokenAnswer{token: token}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	a := tokenAnswer{token: token, status: resp.StatusCode}
+	if resp.StatusCode == http.StatusCreated {
+		json.Unmarshal(b, &a.p)
+	}
+	return a
+}
+
+// readiness polls every host's /health/ready until each answers want,
+// failing the test after limit.
+func readiness(t *testing.T, hosts []*host, want int, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for i, h := range hosts {
+		for {
+			st, _ := h.do("GET", "/health/ready", nil, nil)
+			if st == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("host %d: /health/ready answers %d, not %d within %v", i, st, want, limit)
+			}
+			time.Sleep(100 * time.Millisecond) // polling a condition, not synchronising
+		}
+	}
+}
+
+// allProcesses lists every process through h, page by page.
+func allProcesses(t *testing.T, h *host) []proc {
+	t.Helper()
+	var all []proc
+	cursor := ""
+	for {
+		var page struct {
+			Items      []proc `json:"items"`
+			NextCursor string `json:"nextCursor"`
+			HasMore    bool   `json:"hasMore"`
+		}
+		path := "/processes?limit=100"
+		if cursor != "" {
+			path += "&cursor=" + url.QueryEscape(cursor)
+		}
+		if st, _ := h.do("GET", path, nil, &page); st != http.StatusOK {
+			t.Fatalf("list processes: %d", st)
+		}
+		all = append(all, page.Items...)
+		if !page.HasMore {
+			return all
+		}
+		cursor = page.NextCursor
+	}
+}
+
+// TestPostgresRestartDuringLoad: two hosts on a PostgreSQL of the test's
+// own, load from eight clients across them, and the database restarted
+// (`pg_ctl restart -m fast`), then stopped immediate (a crash: recovery at
+// the next start) and started again, each mid-load. While it is down every
+// host's /health/ready says 503 and requests are answered 503, never 500;
+// once it is back readiness returns and work is accepted again. Every
+// execution accepted (201) reaches its final state once (one run, one row)
+// with its own output, equal to what its answer said when it had ended.
+func TestPostgresRestartDuringLoad(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.NewServer(t)
+	hs := startClusterOn(t, srv.URL(), 2)
+	load := startRestartLoad(hs, 8)
+	defer func() {
+		select {
+		case <-load.stop:
+		default:
+			load.finish()
+		}
+	}()
+	more := func(what string, n int) {
+		t.Helper()
+		from := load.accepted()
+		load.until(t, what, 60*time.Second, func(s map[int]int) bool { return s[http.StatusCreated] >= from+n })
+	}
+
+	more("work accepted before the restart", 10)
+	t0 := time.Now()
+	srv.Restart("fast")
+	t.Logf("pg_ctl restart -m fast took %v", time.Since(t0).Round(time.Millisecond))
+	more("work accepted after the fast restart", 10)
+	readiness(t, hs, http.StatusOK, 10*time.Second)
+
+	before := load.accepted()
+	srv.Stop("immediate")
+	readiness(t, hs, http.StatusServiceUnavailable, 10*time.Second)
+	load.until(t, "a request answered 503 while the database is down", 30*time.Second, func(s map[int]int) bool {
+		return s[http.StatusServiceUnavailable] > 0
+	})
+	t0 = time.Now()
+	srv.Start()
+	t.Logf("pg_ctl start after an immediate stop took %v", time.Since(t0).Round(time.Millisecond))
+	readiness(t, hs, http.StatusOK, 10*time.Second)
+	more("work accepted after the immediate stop", 10)
+	answers := load.finish()
+	t.Logf("%d requests: by status %v (%d accepted before the immediate stop)", len(answers), load.statuses, before)
+
+	rows := map[string][]proc{} // by token (the ref)
+	for _, p := range allProcesses(t, hs[1]) {
+		rows[p.Ref] = append(rows[p.Ref], p)
+	}
+	if answered := len(answers); len(rows) > answered {
+		t.Errorf("%d tokens stored, more than the %d requests", len(rows), answered)
+	}
+	for _, a := range answers {
+		switch a.status {
+		case http.StatusCreated:
+		case http.StatusServiceUnavailable:
+			// Not accepted: a client retries it, so it must not run.
+			if got := rows[a.token]; len(got) > 0 {
+				t.Errorf("%s was answered 503, yet stored: %+v", a.token, got)
+			}
+			continue
+		default:
+			t.Errorf("%s was answered %d", a.token, a.status)
+			continue
+		}
+		if got := rows[a.token]; len(got) != 1 || got[0].PID != a.p.PID {
+			t.Errorf("%s, accepted as pid %d, is stored in %d rows: %+v", a.token, a.p.PID, len(got), got)
+			continue
+		}
+		var final proc
+		if st, _ := hs[0].do("GET", fmt.Sprintf("/processes/%d/wait?timeoutMs=30000", a.p.PID), nil, &final); st != http.StatusOK {
+			t.Errorf("wait for pid %d: %d", a.p.PID, st)
+			continue
+		}
+		if final.State != "idle" || final.exit() != "success" || final.Stdout != a.token+"\n" || final.Runs != 1 {
+			t.Errorf("%s (pid %d) ended %s %s/%s runs %d stdout %q error %q", a.token, a.p.PID, final.State, final.exit(), deref(final.Reason), final.Runs, final.Stdout, final.Error)
+		}
+		if a.p.State == "idle" && (a.p.exit() != final.exit() || a.p.Stdout != final.Stdout) {
+			t.Errorf("%s (pid %d) was answered %s %q, stored %s %q", a.token, a.p.PID, a.p.exit(), a.p.Stdout, final.exit(), final.Stdout)
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
