@@ -177,7 +177,9 @@ func allProcesses(t *testing.T, h *host) []proc {
 // host's /health/ready says 503 and requests are answered 503, never 500;
 // once it is back readiness returns and work is accepted again. Every
 // execution accepted (201) reaches its final state once (one run, one row)
-// with its own output, equal to what its answer said when it had ended.
+// with its own output, equal to what its answer said when it had ended. A
+// session on one host used through the other keeps its state across both,
+// and a policy and a kill made through one host reach the other after.
 func TestPostgresRestartDuringLoad(t *testing.T) {
 	t.Parallel()
 	srv := pgtest.NewServer(t)
@@ -196,12 +198,26 @@ func TestPostgresRestartDuringLoad(t *testing.T) {
 		load.until(t, what, 60*time.Second, func(s map[int]int) bool { return s[http.StatusCreated] >= from+n })
 	}
 
+	// A session on A, used through B across both outages, keeps its state.
+	var ses clusterSession
+	if st, _ := hs[0].do("POST", "/sessions", map[string]any{}, &ses); st != http.StatusCreated {
+		t.Fatalf("create a session on A: %d", st)
+	}
+	inSession := func(code, want string) {
+		t.Helper()
+		if p := hs[1].run(code, map[string]any{"session": ses.ID}); p.exit() != "success" || p.Stdout != want {
+			t.Fatalf("%q in A's session through B: %+v", code, p)
+		}
+	}
+	inSession("x = 0", "")
+
 	more("work accepted before the restart", 10)
 	t0 := time.Now()
 	srv.Restart("fast")
 	t.Logf("pg_ctl restart -m fast took %v", time.Since(t0).Round(time.Millisecond))
 	more("work accepted after the fast restart", 10)
 	readiness(t, hs, http.StatusOK, 10*time.Second)
+	inSession("x += 1", "")
 
 	before := load.accepted()
 	srv.Stop("immediate")
@@ -214,6 +230,8 @@ func TestPostgresRestartDuringLoad(t *testing.T) {
 	t.Logf("pg_ctl start after an immediate stop took %v", time.Since(t0).Round(time.Millisecond))
 	readiness(t, hs, http.StatusOK, 10*time.Second)
 	more("work accepted after the immediate stop", 10)
+	inSession("x += 1\nprint(x)", "2\n")
+	acrossHosts(t, hs[0], hs[1])
 	answers := load.finish()
 	t.Logf("%d requests: by status %v (%d accepted before the immediate stop)", len(answers), load.statuses, before)
 
@@ -253,6 +271,35 @@ func TestPostgresRestartDuringLoad(t *testing.T) {
 			t.Errorf("%s (pid %d) was answered %s %q, stored %s %q", a.token, a.p.PID, a.p.exit(), a.p.Stdout, final.exit(), final.Stdout)
 		}
 	}
+}
+
+// acrossHosts: after the database came back, a policy set through a and a
+// kill through b of a program on a take effect on the other host within 3 s
+// (each host's notification connection was ended by the restart).
+func acrossHosts(t *testing.T, a, b *host) {
+	t.Helper()
+	setPolicies(t, a, "allow", [2]string{"pets.*", "block"})
+	eventually(t, "a policy set through A, in force on B", func() bool {
+		var set struct {
+			Rules []struct {
+				Decision string `json:"decision"`
+			} `json:"rules"`
+		}
+		b.do("GET", "/tool-policies", nil, &set)
+		return len(set.Rules) == 1 && set.Rules[0].Decision == "block"
+	})
+	var sleeper proc
+	if st, _ := a.do("POST", "/processes", map[string]any{"code": "import time\ntime.sleep(60)", "timeoutMs": 120000}, &sleeper); st != http.StatusCreated {
+		t.Fatalf("a long program on A: %d", st)
+	}
+	if st, _ := b.do("POST", fmt.Sprintf("/processes/%d/kill", sleeper.PID), nil, nil); st != http.StatusOK {
+		t.Fatalf("kill through B: %d", st)
+	}
+	eventually(t, "a kill through B of a program on A", func() bool {
+		var p proc
+		a.do("GET", fmt.Sprintf("/processes/%d", sleeper.PID), nil, &p)
+		return p.State == "idle" && p.exit() == "canceled"
+	})
 }
 
 func deref(s *string) string {
