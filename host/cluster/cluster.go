@@ -32,6 +32,12 @@ const DefaultTTL = 15 * time.Second
 // notifications may have missed.
 const DefaultSync = 2 * time.Second
 
+// renewRetry is how soon a renewal that failed is tried again: after an
+// outage longer than the lease the host holds a lease again (and the others
+// can forward to it) within about this long of the database's return, not
+// a third of the TTL later.
+const renewRetry = time.Second
+
 // Store is the database's side of the cluster.
 type Store interface {
 	RenewLease(ctx context.Context, hostID, addr string, ttl time.Duration) error
@@ -202,13 +208,15 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	return c.store.DropLease(ctx, c.host)
 }
 
-// renew renews the lease every third of its TTL. Lost hosts are judged only
+// renew renews the lease every third of its TTL (a failed renewal is tried
+// again within renewRetry). Lost hosts are judged only
 // once this host has renewed for a whole TTL without failing: after an
 // outage of the database every host needs that long to renew again, and
 // none is taken for lost meanwhile. The leases themselves run on the
 // database's clock.
 func (c *Cluster) renew(ctx context.Context) {
-	t := time.NewTicker(c.opts.TTL / 3)
+	every := c.opts.TTL / 3
+	t := time.NewTicker(every)
 	defer t.Stop()
 	reachable := time.Now() // New just renewed
 	for {
@@ -226,8 +234,10 @@ func (c *Cluster) renew(ctx context.Context) {
 			}
 			reachable = time.Time{}
 			c.alive.Store(-1)
+			t.Reset(min(renewRetry, every))
 			continue
 		}
+		t.Reset(every)
 		c.countAlive(ctx)
 		if reachable.IsZero() {
 			reachable = time.Now()
