@@ -1,10 +1,7 @@
 package tests
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 )
@@ -68,22 +65,11 @@ func BenchmarkSessionExecution(b *testing.B) {
 	b.ReportMetric(p50(oneShot), "oneshot-p50-ms")
 	b.Logf("session HTTP p50 %.2f ms (p99 %.2f); one-shot warm p50 %.2f ms", p50(inSession), percentile(inSession, 99), p50(oneShot))
 
-	out, err := exec.Command("/usr/bin/python3", "-c", jupyterRoundTrips, fmt.Sprint(max(b.N, 20))).Output()
-	if err != nil {
-		if why := os.Getenv("CYRNEL_TEST_NO_JUPYTER"); why != "" {
-			b.Logf("no Jupyter kernel to compare with (CYRNEL_TEST_NO_JUPYTER: %s)", why)
-			return
-		}
-		b.Fatalf("Jupyter kernel (apt-get install python3-ipykernel python3-jupyter-client, or set CYRNEL_TEST_NO_JUPYTER=<why>): %v", err)
-	}
 	var ms []float64
-	if err := json.Unmarshal(out, &ms); err != nil {
-		b.Fatal(err)
+	if !jupyterBaseline(b, &ms, jupyterRoundTrips, fmt.Sprint(max(b.N, 20))) {
+		return
 	}
-	jupyter := make([]time.Duration, len(ms))
-	for i, m := range ms {
-		jupyter[i] = time.Duration(m * float64(time.Millisecond))
-	}
+	jupyter := millis(ms)
 	b.ReportMetric(p50(jupyter), "jupyter-p50-ms")
 	b.ReportMetric(p50(jupyter)/p50(inSession), "session-vs-jupyter-x")
 	b.Logf("Jupyter execute round trip p50 %.2f ms; the session is %.1fx faster", p50(jupyter), p50(jupyter)/p50(inSession))
