@@ -52,7 +52,7 @@ type Env struct {
 	runtime       string   // extracted runtime directory
 	launch        worker.Launcher
 	forking       *worker.Forking // nil when interpreters are spawned
-	sessionLaunch worker.Launcher // sessions' interpreters: started, never forked
+	sessionLaunch worker.Launcher // sessions' interpreters: forked as session children, or spawned
 	layers        map[string]any  // the sandbox in force, for Status
 	tplWhy        string          // why interpreters are not forked from a template
 	runner        *worker.Runner
@@ -131,8 +131,6 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 		s.ReadPaths = append(py.readPaths(), readPaths...)
 		launcher = s
 	}
-	// A session's interpreter is started, not forked: it needs its own
-	// environment (CYRNEL_SESSION) and lives long.
 	sessionLaunch := launcher
 	var forking *worker.Forking
 	tplWhy := "turned off by config (fork: false)"
@@ -140,7 +138,7 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 		argv := append([]string{py.exe, "-I", "-S", "-c", templateBoot, strings.Join(paths, "\n")}, cfg.Preload...)
 		forking, tplWhy = worker.ChooseForking(e.log, cfg.Sandbox, cfg.Limits, append(py.readPaths(), readPaths...), argv, dataScienceEnv)
 		if forking != nil {
-			launcher = forking
+			launcher, sessionLaunch = forking, forking.Sessions()
 		}
 	}
 	r := worker.NewRunner(e.log, worker.RunnerConfig{
@@ -300,20 +298,27 @@ func (e *Env) spawn(ctx context.Context) (*worker.Worker, error) {
 	e.mu.Lock()
 	launcher := e.launch
 	e.mu.Unlock()
-	return e.start(ctx, launcher, nil)
+	return e.start(ctx, launcher, false)
 }
+
+// sessionArg makes a started interpreter serve a session
+// (python/cyrnel/_worker.py SESSION_ARG); a forked one learns it from its
+// fork request.
+const sessionArg = "--session"
 
 // sessionGrace is how long a session's program gets to stop after a kill
 // (KeyboardInterrupt) before its interpreter is killed and the session ends.
 const sessionGrace = 2 * time.Second
 
 // StartSession starts an interpreter of its own, outside the pool, that
-// keeps its globals between executions and survives an interrupted program.
+// keeps its globals between executions and survives an interrupted program:
+// forked from the template as a session's child where interpreters are
+// forked, else spawned.
 func (e *Env) StartSession(ctx context.Context) (*worker.Session, error) {
 	e.mu.Lock()
 	launcher := e.sessionLaunch
 	e.mu.Unlock()
-	w, err := e.start(ctx, launcher, []string{"CYRNEL_SESSION=1"})
+	w, err := e.start(ctx, launcher, true)
 	if err != nil {
 		return nil, err
 	}
@@ -323,12 +328,18 @@ func (e *Env) StartSession(ctx context.Context) (*worker.Session, error) {
 	return worker.NewSession(w, b, stubs{}, sessionGrace), nil
 }
 
-func (e *Env) start(ctx context.Context, launcher worker.Launcher, env []string) (*worker.Worker, error) {
+// start starts an interpreter (a forking launcher ignores the command: the
+// template's is used).
+func (e *Env) start(ctx context.Context, launcher worker.Launcher, session bool) (*worker.Worker, error) {
 	e.mu.Lock()
 	python, paths, preload := e.python, e.paths, e.cfg.Preload
 	e.mu.Unlock()
-	args := append([]string{"-I", "-S", "-c", boot, strings.Join(paths, "\n")}, preload...)
-	w, err := worker.Start(ctx, e.log, launcher, worker.Command{Path: python, Args: args, Env: append(env, dataScienceEnv...)})
+	args := []string{"-I", "-S", "-c", boot, strings.Join(paths, "\n")}
+	if session {
+		args = append(args, sessionArg)
+	}
+	args = append(args, preload...)
+	w, err := worker.Start(ctx, e.log, launcher, worker.Command{Path: python, Args: args, Env: slices.Clone(dataScienceEnv)})
 	if err != nil {
 		return nil, err
 	}

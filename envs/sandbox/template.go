@@ -39,8 +39,9 @@ import (
 //
 //   - host → template, once: templateConfig (JSON); template → host:
 //     {"ready":true} or {"error":"…"}.
-//   - host → template, per child: {"cgroups":n} with the fds [status, fd 1,
-//     fd 2, extra files…, cgroup.procs of each cgroup] (SCM_RIGHTS).
+//   - host → template, per child: a forkRequest ({"cgroups":n,"extra":n,
+//     "uid":n,"session":bool}) with the fds [status, fd 1, fd 2, extra
+//     files…, cgroup.procs of each cgroup] (SCM_RIGHTS).
 //   - on the status socket: {"pid":n} with a pidfd of the child (from the
 //     template), {"started":true} or {"error":"…"} once it is locked down
 //     (from the child), {"exit":{…}} when the template has reaped it; then
@@ -80,9 +81,14 @@ type TemplateSpec struct {
 
 // templateConfig is what the template needs to lock each child down.
 type templateConfig struct {
-	SandboxID int      `json:"sandboxId"` // uid and gid inside the user namespace
-	Network   bool     `json:"network"`
-	Limits    Limits   `json:"limits"`
+	SandboxID int    `json:"sandboxId"` // uid and gid inside the user namespace
+	Network   bool   `json:"network"`
+	Limits    Limits `json:"limits"`
+	// CPURlimit says no cgroup counts a child's CPU time: RLIMIT_CPU holds
+	// every child then, a session's over its whole life (as a spawned
+	// sandbox's); otherwise the CPU watch alone holds a session, per
+	// execution (Process.ResetUsage).
+	CPURlimit bool     `json:"cpuRlimit"`
 	ReadPaths []string `json:"readPaths"`
 	// Landlock masks for the kernel's ABI; ABI 0 skips Landlock.
 	Landlock landlockMasks `json:"landlock"`
@@ -173,7 +179,7 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 		return nil, err
 	}
 	cfg := templateConfig{
-		SandboxID: sandboxID, Network: spec.Network, Limits: t.limits, ReadPaths: readPaths,
+		SandboxID: sandboxID, Network: spec.Network, Limits: t.limits, CPURlimit: t.layers.CPU == "rlimit", ReadPaths: readPaths,
 		Landlock: landlockFor(sup.LandlockABI, spec.Network), Seccomp: progs, TemplateSeccomp: tplProgs,
 	}
 	env := environ(sandboxTmp, append([]string{
@@ -384,6 +390,19 @@ func (t *Template) Drain() {
 // and 3, 4, … the extra files, and returns once it is locked down and
 // serving them. ctx bounds the start only.
 func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*os.File) (*Process, error) {
+	return t.fork(ctx, stdout, stderr, extra, false)
+}
+
+// ForkSession is Fork for a child that serves a session: its runtime keeps
+// its state between executions (the fork request says so; nothing in the
+// child's environment does). Long-lived, it is held to its CPU limit per
+// execution by the CPU watch where a cgroup counts its time, not by an
+// RLIMIT_CPU that would count its whole life.
+func (t *Template) ForkSession(ctx context.Context, stdout, stderr *os.File, extra []*os.File) (*Process, error) {
+	return t.fork(ctx, stdout, stderr, extra, true)
+}
+
+func (t *Template) fork(ctx context.Context, stdout, stderr *os.File, extra []*os.File, session bool) (*Process, error) {
 	p := &Process{
 		layers:   t.layers,
 		cpuLimit: time.Duration(t.limits.CPUSeconds) * time.Second,
@@ -425,7 +444,7 @@ func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 	for i, f := range files {
 		fds[i] = int(f.Fd())
 	}
-	msg, _ := json.Marshal(map[string]int{"cgroups": len(procs), "extra": len(extra), "uid": p.hostID}) // plain data
+	msg, _ := json.Marshal(forkRequest{Cgroups: len(procs), Extra: len(extra), UID: p.hostID, Session: session}) // plain data
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -473,6 +492,16 @@ func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 		<-p.done
 		return nil, fmt.Errorf("sandbox: fork: %w", ctx.Err())
 	}
+}
+
+// forkRequest asks the template for one child; the files travel beside it
+// (SCM_RIGHTS): the status socket, fds 1 and 2, Extra files, then Cgroups
+// cgroup.procs files.
+type forkRequest struct {
+	Cgroups int  `json:"cgroups"`
+	Extra   int  `json:"extra"`
+	UID     int  `json:"uid"`     // the child's host uid
+	Session bool `json:"session"` // the child's runtime serves a session
 }
 
 // forkReport is one message of a forked child's status socket.

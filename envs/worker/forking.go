@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/cyrnel/cyrnel/envs/sandbox"
@@ -22,6 +23,10 @@ type Forking struct {
 	tpl    *sandbox.Template
 	closed bool
 	starts int64 // templates started
+	// Sessions' children being forked (pending) and forked (sessions, the
+	// ended ones pruned at each launch): Stop does not wait for them.
+	pending  int
+	sessions []*sandbox.Process
 }
 
 // ChooseForking returns a forking launcher for the template argv when the
@@ -49,20 +54,69 @@ func (f *Forking) Launch(ctx context.Context, _ Command, files Files) (Handle, e
 	}
 	p, err := tpl.Fork(ctx, files.Stdout, files.Stderr, files.Extra())
 	if err != nil {
-		select {
-		case <-tpl.Done():
-		default:
-			if !errors.Is(err, context.DeadlineExceeded) {
-				return nil, err
-			}
-			// A template that does not fork in time is replaced; drained,
-			// not killed, so the executions it forked run on.
-			f.log.Warn("the python template did not fork in time: replacing it")
-			tpl.Drain()
-		}
-		return nil, fmt.Errorf("fork from template: %w", err)
+		return nil, f.forkFailed(tpl, err)
 	}
 	return sandboxHandle{p}, nil
+}
+
+// Sessions is the launcher of sessions' interpreters: children of the same
+// template whose runtime serves a session (sandbox.Template.ForkSession).
+// A session outlives the environment that started it: Stop leaves the
+// template to end with its last session.
+func (f *Forking) Sessions() Launcher { return forkingSessions{f} }
+
+type forkingSessions struct{ f *Forking }
+
+// Launch forks a session's child; the command is the template's.
+func (s forkingSessions) Launch(ctx context.Context, _ Command, files Files) (Handle, error) {
+	f := s.f
+	f.mu.Lock()
+	tpl, err := f.templateLocked(ctx)
+	if err != nil {
+		f.mu.Unlock()
+		return nil, err
+	}
+	f.pending++ // with the template: Stop, from now on, counts it
+	f.mu.Unlock()
+	p, err := tpl.ForkSession(ctx, files.Stdout, files.Stderr, files.Extra())
+	f.mu.Lock()
+	f.pending--
+	f.sessions = slices.DeleteFunc(f.sessions, ended)
+	if err == nil {
+		f.sessions = append(f.sessions, p)
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return nil, f.forkFailed(tpl, err)
+	}
+	return sandboxHandle{p}, nil
+}
+
+// ended says whether a forked child has been reaped.
+func ended(p *sandbox.Process) bool {
+	select {
+	case <-p.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// forkFailed explains a failed fork and replaces a template too slow to
+// fork.
+func (f *Forking) forkFailed(tpl *sandbox.Template, err error) error {
+	select {
+	case <-tpl.Done():
+	default:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		// A template that does not fork in time is replaced; drained,
+		// not killed, so the executions it forked run on.
+		f.log.Warn("the python template did not fork in time: replacing it")
+		tpl.Drain()
+	}
+	return fmt.Errorf("fork from template: %w", err)
 }
 
 // template returns the running template, starting one if there is none or
@@ -70,6 +124,10 @@ func (f *Forking) Launch(ctx context.Context, _ Command, files Files) (Handle, e
 func (f *Forking) template(ctx context.Context) (*sandbox.Template, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.templateLocked(ctx)
+}
+
+func (f *Forking) templateLocked(ctx context.Context) (*sandbox.Template, error) {
 	if f.closed {
 		return nil, ErrClosed
 	}
@@ -97,16 +155,24 @@ func (f *Forking) Restarts() int64 {
 
 // Stop drains the template: it forks no more, and ends once its last child
 // has ended. Stop waits for that, no longer than ctx allows, then kills it:
-// a stopped host leaves no process behind.
+// a stopped host leaves no process behind. With sessions still live on it
+// (their owner stops them) Stop does not wait: the template ends with the
+// last of them.
 func (f *Forking) Stop(ctx context.Context) error {
 	f.mu.Lock()
 	f.closed = true
 	tpl := f.tpl
+	f.sessions = slices.DeleteFunc(f.sessions, ended)
+	sessions := f.pending + len(f.sessions)
 	f.mu.Unlock()
 	if tpl == nil {
 		return nil
 	}
 	tpl.Drain()
+	if sessions > 0 {
+		f.log.Info("the python template ends with its last session", "sessions", sessions)
+		return nil
+	}
 	select {
 	case <-tpl.Done():
 		return nil

@@ -179,8 +179,9 @@ def _lower_rlimit(res: int, soft: int, hard: int) -> None:
     resource.setrlimit(res, (min(soft, hard), hard))
 
 
-def _program(cfg: dict[str, Any], status: int, fds: list[int]) -> NoReturn:
-    """PID 1 of the child's namespaces: lock down, then serve the worker."""
+def _program(cfg: dict[str, Any], status: int, fds: list[int], session: bool) -> NoReturn:
+    """PID 1 of the child's namespaces: lock down, then serve the worker
+    (one program, or a session's many)."""
     limits = cfg["limits"]
     # fds 1-6 as the worker expects them; the status socket next until the
     # child is locked down; nothing else of the template's.
@@ -200,7 +201,10 @@ def _program(cfg: dict[str, Any], status: int, fds: list[int]) -> NoReturn:
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"mode=0700,size={limits['tmpBytes']}")
         _check(_libc.sethostname(b"sandbox", 7), "sethostname")
         os.chdir("/tmp")
-        _lower_rlimit(resource.RLIMIT_CPU, limits["cpuSeconds"], limits["cpuSeconds"] + 1)
+        if cfg["cpuRlimit"] or not session:
+            # A session lives long: where a cgroup counts its CPU time, the
+            # host's watch holds each of its executions instead.
+            _lower_rlimit(resource.RLIMIT_CPU, limits["cpuSeconds"], limits["cpuSeconds"] + 1)
         _lower_rlimit(resource.RLIMIT_FSIZE, limits["fileSizeBytes"], limits["fileSizeBytes"])
         _lower_rlimit(resource.RLIMIT_NOFILE, limits["openFiles"], limits["openFiles"])
         _lower_rlimit(resource.RLIMIT_CORE, 0, 0)
@@ -215,7 +219,7 @@ def _program(cfg: dict[str, Any], status: int, fds: list[int]) -> NoReturn:
     _reseed()
     os.write(status_fd, b'{"started":true}')
     os.close(status_fd)
-    _worker.serve()
+    _worker.serve(session)
     sys.stdout.flush()
     os._exit(0)
 
@@ -318,11 +322,12 @@ def _own(uid: int) -> None:
     _prctl(PR_SET_DUMPABLE, 1)
 
 
-def _start_child(cfg: dict[str, Any], uid: int, status: int, fds: list[int], cgroup_fds: list[int]) -> None:
+def _start_child(cfg: dict[str, Any], req: dict[str, Any], status: int, fds: list[int], cgroup_fds: list[int]) -> None:
     """Clone the program straight into new user, PID, mount, IPC, UTS,
     cgroup (and network) namespaces, owned by its host uid; give it its
     uid/gid maps and cgroups before it runs; hand the host its pidfd. The
     program waits on a pipe until all of that is done."""
+    uid, session = req["uid"], bool(req.get("session"))
     # The cgroup namespace comes later, from the child itself: its root is
     # the cgroup the child is in when it is made, which must be its own.
     flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | signal.SIGCHLD
@@ -350,7 +355,7 @@ def _start_child(cfg: dict[str, Any], uid: int, status: int, fds: list[int], cgr
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.close(go_w)
             try:
-                _child(cfg, status, fds, go_r)
+                _child(cfg, status, fds, go_r, session)
             finally:
                 os._exit(1)  # whatever escaped, a child never returns into the template's loop
         _pythonapi.PyOS_AfterFork_Parent()
@@ -389,7 +394,7 @@ def _start_child(cfg: dict[str, Any], uid: int, status: int, fds: list[int], cgr
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
 
 
-def _child(cfg: dict[str, Any], status: int, fds: list[int], go: int) -> NoReturn:
+def _child(cfg: dict[str, Any], status: int, fds: list[int], go: int, session: bool) -> NoReturn:
     """The program before it locks itself down: wait for its maps and
     cgroups, become the unprivileged uid inside, then _program."""
     try:
@@ -411,7 +416,7 @@ def _child(cfg: dict[str, Any], status: int, fds: list[int], go: int) -> NoRetur
     except Exception as e:  # noqa: BLE001 - whatever failed, the child must not run
         os.write(status, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
         os._exit(125)
-    _program(cfg, status, fds)
+    _program(cfg, status, fds, session)
 
 
 def main(preload: list[str]) -> int:
@@ -472,7 +477,7 @@ def main(preload: list[str]) -> int:
         for fd in fds:
             os.close(fd)
         n = 3 + req["extra"]
-        _start_child(cfg, req["uid"], high[0], high[1:n], high[n:])
+        _start_child(cfg, req, high[0], high[1:n], high[n:])
         for fd in high:
             os.close(fd)
     # Drained: wait for the last child, whose namespaces end with this one.

@@ -98,8 +98,10 @@ def _print_traceback(exc: BaseException) -> None:
 
 class _State:
     """What the worker keeps between executions. One-shot interpreters run a
-    single program; a session's interpreter (``CYRNEL_SESSION=1``) keeps its
-    globals, and the host may interrupt a program without ending it."""
+    single program; a session's interpreter (``serve(session=True)``: the
+    argument ``--session`` of a started one, the fork request of a forked
+    one) keeps its globals, and the host may interrupt a program without
+    ending it."""
 
     def __init__(self) -> None:
         self.scope: dict[str, Any] | None = None  # kept across executions in a session
@@ -256,10 +258,17 @@ def _release_output() -> None:
     os.close(null)
 
 
-def main(preload: list[str] | tuple[str, ...] = ()) -> None:
-    """Run the worker. ``preload`` names modules to import while warm."""
-    warm(preload)
-    serve()
+# The argument that starts a session's interpreter: a preload entry is a
+# module name, which never starts with "-".
+SESSION_ARG = "--session"
+
+
+def main(args: list[str] | tuple[str, ...] = ()) -> None:
+    """Run the worker. ``args`` name modules to import while warm, after
+    ``--session`` for a session's interpreter."""
+    session = bool(args) and args[0] == SESSION_ARG
+    warm(args[1:] if session else args)
+    serve(session)
 
 
 def warm(preload: list[str] | tuple[str, ...] = ()) -> None:
@@ -305,8 +314,9 @@ def _prefault() -> None:
     linecache.cache.pop(FILENAME, None)
 
 
-def serve() -> None:
-    """Announce readiness on the protocol pipes and run one program."""
+def serve(session: bool = False) -> None:
+    """Announce readiness on the protocol pipes and run one program, or a
+    session's programs one after the other."""
     conn = _rpc.Connection()
     _rpc.conn = conn
     # The workspace: a directory of its own in the private work directory
@@ -314,7 +324,6 @@ def serve() -> None:
     # execution, where input files go and output files are collected.
     os.makedirs("workspace", exist_ok=True)
     os.chdir("workspace")
-    session = os.environ.get("CYRNEL_SESSION") == "1"
     if session:
         _serve_session(conn)
     else:
