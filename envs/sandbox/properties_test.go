@@ -14,10 +14,10 @@ type isolationProperty struct {
 }
 
 // isolationProperties run against a spawned sandbox and a child forked from
-// a template (TestIsolationProperties), so the two implementations, Go for
-// the one and the template's Python for the other, cannot drift. The
-// detailed tests of each layer stay in isolation_test.go and
-// template_test.go.
+// a template, one-shot and a session's (TestIsolationProperties), so the
+// implementations, Go for the one and the template's Python for the
+// others, cannot drift. The detailed tests of each layer stay in
+// isolation_test.go and template_test.go.
 var isolationProperties = []isolationProperty{
 	{"no network", `
 import json, socket
@@ -119,6 +119,12 @@ func TestIsolationProperties(t *testing.T) {
 			t.Run("forked", func(t *testing.T) {
 				if v := verdict(t, fork(t, tpl).output(t, prop.code)); v["ok"] != true {
 					t.Errorf("broken: %v", v)
+				}
+			})
+			t.Run("forked session", func(t *testing.T) {
+				res, out := forkWith(t, tpl.ForkSession).sessionRun(t, 1, prop.code)
+				if v := verdict(t, out); res["status"] != "success" || v["ok"] != true {
+					t.Errorf("broken: %v (%v)", v, res)
 				}
 			})
 			t.Run("control: no sandbox", func(t *testing.T) {

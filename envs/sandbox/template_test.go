@@ -84,13 +84,19 @@ func (l *lockedBuffer) String() string {
 // fork starts a child and waits for the runtime's ready notification.
 func fork(t testing.TB, tpl *Template) *forked {
 	t.Helper()
+	return forkWith(t, tpl.Fork)
+}
+
+// forkWith is fork through Fork or ForkSession.
+func forkWith(t testing.TB, forkFn func(context.Context, *os.File, *os.File, []*os.File) (*Process, error)) *forked {
+	t.Helper()
 	stdoutR, stdoutW, _ := os.Pipe()
 	stderrR, stderrW, _ := os.Pipe()
 	reqR, reqW, _ := os.Pipe()
 	ansR, ansW, _ := os.Pipe()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	p, err := tpl.Fork(ctx, stdoutW, stderrW, []*os.File{reqR, ansW})
+	p, err := forkFn(ctx, stdoutW, stderrW, []*os.File{reqR, ansW})
 	closeAll(stdoutW, stderrW, reqR, ansW)
 	if err != nil {
 		closeAll(stdoutR, stderrR, reqW, ansR)
