@@ -32,7 +32,7 @@ func percentile(d []time.Duration, pct int) float64 {
 // waitPoolFull waits (untimed) until the pool is refilled (a spawn made
 // for a waiter can leave it one over), so each timed
 // execution measures the warm path rather than a refill.
-func waitPoolFull(b *testing.B, h *host) {
+func waitPoolFull(b testing.TB, h *host) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		var env struct {
@@ -56,7 +56,7 @@ func waitPoolFull(b *testing.B, h *host) {
 
 // waitSettled waits until no environment drains and the active one's pool
 // is full.
-func waitSettled(b *testing.B, h *host) {
+func waitSettled(b testing.TB, h *host) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		var env struct {

@@ -1,0 +1,70 @@
+package tests
+
+import (
+	"net/http"
+	"os"
+	"slices"
+	"testing"
+	"time"
+)
+
+// Sessions are forked from the environment's template, not started: the
+// server's only child is the template, and a new session adds one child
+// to it. A session keeps what it started with across a configuration
+// change: its template lives on for it beside the new one, and ends once
+// the session has ended, leaving no process behind.
+func TestSessionsForkFromTheTemplate(t *testing.T) {
+	t.Parallel()
+	h := start(t, "")
+	h.run("pass", nil)
+	waitSettled(t, h)
+	if ok, why := templateStatus(h); !ok {
+		if reason := os.Getenv("CYRNEL_TEST_NO_SANDBOX"); reason != "" {
+			t.Skipf("no forking template on this machine: %s (CYRNEL_TEST_NO_SANDBOX: %s)", why, reason)
+		}
+		t.Fatalf("no forking template on this machine: %s; set CYRNEL_TEST_NO_SANDBOX=<why> to skip", why)
+	}
+	server := h.cmd.Process.Pid
+	kids := childPids(server)
+	if len(kids) != 1 {
+		t.Fatalf("the server has %d children %v, want the template alone", len(kids), kids)
+	}
+	old := kids[0]
+	pool := len(childPids(old))
+	s := h.newSession(map[string]any{})
+	if p := h.run("x = 41", session(s.ID)); p.exit() != "success" {
+		t.Fatalf("x = 41: %s %s", p.exit(), p.Stderr)
+	}
+	if got := childPids(server); !slices.Equal(got, []int{old}) {
+		t.Fatalf("with a session the server's children are %v, want the template %d alone: the session was not forked", got, old)
+	}
+	if got := len(childPids(old)); got != pool+1 {
+		t.Fatalf("the template has %d children with a session, %d without", got, pool)
+	}
+
+	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"preload": []string{}}, nil); st != http.StatusOK {
+		t.Fatalf("change the config: %d", st)
+	}
+	h.run("pass", nil)
+	waitSettled(t, h)
+	kids = childPids(server)
+	if len(kids) != 2 || !slices.Contains(kids, old) {
+		t.Fatalf("after a config change the server's children are %v, want the session's template %d and a new one", kids, old)
+	}
+	if p := h.run("print(x + 1)", session(s.ID)); p.exit() != "success" || p.Stdout != "42\n" {
+		t.Fatalf("the session after a config change: %s %q %s", p.exit(), p.Stdout, p.Stderr)
+	}
+	if st, _ := h.do("DELETE", "/sessions/"+s.ID, nil, nil); st != http.StatusNoContent {
+		t.Fatalf("delete session: %d", st)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for slices.Contains(childPids(server), old) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the old template %d outlived its last session by 30 s", old)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := childPids(server); len(got) != 1 {
+		t.Fatalf("after the session ended the server's children are %v, want the new template alone", got)
+	}
+}
