@@ -157,9 +157,11 @@ bench: deps datascience test-db ## run the benchmarks: medians and ratios agains
 	$(GO) test -run '^$$' -bench Import -benchtime 3x -count 1 -timeout 30m ./host/adapters/openapi
 	@echo "== through the HTTP API, against the real binary"
 	$(GO) test -run '^$$' -bench 'WarmExecutionVsSpawn|TypeScriptExecution|ToolCall|Preload' -benchtime 100x -count 1 ./tests
-	@echo "== sessions: an execution in a ready session through HTTP beside a Jupyter kernel's execute round trip"
+	@echo "== sessions: an execution in a ready session, and creating one, through HTTP beside a Jupyter kernel's execute round trip and start"
 	@/usr/bin/python3 -c 'import ipykernel, jupyter_client' >/dev/null 2>&1 || $(INSTALL) python3-ipykernel python3-jupyter-client
-	$(GO) test -run '^$$' -bench 'SessionExecution' -benchtime 200x -count 1 ./tests
+	$(GO) test -run '^$$' -bench 'SessionExecution|SessionCreate' -benchtime 200x -count 1 ./tests
+	@echo "== sessions: the memory of 50 idle sessions (PSS per session) beside 10 idle Jupyter kernels"
+	$(GO) test -run '^$$' -bench 'SessionMemory' -benchtime 1x -count 1 -timeout 30m ./tests
 	@echo "== load: throughput with 8 clients, host memory over 10 000 executions"
 	$(GO) test -run '^$$' -bench 'Throughput|HostMemory' -benchtime 1x -count 1 -timeout 30m ./tests
 	@echo "== scale-out: 1, 2 and 3 hosts on one PostgreSQL (make test-db), 8 clients round-robin"
