@@ -28,6 +28,21 @@ func BenchmarkTemplateFork(b *testing.B) {
 	b.ReportMetric(median(gone), "gone-p50-ms")
 }
 
+// BenchmarkTemplateForkSession: a session's child forked, locked down and
+// ready, then gone (a session's creation, less the host's side); p50.
+func BenchmarkTemplateForkSession(b *testing.B) {
+	tpl := startTemplate(b, Limits{})
+	var ready []time.Duration
+	for range b.N {
+		t0 := time.Now()
+		f := forkWith(b, tpl.ForkSession)
+		ready = append(ready, time.Since(t0))
+		_ = f.p.Kill()
+		f.p.Wait()
+	}
+	b.ReportMetric(median(ready), "ready-p50-ms")
+}
+
 // median in milliseconds.
 func median(d []time.Duration) float64 {
 	s := slices.Clone(d)

@@ -435,6 +435,9 @@ def main(preload: list[str]) -> int:
         return 1
     finally:
         sys.stderr = real_stderr
+    # A session's child imports it as it starts: once here instead.
+    from cyrnel import _display  # noqa: F401
+
     threads = os.listdir("/proc/self/task")
     if len(threads) > 1:
         threading = sys.modules.get("threading")
