@@ -111,3 +111,53 @@ func TestTemplateSessionChild(t *testing.T) {
 		t.Errorf("a session spinning past its CPU limit: exit %+v, want CPULimit", exit)
 	}
 }
+
+// orphans makes five processes whose parent ends before them, so they are
+// reparented to the namespace's init, waits until they have all ended (the
+// pipe's last writer gone), then says how many zombies the program's
+// namespace holds once its init had a second to reap them.
+const orphans = `
+import os, time
+r, w = os.pipe()
+for _ in range(5):
+    pid = os.fork()
+    if pid == 0:
+        if os.fork() == 0:
+            time.sleep(0.05)
+        os._exit(0)
+    os.waitpid(pid, 0)
+os.close(w)
+os.read(r, 1)
+os.close(r)
+def zombies():
+    n = 0
+    for p in os.listdir("/proc"):
+        try:
+            n += p.isdigit() and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            pass  # reaped meanwhile
+    return n
+deadline = time.monotonic() + 1
+while zombies() and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(zombies())
+`
+
+// A session's namespace has an init that reaps what its programs orphan,
+// as a spawned sandbox's does: they do not pile up as zombies counted
+// against the session's processes limit. The control: a one-shot child,
+// whose runtime is PID 1 itself, keeps them (so the probe sees zombies).
+func TestTemplateSessionReapsOrphans(t *testing.T) {
+	t.Parallel()
+	tpl := startTemplate(t, Limits{})
+	if out := strings.TrimSpace(fork(t, tpl).output(t, orphans)); out != "5" {
+		t.Fatalf("control: a one-shot child holds %s zombies, want 5: the probe sees nothing", out)
+	}
+	s := forkWith(t, tpl.ForkSession)
+	for i := range 2 {
+		res, out := s.sessionRun(t, 1+i, orphans)
+		if res["status"] != "success" || strings.TrimSpace(out) != "0" {
+			t.Fatalf("execution %d: %v, %q zombies left in the session", i+1, res, out)
+		}
+	}
+}

@@ -181,7 +181,7 @@ def _lower_rlimit(res: int, soft: int, hard: int) -> None:
 
 def _program(cfg: dict[str, Any], status: int, fds: list[int], session: bool) -> NoReturn:
     """PID 1 of the child's namespaces: lock down, then serve the worker
-    (one program, or a session's many)."""
+    (one program; or, from a child of PID 1, a session's many)."""
     limits = cfg["limits"]
     # fds 1-6 as the worker expects them; the status socket next until the
     # child is locked down; nothing else of the template's.
@@ -219,9 +219,35 @@ def _program(cfg: dict[str, Any], status: int, fds: list[int], session: bool) ->
     _reseed()
     os.write(status_fd, b'{"started":true}')
     os.close(status_fd)
+    if session:
+        _stay_init()
     _worker.serve(session)
     sys.stdout.flush()
     os._exit(0)
+
+
+def _stay_init() -> None:
+    """A session lives long, so its PID 1 stays behind as the namespace's
+    init, as a spawned sandbox's does: it reaps every process orphaned there
+    (Python would leave them zombies, each counted against the session's
+    processes limit until the session ends), and the runtime runs in its
+    child, which alone returns. PID 1 holds no file and ends as the runtime
+    ended; the kernel then ends the rest of the namespace."""
+    runtime = os.fork()
+    if runtime == 0:
+        return
+    # PID 1 gets only the signals it handles: Python's SIGINT handler would
+    # let a program's SIGINT end the session.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.closerange(0, 1 << 20)
+    while True:
+        try:
+            pid, st = os.wait()
+        except ChildProcessError:
+            os._exit(1)
+        if pid == runtime:
+            code = os.waitstatus_to_exitcode(st)
+            os._exit(code if code >= 0 else 128 - code)
 
 
 def _clone_below_tmp(read_paths: list[str]) -> list[tuple[str, int]]:
