@@ -25,7 +25,10 @@ func BenchmarkAuthentication(b *testing.B) {
 	defer st.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	km := keys.New(log, st, nil, keys.Options{})
-	defer km.Close()
+	if err := km.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	defer km.Stop(context.Background()) //nolint:errcheck // it waits without a deadline
 	k, err := km.Create(context.Background(), keys.CreateInput{Name: "bench", Roles: []caller.Role{caller.Runner}})
 	if err != nil {
 		b.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/host/caller"
+	"github.com/cyrnel/cyrnel/host/lifecycle"
 	"github.com/cyrnel/cyrnel/host/retention"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -83,12 +84,10 @@ type Options struct {
 
 // Manager creates approvals and wakes the calls waiting on them.
 type Manager struct {
-	log  *slog.Logger
-	st   Store
-	opts Options
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	log   *slog.Logger
+	st    Store
+	opts  Options
+	prune lifecycle.Loop
 
 	relay Relay // nil: one host
 
@@ -102,45 +101,47 @@ type Relay interface {
 	Decided(ctx context.Context, id string) error
 }
 
-// New returns a manager and starts its pruning, which applies the bounds
-// at once and then every PruneEvery; Close stops it. With a relay (nil: one
-// host) the manager is one of several hosts on one database: decisions are
-// relayed, and only orphan approvals are expired (ExpireOrphans), not every
-// pending one.
+// New returns a manager; it recovers and prunes from Start. With a relay
+// (nil: one host) the manager is one of several hosts on one database:
+// decisions are relayed, and only orphan approvals are expired
+// (ExpireOrphans), not every pending one.
 func New(log *slog.Logger, st Store, relay Relay, opts Options) *Manager {
 	if opts.TTL <= 0 {
 		opts.TTL = DefaultTTL
 	}
 	opts.Bounds = opts.WithDefaults()
-	m := &Manager{log: log, st: st, relay: relay, opts: opts, stop: make(chan struct{}), done: make(chan struct{}), waiting: map[string]chan string{}}
-	go m.pruneLoop()
-	return m
+	return &Manager{log: log, st: st, relay: relay, opts: opts, waiting: map[string]chan string{}}
 }
 
-// Close stops the pruning. Calls waiting on approvals are the callers' to
-// end (their contexts).
-func (m *Manager) Close() {
-	m.once.Do(func() { close(m.stop) })
-	<-m.done
+// Start expires the approvals a previous host left pending, then starts the
+// pruning, which applies the bounds at once and then every PruneEvery.
+func (m *Manager) Start(ctx context.Context) error {
+	if err := m.expireLeftPending(ctx); err != nil {
+		return err
+	}
+	return m.prune.Start(ctx, m.pruneLoop)
 }
 
-func (m *Manager) pruneLoop() {
-	defer close(m.done)
+// Stop stops the pruning and waits for it. Calls waiting on approvals are
+// the callers' to end (their contexts).
+func (m *Manager) Stop(ctx context.Context) error { return m.prune.Stop(ctx) }
+
+func (m *Manager) pruneLoop(ctx context.Context) {
 	t := time.NewTicker(m.opts.PruneEvery)
 	defer t.Stop()
 	for {
 		m.opts.Apply(m.log, "approvals", m.st.PruneApprovals)
 		select {
 		case <-t.C:
-		case <-m.stop:
+		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-// Recover expires the approvals a previous host left pending: the calls
+// expireLeftPending expires the approvals a previous host left pending: the calls
 // waiting on them ended with it.
-func (m *Manager) Recover(ctx context.Context) error {
+func (m *Manager) expireLeftPending(ctx context.Context) error {
 	now := time.Now().UTC()
 	expire := m.st.ExpirePendingApprovals
 	if m.relay != nil {

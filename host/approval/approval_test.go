@@ -29,7 +29,10 @@ func openStore(t *testing.T) *store.Store {
 func newManager(t *testing.T, st Store, opts Options) *Manager {
 	t.Helper()
 	m := New(quiet, st, nil, opts)
-	t.Cleanup(m.Close)
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Stop(context.Background()) }) //nolint:errcheck // it waits without a deadline
 	return m
 }
 
@@ -185,10 +188,7 @@ func TestRecoverExpiresWhatAPreviousHostLeftPending(t *testing.T) {
 	if err := st.InsertApproval(ctx, left); err != nil {
 		t.Fatal(err)
 	}
-	m := newManager(t, st, Options{})
-	if err := m.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
+	m := newManager(t, st, Options{}) // Start recovers
 	if a, _ := m.Get(ctx, left.ID); a.State != Expired {
 		t.Fatalf("after recovery: %+v", a)
 	}
@@ -216,7 +216,7 @@ func TestDecidedApprovalsArePrunedPeriodically(t *testing.T) {
 	ctx := context.Background()
 	st := &signalling{Store: openStore(t), pruned: make(chan struct{}), quit: make(chan struct{})}
 	newManager(t, st, Options{Bounds: retention.Bounds{MaxRecords: 3, MaxAge: 24 * time.Hour, PruneEvery: 10 * time.Millisecond}})
-	t.Cleanup(func() { close(st.quit) }) // runs before the manager's Close
+	t.Cleanup(func() { close(st.quit) }) // runs before the manager's Stop
 	<-st.pruned                          // the prune at start, on an empty table
 
 	now := time.Now().UTC()

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cyrnel/cyrnel/host/lifecycle"
 	"github.com/cyrnel/cyrnel/host/retention"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -51,9 +52,7 @@ type Writer struct {
 	st      Store
 	opts    Options
 	queue   chan store.ToolCall
-	stop    chan struct{}
-	done    chan struct{}
-	once    sync.Once
+	loop    lifecycle.Loop
 	closing sync.RWMutex
 	closed  bool // under closing
 	dropped atomic.Int64
@@ -64,7 +63,8 @@ type Writer struct {
 	settled *sync.Cond
 }
 
-// New starts a writer; Close stops it after storing what is queued.
+// New returns a writer; it stores from Start, and Stop stops it after
+// storing what is queued.
 func New(log *slog.Logger, st Store, opts Options) *Writer {
 	if opts.Queue <= 0 {
 		opts.Queue = 4096
@@ -73,21 +73,19 @@ func New(log *slog.Logger, st Store, opts Options) *Writer {
 	if opts.Linger <= 0 {
 		opts.Linger = 20 * time.Millisecond
 	}
-	w := &Writer{log: log, st: st, opts: opts, queue: make(chan store.ToolCall, opts.Queue), stop: make(chan struct{}), done: make(chan struct{}),
-		flush: make(chan struct{}, 1)}
+	w := &Writer{log: log, st: st, opts: opts, queue: make(chan store.ToolCall, opts.Queue), flush: make(chan struct{}, 1)}
 	w.settled = sync.NewCond(&w.mu)
-	go w.loop()
 	return w
 }
 
 // Record queues a record. A full queue makes the caller wait (a tool call
 // is never made without its record, and the database sets the pace) until
-// ctx ends; only then, or after Close, is the record dropped and counted.
+// ctx ends; only then, or after Stop, is the record dropped and counted.
 func (w *Writer) Record(ctx context.Context, c store.ToolCall) {
 	w.mu.Lock()
 	w.pending++
 	w.mu.Unlock()
-	// Held while queueing, so Close waits for records on their way in and
+	// Held while queueing, so Stop waits for records on their way in and
 	// none is queued after the writer stopped reading.
 	w.closing.RLock()
 	defer w.closing.RUnlock()
@@ -133,19 +131,19 @@ func (w *Writer) settle(n int64) {
 	w.mu.Unlock()
 }
 
-// Close stores what is queued and stops the writer.
-func (w *Writer) Close() {
-	w.once.Do(func() {
-		w.closing.Lock()
-		w.closed = true
-		w.closing.Unlock()
-		close(w.stop)
-	})
-	<-w.done
+// Start starts the writer, which prunes the table at once and then every
+// PruneEvery.
+func (w *Writer) Start(ctx context.Context) error { return w.loop.Start(ctx, w.run) }
+
+// Stop refuses further records, stores what is queued and stops the writer.
+func (w *Writer) Stop(ctx context.Context) error {
+	w.closing.Lock()
+	w.closed = true
+	w.closing.Unlock()
+	return w.loop.Stop(ctx)
 }
 
-func (w *Writer) loop() {
-	defer close(w.done)
+func (w *Writer) run(ctx context.Context) {
 	prune := time.NewTicker(w.opts.PruneEvery)
 	defer prune.Stop()
 	w.prune()
@@ -189,7 +187,7 @@ func (w *Writer) loop() {
 			}
 		case <-prune.C:
 			w.prune()
-		case <-w.stop:
+		case <-ctx.Done():
 			for {
 				select {
 				case c := <-w.queue:

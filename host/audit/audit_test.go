@@ -33,8 +33,7 @@ func TestWriterStoresEverythingAndReadersSeeIt(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
 	// A linger far longer than the test: only the reader's flush stores.
-	w := New(quiet, st, Options{Linger: time.Hour, Queue: 64})
-	defer w.Close()
+	w := start(t, New(quiet, st, Options{Linger: time.Hour, Queue: 64}))
 	now := time.Now().UTC()
 	for i := range 600 { // more than the queue and a batch: the callers wait, nothing is lost
 		w.Record(ctx, record(i, now))
@@ -56,7 +55,7 @@ func TestRetentionByCountAndAge(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := openStore(t)
-	w := New(quiet, st, Options{})
+	w := start(t, New(quiet, st, Options{}))
 	old := time.Now().Add(-48 * time.Hour).UTC()
 	for i := range 30 {
 		w.Record(ctx, record(i, old))
@@ -65,10 +64,9 @@ func TestRetentionByCountAndAge(t *testing.T) {
 	for i := 30; i < 150; i++ {
 		w.Record(ctx, record(i, now))
 	}
-	w.Close()
+	stop(t, w)
 	// A writer prunes when it starts (and then every PruneEvery).
-	w = New(quiet, st, Options{Bounds: retention.Bounds{MaxRecords: 100, MaxAge: 24 * time.Hour}})
-	w.Close()
+	stop(t, start(t, New(quiet, st, Options{Bounds: retention.Bounds{MaxRecords: 100, MaxAge: 24 * time.Hour}})))
 	all, err := st.ListToolCalls(ctx, store.ToolCallFilter{Limit: 1000})
 	if err != nil || len(all) != 100 || all[99].Parameters["i"] != 50.0 {
 		t.Fatalf("after a count bound: %d (err %v)", len(all), err)
@@ -79,17 +77,34 @@ func TestRetentionByCountAndAge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w = New(quiet, st, Options{Bounds: retention.Bounds{MaxRecords: -1, MaxAge: 24 * time.Hour}})
-	w.Close()
+	stop(t, start(t, New(quiet, st, Options{Bounds: retention.Bounds{MaxRecords: -1, MaxAge: 24 * time.Hour}})))
 	if all, _ = st.ListToolCalls(ctx, store.ToolCallFilter{Limit: 1000}); len(all) != 100 {
 		t.Fatalf("after an age bound: %d, want the 100 recent ones", len(all))
 	}
 }
 
-func TestRecordAfterCloseIsCountedNotBlocked(t *testing.T) {
+// start starts w and stops it when the test ends.
+func start(t *testing.T, w *Writer) *Writer {
+	t.Helper()
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stop(t, w) })
+	return w
+}
+
+// stop stops w (again, at the test's end: a second Stop does nothing).
+func stop(t *testing.T, w *Writer) {
+	t.Helper()
+	if err := w.Stop(context.Background()); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestRecordAfterStopIsCountedNotBlocked(t *testing.T) {
 	t.Parallel()
-	w := New(quiet, openStore(t), Options{})
-	w.Close()
+	w := start(t, New(quiet, openStore(t), Options{}))
+	stop(t, w)
 	w.Record(context.Background(), record(1, time.Now()))
 	if w.Dropped() != 1 {
 		t.Fatalf("dropped %d", w.Dropped())

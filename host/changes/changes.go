@@ -8,10 +8,10 @@ package changes
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/cyrnel/cyrnel/host/caller"
+	"github.com/cyrnel/cyrnel/host/lifecycle"
 	"github.com/cyrnel/cyrnel/host/retention"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -48,9 +48,7 @@ type Log struct {
 	log    *slog.Logger
 	st     Store
 	bounds retention.Bounds
-	stop   chan struct{}
-	done   chan struct{}
-	once   sync.Once
+	prune  lifecycle.Loop
 }
 
 // Defaults of the record's bounds.
@@ -59,8 +57,7 @@ const (
 	DefaultMaxAge     = 365 * 24 * time.Hour
 )
 
-// New returns a record and starts its pruning, which applies the bounds at
-// once and then every PruneEvery; Close stops it.
+// New returns a record; its pruning runs from Start to Stop.
 func New(log *slog.Logger, st Store, b retention.Bounds) *Log {
 	if b.MaxRecords == 0 {
 		b.MaxRecords = DefaultMaxRecords
@@ -68,26 +65,24 @@ func New(log *slog.Logger, st Store, b retention.Bounds) *Log {
 	if b.MaxAge == 0 {
 		b.MaxAge = DefaultMaxAge
 	}
-	l := &Log{log: log, st: st, bounds: b.WithDefaults(), stop: make(chan struct{}), done: make(chan struct{})}
-	go l.pruneLoop()
-	return l
+	return &Log{log: log, st: st, bounds: b.WithDefaults()}
 }
 
-// Close stops the pruning.
-func (l *Log) Close() {
-	l.once.Do(func() { close(l.stop) })
-	<-l.done
-}
+// Start starts the pruning, which applies the bounds at once and then
+// every PruneEvery.
+func (l *Log) Start(ctx context.Context) error { return l.prune.Start(ctx, l.pruneLoop) }
 
-func (l *Log) pruneLoop() {
-	defer close(l.done)
+// Stop stops the pruning and waits for it.
+func (l *Log) Stop(ctx context.Context) error { return l.prune.Stop(ctx) }
+
+func (l *Log) pruneLoop(ctx context.Context) {
 	t := time.NewTicker(l.bounds.PruneEvery)
 	defer t.Stop()
 	for {
 		l.bounds.Apply(l.log, "changes", l.st.PruneChanges)
 		select {
 		case <-t.C:
-		case <-l.stop:
+		case <-ctx.Done():
 			return
 		}
 	}

@@ -25,11 +25,9 @@ func TestRecordListAndBound(t *testing.T) {
 	t.Parallel()
 	for name, st := range storetest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
-			// No bound on the log itself: its first prune runs at once, in
-			// its own goroutine, and would race the records below. The bound
-			// is applied by hand once they are in.
-			l := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, retention.Bounds{MaxRecords: -1, MaxAge: -1, PruneEvery: time.Hour})
-			defer l.Close()
+			// Not started: its pruning, whose first pass runs at once,
+			// starts once the records are in.
+			l := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, retention.Bounds{MaxRecords: 3, PruneEvery: time.Hour})
 			ctx := caller.With(context.Background(), caller.Caller{KeyID: "key_a", Roles: []caller.Role{caller.Admin}})
 			for i := range 5 {
 				l.Record(ctx, "module.config", fmt.Sprint(i), map[string]any{"config": map[string]any{"n": i}})
@@ -53,7 +51,13 @@ func TestRecordListAndBound(t *testing.T) {
 			if want := "host python,key_a 4,key_a 3,key_a 2,key_a 1,key_a 0"; strings.Join(got, ",") != want {
 				t.Fatalf("listed %q, want %q", got, want)
 			}
-			retention.Bounds{MaxRecords: 3}.WithDefaults().Apply(l.log, "changes", st.PruneChanges)
+			// Stop returns once the loop did, so after its first pass.
+			if err := l.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
 			items, _, err := l.List(ctx, ListInput{Limit: 10})
 			if err != nil || len(items) != 3 || items[2].Target != "3" || items[1].Detail["config"].(map[string]any)["n"] != 4.0 {
 				t.Fatalf("after pruning to 3: %+v %v", items, err)

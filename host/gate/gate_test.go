@@ -121,7 +121,10 @@ func newGate(t *testing.T, decision policy.Decision, ttl time.Duration) *fixture
 		t.Fatal(err)
 	}
 	mgr := approval.New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, nil, approval.Options{TTL: ttl})
-	t.Cleanup(mgr.Close)
+	if err := mgr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mgr.Stop(context.Background()) }) //nolint:errcheck // it waits without a deadline
 	f := &fixture{tools: &tools{}, procs: &processes{approvals: make(chan *approval.Approval, 1)}, audit: &records{}, mgr: mgr}
 	f.g = &Gate{Policies: pol, Approvals: mgr, Audit: f.audit, Processes: f.procs, Tools: f.tools}
 	return f

@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cyrnel/cyrnel/host/caller"
+	"github.com/cyrnel/cyrnel/host/lifecycle"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -116,9 +117,7 @@ type Manager struct {
 	cache map[[sha256.Size]byte]*entry
 
 	touches chan touch
-	stop    chan struct{}
-	done    chan struct{}
-	once    sync.Once
+	writer  lifecycle.Loop // writes lastUsedAt
 }
 
 // entry is a key as read from the database, trusted until until.
@@ -140,7 +139,7 @@ type touch struct {
 // at most as many entries as there are keys in use.
 const maxCache = 10000
 
-// New returns a manager and starts the writer of lastUsedAt; Close stops it.
+// New returns a manager; its writer of lastUsedAt runs from Start to Stop.
 func New(log *slog.Logger, st Store, rec Recorder, opts Options) *Manager {
 	if opts.CacheTTL <= 0 {
 		opts.CacheTTL = 500 * time.Millisecond
@@ -152,19 +151,18 @@ func New(log *slog.Logger, st Store, rec Recorder, opts Options) *Manager {
 		opts.BootstrapSince = time.Now().UTC()
 	}
 	m := &Manager{log: log, st: st, rec: rec, opts: opts, cache: map[[sha256.Size]byte]*entry{},
-		touches: make(chan touch, 256), stop: make(chan struct{}), done: make(chan struct{})}
+		touches: make(chan touch, 256)}
 	if opts.Bootstrap != "" {
 		m.boot = sha256.Sum256([]byte(opts.Bootstrap))
 	}
-	go m.writeTouches()
 	return m
 }
 
-// Close stops the writer of lastUsedAt, writing what is queued.
-func (m *Manager) Close() {
-	m.once.Do(func() { close(m.stop) })
-	<-m.done
-}
+// Start starts the writer of lastUsedAt.
+func (m *Manager) Start(ctx context.Context) error { return m.writer.Start(ctx, m.writeTouches) }
+
+// Stop stops the writer of lastUsedAt once it wrote what is queued.
+func (m *Manager) Stop(ctx context.Context) error { return m.writer.Stop(ctx) }
 
 // Authenticate returns the caller a key stands for. A key read from the
 // database is cached for CacheTTL, so the warm path is a hash and a map
@@ -237,10 +235,9 @@ func (m *Manager) used(e *entry, now time.Time) {
 	}
 }
 
-func (m *Manager) writeTouches() {
-	defer close(m.done)
+func (m *Manager) writeTouches(ctx context.Context) {
 	write := func(t touch) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if err := m.st.TouchAPIKey(ctx, t.id, t.at); err != nil {
 			m.log.Warn("record a key's last use", "key", t.id, "err", err)
@@ -250,7 +247,7 @@ func (m *Manager) writeTouches() {
 		select {
 		case t := <-m.touches:
 			write(t)
-		case <-m.stop:
+		case <-ctx.Done():
 			for {
 				select {
 				case t := <-m.touches:

@@ -46,7 +46,10 @@ func newManager(t testing.TB, st Store, opts Options) (*Manager, *changes) {
 	t.Helper()
 	rec := &changes{}
 	m := New(quiet(), st, rec, opts)
-	t.Cleanup(m.Close)
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Stop(context.Background()) }) //nolint:errcheck // it waits without a deadline
 	return m, rec
 }
 
@@ -233,6 +236,9 @@ func TestLastUsedIsThrottled(t *testing.T) {
 	ctx := context.Background()
 	rec := &changes{}
 	m := New(quiet(), st, rec, Options{CacheTTL: time.Hour})
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	k, err := m.Create(ctx, CreateInput{Name: "agent", Roles: []caller.Role{caller.Runner}})
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +248,9 @@ func TestLastUsedIsThrottled(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m.Close() // writes what is queued
+	if err := m.Stop(ctx); err != nil { // writes what is queued
+		t.Fatal(err)
+	}
 	if n, r := st.touches.Load(), st.reads.Load(); n != 1 || r != 1 {
 		t.Fatalf("%d writes of lastUsedAt and %d reads for 1000 requests, want 1 and 1", n, r)
 	}

@@ -99,13 +99,11 @@ func (s *Server) openStorage(ctx context.Context, cfg *Config) (err error) {
 func (s *Server) startGovernance(ctx context.Context, cfg Config) (err error) {
 	// Every configuration change is recorded with the key that made it.
 	s.changes = changes.New(s.log.With("component", "changes"), s.store, cfg.Governance.Changes)
-	if err = s.stack.Start(ctx, "changes", lifecycle.Closer(s.changes.Close)); err != nil {
-		s.changes.Close()
+	if err = s.stack.Start(ctx, "changes", s.changes); err != nil {
 		return err
 	}
 	s.keys = keys.New(s.log.With("component", "keys"), s.store, s.changes, keys.Options{Bootstrap: cfg.APIKey, BootstrapSince: keySince(s.keyFile)})
-	if err = s.stack.Start(ctx, "keys", lifecycle.Closer(s.keys.Close)); err != nil {
-		s.keys.Close()
+	if err = s.stack.Start(ctx, "keys", s.keys); err != nil {
 		return err
 	}
 	if s.policies, err = policy.Load(ctx, s.store, cfg.Governance.DefaultPolicy); err != nil {
@@ -120,13 +118,11 @@ func (s *Server) startGovernance(ctx context.Context, cfg Config) (err error) {
 		relay = s.cluster
 	}
 	s.approvals = approval.New(s.log.With("component", "approvals"), s.store, relay, cfg.Governance.Approvals)
-	if err = s.stack.Start(ctx, "approvals", lifecycle.Func{OnStart: s.approvals.Recover, OnStop: stopClose(s.approvals.Close)}); err != nil {
-		s.approvals.Close()
+	if err = s.stack.Start(ctx, "approvals", s.approvals); err != nil {
 		return err
 	}
 	s.audit = audit.New(s.log.With("component", "audit"), s.store, cfg.Governance.Audit)
-	if err = s.stack.Start(ctx, "audit", lifecycle.Closer(s.audit.Close)); err != nil {
-		s.audit.Close()
+	if err = s.stack.Start(ctx, "audit", s.audit); err != nil {
 		return err
 	}
 	// In-flight requests may still write to the audit, approvals and keys:
@@ -276,11 +272,6 @@ func environments(log *slog.Logger, cfg Config, interpreters []python.Interprete
 // closeErr adapts a component that stops with Close() error.
 func closeErr(close func() error) lifecycle.Component {
 	return lifecycle.Func{OnStop: func(context.Context) error { return close() }}
-}
-
-// stopClose adapts a plain Close to a stop function.
-func stopClose(close func()) func(context.Context) error {
-	return func(context.Context) error { close(); return nil }
 }
 
 // awaitRequests waits, no longer than ctx allows, for Serve's listener to
