@@ -37,7 +37,10 @@ func BenchmarkHostOverhead(b *testing.B) {
 			defer st.Close()
 			x := &instant{}
 			m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, x, DefaultLimits(), "test-host", 0, With{})
-			defer m.Shutdown(context.Background())
+			if err := m.Start(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			defer m.Stop(context.Background()) //nolint:errcheck // it waits without a deadline
 			x.m = m
 			ctx := context.Background()
 			var mu sync.Mutex

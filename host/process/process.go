@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cyrnel/cyrnel/host/caller"
+	"github.com/cyrnel/cyrnel/host/lifecycle"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/workspace"
 
@@ -117,7 +118,7 @@ type Manager struct {
 	ctx    context.Context // cancelled at shutdown: kills every execution
 	cancel context.CancelFunc
 	// wg counts the executions from their admission (before their row is
-	// queued) to their final row, so Shutdown waits for every row it
+	// queued) to their final row, so Stop waits for every row it
 	// could otherwise leave queued.
 	wg       sync.WaitGroup
 	mu       sync.Mutex
@@ -126,8 +127,9 @@ type Manager struct {
 
 	beforeLaunch func() // tests: runs in Create between the insert and the launch
 
-	stopFlush func() // stops the flusher, once
-	flushDone chan struct{}
+	every   time.Duration  // how often progress is flushed
+	flusher lifecycle.Loop // flushes progress and prunes, from Start to Stop
+	started bool           // under mu: Start ran
 }
 
 // FlushInterval is how often what running executions produced is written
@@ -135,8 +137,8 @@ type Manager struct {
 const FlushInterval = time.Second
 
 // New returns a manager for the host with the given id, writing progress
-// every flush (0: FlushInterval), with the parts in with; call Recover
-// before serving and Shutdown to stop.
+// every flush (0: FlushInterval), with the parts in with; Start it before
+// serving and Stop it to stop.
 func New(log *slog.Logger, st *store.Store, exec Executor, limits Limits, hostID string, flush time.Duration, with With) *Manager {
 	ins := with.Instruments
 	if flush <= 0 {
@@ -146,25 +148,47 @@ func New(log *slog.Logger, st *store.Store, exec Executor, limits Limits, hostID
 		ins.Observer = noObserver{}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	stop := make(chan struct{})
-	m := &Manager{log: log, host: hostID, st: st, exec: exec, limits: limits, w: newWriter(st, ins), obs: ins.Observer, tracer: ins.Tracer,
-		ctx: ctx, cancel: cancel, runs: map[int64]*run{}, sessions: with.Sessions, relay: with.Relay, approvals: with.Approvals,
-		stopFlush: sync.OnceFunc(func() { close(stop) }), flushDone: make(chan struct{})}
-	go m.flushEvery(flush, stop)
-	return m
+	return &Manager{log: log, host: hostID, st: st, exec: exec, limits: limits, w: newWriter(st, ins), obs: ins.Observer, tracer: ins.Tracer,
+		ctx: ctx, cancel: cancel, runs: map[int64]*run{}, sessions: with.Sessions, relay: with.Relay, approvals: with.Approvals, every: flush}
+}
+
+// Start starts the writer, finishes what a previous host left looking
+// alive, and starts flushing progress (and pruning). A second Start does
+// nothing; Start after Stop fails.
+func (m *Manager) Start(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopping {
+		return lifecycle.ErrStopped
+	}
+	if m.started {
+		return nil
+	}
+	if err := m.w.start(ctx); err != nil {
+		return err
+	}
+	if err := m.finishLeftLive(); err != nil {
+		m.w.stop()
+		return err
+	}
+	if err := m.flusher.Start(ctx, m.flushEvery); err != nil {
+		m.w.stop()
+		return err
+	}
+	m.started = true
+	return nil
 }
 
 // flushEvery writes the progress of every live execution at each tick, each
 // execution's write queued at once so the writer commits them together.
-func (m *Manager) flushEvery(interval time.Duration, stop <-chan struct{}) {
-	defer close(m.flushDone)
-	t := time.NewTicker(interval)
+func (m *Manager) flushEvery(ctx context.Context) {
+	t := time.NewTicker(m.every)
 	defer t.Stop()
 	m.prune() // at start-up, then every PruneEvery
 	lastPrune := time.Now()
 	for {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
@@ -195,9 +219,9 @@ func (m *Manager) flushEvery(interval time.Duration, stop <-chan struct{}) {
 	}
 }
 
-// Recover finishes what a previous host left looking alive. Like every
+// finishLeftLive finishes what a previous host left looking alive. Like every
 // process write it is bounded by the writer's own timeout, not a caller's.
-func (m *Manager) Recover(context.Context) error {
+func (m *Manager) finishLeftLive() error {
 	var n int64
 	err := m.w.do(func(ctx context.Context, tx *store.Tx) (err error) {
 		n, err = tx.FinishAll(ctx, m.host, live, string(module.ExitFailed), string(module.ReasonHostRestart),
@@ -391,7 +415,7 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 
 // admit takes a place among the executions for one about to be queued, or
 // refuses it once the host is stopping. The place is taken under the lock
-// that sets stopping, so Shutdown's wait covers every execution admitted
+// that sets stopping, so Stop's wait covers every execution admitted
 // (no Add after its Wait); launch gives it back when the final row is
 // written, or the caller does if the row was never queued.
 func (m *Manager) admit() error {
@@ -416,8 +440,8 @@ func (m *Manager) launch(p *store.Process, files []module.File, span trace.Span)
 	r.cancel = cancel
 	m.mu.Lock()
 	if m.stopping {
-		// Shutdown began after it was admitted: end it as Shutdown ends the
-		// rest (Shutdown waits for this write).
+		// Stop began after it was admitted: end it as Stop ends the rest
+		// (Stop waits for this write).
 		m.mu.Unlock()
 		defer m.wg.Done()
 		cancel()
@@ -719,7 +743,7 @@ func (m *Manager) Delete(ctx context.Context, pid int64) error {
 
 // Drain refuses new executions and waits, no longer than ctx allows, for
 // the running ones to end by themselves (a host leaving a cluster for a
-// deploy); Shutdown then ends what is left.
+// deploy); Stop then ends what is left.
 func (m *Manager) Drain(ctx context.Context) {
 	m.mu.Lock()
 	m.stopping = true
@@ -737,19 +761,18 @@ func (m *Manager) Drain(ctx context.Context) {
 	}
 }
 
-// Shutdown refuses new executions, kills the running ones (recorded as
+// Stop refuses new executions, kills the running ones (recorded as
 // canceled, reason host_shutdown), waits for their results to be stored,
 // then stops writing. A second call is harmless.
-func (m *Manager) Shutdown(ctx context.Context) error {
+func (m *Manager) Stop(ctx context.Context) error {
 	m.mu.Lock()
 	m.stopping = true
 	m.mu.Unlock()
 	m.cancel()
-	m.stopFlush()
 	done := make(chan struct{})
 	go func() {
+		m.flusher.Stop(context.Background()) //nolint:errcheck // no deadline: it only waits
 		m.wg.Wait()
-		<-m.flushDone
 		m.w.stop()
 		close(done)
 	}()

@@ -67,12 +67,15 @@ func newManagerOn(t *testing.T, st *store.Store, flush time.Duration) (*Manager,
 	ex := &scripted{start: make(chan int64, 8), end: make(chan module.Result, 8), kills: make(chan int64, 8)}
 	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, ex, DefaultLimits(), "test-host", flush, With{})
 	ex.m = m
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	// Before the store closes (cleanups run last first); executions a test
 	// leaves blocked keep it waiting no longer than this.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		m.Shutdown(ctx)
+		m.Stop(ctx) //nolint:errcheck // a blocked execution's test already failed
 	})
 	return m, ex
 }
@@ -177,9 +180,9 @@ func TestEnvironmentErrorAndInvalidExit(t *testing.T) {
 	}
 }
 
-func TestRecoverFinishesWhatWasLeftLive(t *testing.T) {
+func TestStartFinishesWhatWasLeftLive(t *testing.T) {
 	t.Parallel()
-	m, _, _ := newManager(t)
+	m, _, st := newManager(t)
 	ctx := context.Background()
 	var pids []int64
 	for _, s := range []string{"queued", "running", "terminating", "idle"} {
@@ -187,11 +190,12 @@ func TestRecoverFinishesWhatWasLeftLive(t *testing.T) {
 		insert(t, m, p)
 		pids = append(pids, p.PID)
 	}
-	if err := m.Recover(ctx); err != nil {
+	if err := m.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
+	next, _ := newManagerOn(t, st, 0) // its Start recovers
 	for i, pid := range pids {
-		got, _ := m.Get(ctx, pid)
+		got, _ := next.Get(ctx, pid)
 		if i < 3 && (got.State != Idle || *got.ExitState != "failed" || *got.Reason != "host_restart") {
 			t.Fatalf("pid %d: %+v", pid, got)
 		}
@@ -273,7 +277,7 @@ func TestAPidIsHandedOutOnceItsRowExists(t *testing.T) {
 			}
 			pids = append(pids, pid)
 		}
-		if err := m.Shutdown(ctx); err != nil {
+		if err := m.Stop(ctx); err != nil {
 			t.Fatal(err)
 		}
 		st.Close()
@@ -330,10 +334,7 @@ func TestProgressIsDurable(t *testing.T) {
 	}
 
 	// The host dies here; the next one on the database keeps the output.
-	next, _, _ := newManagerIn(t, dir, 0)
-	if err := next.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
+	next, _, _ := newManagerIn(t, dir, 0) // its Start recovers
 	got, err := next.Get(ctx, p.PID)
 	if err != nil || got.State != Idle || *got.Reason != "host_restart" || got.Stdout != "one\ntwo\n" || got.Stderr != "err" || got.Output["k"] != 1.0 {
 		t.Fatalf("after restart: %+v %v", got, err)
@@ -543,7 +544,7 @@ func TestLaunchAfterShutdownBegan(t *testing.T) {
 	if err != nil || row.State != "idle" || *row.ExitState != "canceled" || row.Reason != "host_shutdown" {
 		t.Fatalf("stored %+v %v", row, err)
 	}
-	if err := m.Shutdown(context.Background()); err != nil {
+	if err := m.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -630,11 +631,11 @@ func TestShutdownWaitsForACreateBetweenInsertAndLaunch(t *testing.T) {
 	t.Parallel()
 	m, ex, st := newManager(t)
 	m.beforeLaunch = func() {
-		// Shutdown cannot end while this create holds its queued row: it
+		// Stop cannot end while this create holds its queued row: it
 		// gives up at its deadline instead.
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		if err := m.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		if err := m.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("shutdown while a created process was not launched yet: %v", err)
 		}
 	}
@@ -642,7 +643,7 @@ func TestShutdownWaitsForACreateBetweenInsertAndLaunch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Shutdown(context.Background()); err != nil {
+	if err := m.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	row, err := st.GetProcess(context.Background(), p.PID)

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cyrnel/cyrnel/host/lifecycle"
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
@@ -25,8 +26,8 @@ type writer struct {
 
 	mu      sync.RWMutex // held to queue; exclusively to close the queue
 	stopped bool
-	done    chan struct{}
-	halt    chan struct{} // closed by stop: durable writes stop retrying
+	loop    lifecycle.Loop // commits until the queue is closed
+	halt    chan struct{}  // closed by stop: durable writes stop retrying
 }
 
 // write is one unit of a batch: apply runs inside the batch's transaction
@@ -50,9 +51,12 @@ const writeTimeout = 30 * time.Second
 var errWriterStopped error = &conflictError{"the host is shutting down"}
 
 func newWriter(st *store.Store, ins Instruments) *writer {
-	w := &writer{st: st, obs: ins.Observer, tracer: ins.Tracer, queue: make(chan *write, maxBatch), done: make(chan struct{}), halt: make(chan struct{})}
-	go w.loop()
-	return w
+	return &writer{st: st, obs: ins.Observer, tracer: ins.Tracer, queue: make(chan *write, maxBatch), halt: make(chan struct{})}
+}
+
+// start starts committing; stop ends it.
+func (w *writer) start(ctx context.Context) error {
+	return w.loop.Start(ctx, func(context.Context) { w.commitQueued() })
 }
 
 // do queues apply, a single statement, and returns its outcome once its
@@ -145,11 +149,12 @@ func (w *writer) stop() {
 		close(w.queue)
 	}
 	w.mu.Unlock()
-	<-w.done
+	w.loop.Stop(context.Background()) //nolint:errcheck // no deadline: it waits for the queue's last batch
 }
 
-func (w *writer) loop() {
-	defer close(w.done)
+// commitQueued commits the queued writes in batches until the queue is
+// closed.
+func (w *writer) commitQueued() {
 	batch := make([]*write, 0, maxBatch)
 	for first := range w.queue {
 		batch = append(batch[:0], first)

@@ -174,7 +174,7 @@ func (s *Server) startRuntime(ctx context.Context, cfg Config) (err error) {
 		}
 	}
 	s.sessions = session.New(s.log.With("component", "sessions"), s.store, s.modules, s.dir.HostID, cfg.Sessions)
-	if err = s.stack.Start(ctx, "sessions", lifecycle.Func{OnStart: s.sessions.Recover, OnStop: s.sessions.Shutdown}); err != nil {
+	if err = s.stack.Start(ctx, "sessions", s.sessions); err != nil {
 		return err
 	}
 	return s.startProcesses(ctx, cfg)
@@ -188,8 +188,7 @@ func (s *Server) startProcesses(ctx context.Context, cfg Config) (err error) {
 		tracer = cfg.Tracing.Tracer("github.com/cyrnel/cyrnel")
 	}
 	s.procs = process.New(s.log.With("component", "processes"), s.store, s.modules, cfg.Limits, s.dir.HostID, 0, s.processParts(tracer))
-	if err = s.stack.Start(ctx, "processes", lifecycle.Func{OnStart: s.procs.Recover, OnStop: s.stopProcesses}); err != nil {
-		s.procs.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // already failing
+	if err = s.stack.Start(ctx, "processes", lifecycle.Func{OnStart: s.procs.Start, OnStop: s.stopProcesses}); err != nil {
 		return err
 	}
 	s.gate = &gate.Gate{Policies: s.policies, Approvals: s.approvals, Audit: s.audit, Processes: s.procs, Tools: s.services, Observer: s.metrics, Tracer: tracer}
@@ -236,7 +235,7 @@ func (s *Server) stopProcesses(ctx context.Context) error {
 			cancel()
 		}
 	}
-	return s.procs.Shutdown(ctx)
+	return s.procs.Stop(ctx)
 }
 
 // assembleHandler builds the HTTP API over the started parts.

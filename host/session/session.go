@@ -18,6 +18,7 @@ import (
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/caller"
+	"github.com/cyrnel/cyrnel/host/lifecycle"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -107,14 +108,21 @@ type Manager struct {
 	wg       sync.WaitGroup
 }
 
-// New returns a manager; call Recover before serving, Shutdown to stop.
+// New returns a manager; Start it before serving, Stop it to stop.
 func New(log *slog.Logger, st *store.Store, envs Environments, hostID string, cfg Config) *Manager {
 	return &Manager{log: log, st: st, envs: envs, host: hostID, cfg: cfg.withDefaults(), live: map[string]*live{}}
 }
 
-// Recover ends the sessions this host left open when it stopped: their
+// Start ends the sessions this host left open when it stopped: their
 // interpreters died with it, and a session never silently gets a fresh one.
-func (m *Manager) Recover(ctx context.Context) error {
+// Each session's goroutine starts with the session. Start after Stop fails.
+func (m *Manager) Start(ctx context.Context) error {
+	m.mu.Lock()
+	stopped := m.stopping
+	m.mu.Unlock()
+	if stopped {
+		return lifecycle.ErrStopped
+	}
 	n, err := m.st.EndHostSessions(ctx, m.host, EndHostRestart, time.Now().UTC())
 	if err != nil {
 		return err
@@ -589,8 +597,9 @@ func (m *Manager) End(ctx context.Context, id string) error {
 	}
 }
 
-// Shutdown ends every session, no longer than ctx allows.
-func (m *Manager) Shutdown(ctx context.Context) error {
+// Stop ends every session and refuses new ones; it returns once their
+// goroutines have, or when ctx ends. A second Stop waits the same way.
+func (m *Manager) Stop(ctx context.Context) error {
 	m.mu.Lock()
 	m.stopping = true
 	for _, l := range m.live {
