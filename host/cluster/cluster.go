@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cyrnel/cyrnel/host/control"
+	"github.com/cyrnel/cyrnel/host/lifecycle"
 )
 
 // DefaultTTL is how long a host's lease lasts unless renewed; it is renewed
@@ -97,38 +98,36 @@ type message struct {
 	At int64 `json:"at,omitempty"`
 }
 
-// Cluster is this host's membership.
+// Cluster is this host's membership: its lease, renewed from Start to
+// Stop, and the channel it tells the other hosts things on.
 type Cluster struct {
 	log     *slog.Logger
 	url     string
 	host    string
 	opts    Options
 	store   Store
-	channel string
+	channel string // set by Start
 	// alive counts the hosts holding a lease at the last renewal (-1:
 	// unknown).
 	alive atomic.Int64
 
 	mu       sync.Mutex
-	addr     string // advertised with the lease ("" until Advertise)
-	handlers Handlers
-	started  bool // handlers are set
-	// first is the listening connection opened by New, so what other hosts
-	// announce while this one loads its configuration waits on it until
-	// Start reads it.
+	addr     string    // advertised with the lease ("" until Advertise)
+	handling *Handling // nil: what the others say is not handled (yet, or any more)
+	// first is the listening connection opened by Start, so what other
+	// hosts announce while this one loads its configuration waits on it
+	// until the handling reads it.
 	first *pgx.Conn
 	kick  chan struct{} // a sync is due now (after a reconnection, a kill notice)
 
 	seen map[control.Event]string // versions applied at the last sync; nil before the first
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	renewal lifecycle.Loop
 }
 
-// New joins hostID to the hosts on the database at url: it takes the lease
-// at once (so a host is never without one while it runs anything) and
-// returns; Start begins listening and syncing.
-func New(ctx context.Context, log *slog.Logger, url, hostID string, st Store, o Options) (*Cluster, error) {
+// New returns hostID's membership of the hosts on the database at url;
+// Start joins it.
+func New(log *slog.Logger, url, hostID string, st Store, o Options) *Cluster {
 	if o.TTL <= 0 {
 		o.TTL = DefaultTTL
 	}
@@ -137,9 +136,18 @@ func New(ctx context.Context, log *slog.Logger, url, hostID string, st Store, o 
 	}
 	c := &Cluster{log: log, url: url, host: hostID, opts: o, store: st, kick: make(chan struct{}, 1)}
 	c.alive.Store(-1)
-	conn, err := pgx.Connect(ctx, url)
+	return c
+}
+
+// Start takes the lease at once (so a host is never without one while it
+// runs anything), starts listening, and renews the lease until Stop:
+// loading the configuration (an environment's interpreters) may take longer
+// than the lease lasts. What the others say is handled once the Handling
+// starts. A failed Start leaves nothing open.
+func (c *Cluster) Start(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, c.url)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: connect: %w", err)
+		return fmt.Errorf("cluster: connect: %w", err)
 	}
 	// Channels are per database, while hosts sharing state share a schema:
 	// the channel is named for the schema, so separate installations in
@@ -147,41 +155,70 @@ func New(ctx context.Context, log *slog.Logger, url, hostID string, st Store, o 
 	var schema string
 	if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
 		conn.Close(ctx)
-		return nil, fmt.Errorf("cluster: current schema: %w", err)
+		return fmt.Errorf("cluster: current schema: %w", err)
 	}
 	sum := sha256.Sum256([]byte(schema))
 	c.channel = "cyrnel_" + hex.EncodeToString(sum[:8])
 	if err := c.listenOn(ctx, conn); err != nil {
-		return nil, err
+		return err
 	}
-	c.first = conn
-	if err := st.RenewLease(ctx, hostID, "", o.TTL); err != nil {
-		c.first.Close(ctx)
-		return nil, err
+	if err := c.store.RenewLease(ctx, c.host, "", c.opts.TTL); err != nil {
+		conn.Close(ctx)
+		return err
 	}
 	c.countAlive(ctx)
-	// Renewing starts now: loading the configuration (an environment's
-	// interpreters) may take longer than the lease lasts.
-	rctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	c.wg.Add(1)
-	go func() { defer c.wg.Done(); c.renew(rctx) }()
-	return c, nil
+	if err := c.renewal.Start(ctx, c.renew); err != nil {
+		conn.Close(ctx)
+		return err
+	}
+	c.mu.Lock()
+	c.first = conn
+	c.mu.Unlock()
+	return nil
 }
 
-// Start handles what the other hosts say and syncs from the database, and
-// finishes lost hosts' executions at each renewal, until Stop.
-func (c *Cluster) Start(h Handlers) {
+// Handling is the handling of what the other hosts say, and the sync from
+// the database: a component of its own, as its handlers call parts (the
+// processes, the registry) that take the cluster as their relay, so it
+// starts once they have and stops before them.
+type Handling struct {
+	c    *Cluster
+	h    Handlers
+	loop lifecycle.Loop
+}
+
+// Handling returns the handling of what the others say with h.
+func (c *Cluster) Handling(h Handlers) *Handling { return &Handling{c: c, h: h} }
+
+// Start listens and syncs, and finishes lost hosts' executions at each
+// renewal, until Stop.
+func (h *Handling) Start(ctx context.Context) error {
+	c := h.c
+	err := h.loop.Start(ctx, func(ctx context.Context) {
+		var wg sync.WaitGroup // the listener, the sync, and each relayed kill
+		wg.Go(func() { c.listen(ctx, h.h) })
+		wg.Go(func() { c.syncLoop(ctx, h.h, &wg) })
+		wg.Wait()
+	})
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
-	c.handlers = h
-	c.started = true
+	c.handling = h
 	c.mu.Unlock()
-	ctx, cancel := context.WithCancel(context.Background())
-	stopRenew := c.cancel
-	c.cancel = func() { cancel(); stopRenew() }
-	c.wg.Add(2)
-	go func() { defer c.wg.Done(); c.listen(ctx) }()
-	go func() { defer c.wg.Done(); c.syncLoop(ctx) }()
+	return nil
+}
+
+// Stop ends listening and syncing, and the renewals' finishing of lost
+// hosts; it returns once their goroutines have.
+func (h *Handling) Stop(ctx context.Context) error {
+	c := h.c
+	c.mu.Lock()
+	if c.handling == h {
+		c.handling = nil
+	}
+	c.mu.Unlock()
+	return h.loop.Stop(ctx)
 }
 
 // Advertise records the address the other hosts reach this one at (they
@@ -193,17 +230,19 @@ func (c *Cluster) Advertise(ctx context.Context, addr string) error {
 	return c.store.RenewLease(ctx, c.host, addr, c.opts.TTL)
 }
 
-// Stop ends renewing, listening and syncing and gives the lease up: the
-// host finished its executions before (Shutdown), so there is nothing for
-// the others to finish.
+// Stop ends renewing and gives the lease up: the host finished its
+// executions before (the processes stop first), so there is nothing for the
+// others to finish. The Handling is stopped before it.
 func (c *Cluster) Stop(ctx context.Context) error {
-	if c.cancel != nil {
-		c.cancel()
+	if err := c.renewal.Stop(ctx); err != nil {
+		return err
 	}
-	c.wg.Wait()
-	if c.first != nil { // never started
-		c.first.Close(ctx)
-		c.first = nil
+	c.mu.Lock()
+	first := c.first
+	c.first = nil
+	c.mu.Unlock()
+	if first != nil { // never handled
+		first.Close(ctx)
 	}
 	return c.store.DropLease(ctx, c.host)
 }
@@ -218,7 +257,7 @@ func (c *Cluster) renew(ctx context.Context) {
 	every := c.opts.TTL / 3
 	t := time.NewTicker(every)
 	defer t.Stop()
-	reachable := time.Now() // New just renewed
+	reachable := time.Now() // Start just renewed
 	for {
 		select {
 		case <-ctx.Done():
@@ -243,11 +282,12 @@ func (c *Cluster) renew(ctx context.Context) {
 			reachable = time.Now()
 		}
 		c.mu.Lock()
-		lost, started := c.handlers.Lost, c.started
+		handling := c.handling
 		c.mu.Unlock()
-		if !started || time.Since(reachable) < c.opts.TTL {
+		if handling == nil || time.Since(reachable) < c.opts.TTL {
 			continue
 		}
+		lost := handling.h.Lost
 		if _, err := lost(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("finish lost hosts' processes", "err", err)
 		}
@@ -257,10 +297,10 @@ func (c *Cluster) renew(ctx context.Context) {
 // listen holds a connection LISTENing on the channel, reconnecting when it
 // is lost; after a reconnection it has a sync run at once, as
 // notifications may have been missed meanwhile.
-func (c *Cluster) listen(ctx context.Context) {
+func (c *Cluster) listen(ctx context.Context, h Handlers) {
 	first := true
 	for ctx.Err() == nil {
-		err := c.listenOnce(ctx, !first)
+		err := c.listenOnce(ctx, h, !first)
 		first = false
 		if ctx.Err() != nil {
 			return
@@ -292,9 +332,11 @@ func (c *Cluster) listenOn(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-func (c *Cluster) listenOnce(ctx context.Context, reconnected bool) error {
+func (c *Cluster) listenOnce(ctx context.Context, h Handlers, reconnected bool) error {
+	c.mu.Lock()
 	conn := c.first
 	c.first = nil
+	c.mu.Unlock()
 	if conn == nil {
 		var err error
 		if conn, err = c.subscribe(ctx); err != nil {
@@ -318,18 +360,18 @@ func (c *Cluster) listenOnce(ctx context.Context, reconnected bool) error {
 		if c.opts.Observer != nil && msg.At > 0 {
 			c.opts.Observer.NotificationLag(time.Since(time.Unix(0, msg.At)))
 		}
-		c.handle(ctx, msg)
+		c.handle(ctx, h, msg)
 	}
 }
 
-func (c *Cluster) handle(ctx context.Context, msg message) {
+func (c *Cluster) handle(ctx context.Context, h Handlers, msg message) {
 	switch {
 	case msg.Type == "config" && msg.From != c.host:
-		if err := c.handlers.Config(ctx, msg.Event); err != nil {
+		if err := h.Config(ctx, msg.Event); err != nil {
 			c.log.Error("apply another host's configuration change", "event", msg.Event.String(), "from", msg.From, "err", err)
 		}
 	case msg.Type == "decided" && msg.From != c.host:
-		if err := c.handlers.Decided(ctx, msg.ID); err != nil {
+		if err := h.Decided(ctx, msg.ID); err != nil {
 			c.log.Warn("relayed approval decision", "approval", msg.ID, "err", err)
 		}
 	case msg.Type == "kill" && msg.Host == c.host:
@@ -346,11 +388,12 @@ func (c *Cluster) syncNow() {
 }
 
 // syncLoop syncs every Sync interval and whenever kicked.
-func (c *Cluster) syncLoop(ctx context.Context) {
+// Relayed kills run on wg.
+func (c *Cluster) syncLoop(ctx context.Context, h Handlers, wg *sync.WaitGroup) {
 	t := time.NewTicker(c.opts.Sync)
 	defer t.Stop()
 	for {
-		c.sync(ctx)
+		c.sync(ctx, h, wg)
 		select {
 		case <-ctx.Done():
 			return
@@ -363,11 +406,11 @@ func (c *Cluster) syncLoop(ctx context.Context) {
 // sync applies what the database holds that notifications may have missed:
 // configuration whose version changed, kills asked of this host, decisions
 // on approvals calls here wait on. What fails is tried at the next sync.
-func (c *Cluster) sync(ctx context.Context) {
-	if cur, err := c.handlers.Versions(ctx); err != nil {
+func (c *Cluster) sync(ctx context.Context, h Handlers, wg *sync.WaitGroup) {
+	if cur, err := h.Versions(ctx); err != nil {
 		c.log.Debug("read configuration versions", "err", err)
 	} else {
-		c.apply(ctx, cur)
+		c.apply(ctx, h, cur)
 	}
 	pids, err := c.store.TakeKills(ctx, c.host)
 	if err != nil {
@@ -375,15 +418,13 @@ func (c *Cluster) sync(ctx context.Context) {
 	}
 	for _, pid := range pids {
 		// Its own goroutine: a kill waits for the execution.
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			if err := c.handlers.Kill(ctx, pid); err != nil {
+		wg.Go(func() {
+			if err := h.Kill(ctx, pid); err != nil {
 				c.log.Info("relayed kill", "pid", pid, "err", err)
 			}
-		}()
+		})
 	}
-	if err := c.handlers.Recheck(ctx); err != nil {
+	if err := h.Recheck(ctx); err != nil {
 		c.log.Debug("recheck approvals", "err", err)
 	}
 }
@@ -391,7 +432,7 @@ func (c *Cluster) sync(ctx context.Context) {
 // apply reloads each piece of configuration whose version differs from the
 // last sync's (every piece at the first sync: anything may have changed
 // between loading and listening).
-func (c *Cluster) apply(ctx context.Context, cur map[control.Event]string) {
+func (c *Cluster) apply(ctx context.Context, h Handlers, cur map[control.Event]string) {
 	first := c.seen == nil
 	if first {
 		c.seen = map[control.Event]string{}
@@ -400,7 +441,7 @@ func (c *Cluster) apply(ctx context.Context, cur map[control.Event]string) {
 		if old, ok := c.seen[ev]; ok && old == v && !first {
 			continue
 		}
-		if err := c.handlers.Config(ctx, ev); err != nil {
+		if err := h.Config(ctx, ev); err != nil {
 			c.log.Warn("apply a configuration change found in the database", "event", ev.String(), "err", err)
 			continue
 		}
@@ -410,7 +451,7 @@ func (c *Cluster) apply(ctx context.Context, cur map[control.Event]string) {
 		if _, ok := cur[ev]; ok {
 			continue
 		}
-		if err := c.handlers.Config(ctx, ev); err != nil {
+		if err := h.Config(ctx, ev); err != nil {
 			c.log.Warn("apply a configuration removal found in the database", "event", ev.String(), "err", err)
 			continue
 		}

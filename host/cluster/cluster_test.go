@@ -76,12 +76,17 @@ func join(t *testing.T, url string, st *store.Store, host string, r *recorder) *
 
 func joinWith(t *testing.T, url string, st *store.Store, host string, r *recorder, o Options) *Cluster {
 	t.Helper()
-	c, err := New(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)), url, host, st, o)
-	if err != nil {
+	ctx := context.Background()
+	c := New(slog.New(slog.NewTextHandler(io.Discard, nil)), url, host, st, o)
+	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c.Start(r.handlers())
-	t.Cleanup(func() { c.Stop(context.Background()) })
+	t.Cleanup(func() { c.Stop(ctx) }) //nolint:errcheck // it waits without a deadline
+	h := c.Handling(r.handlers())
+	if err := h.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Stop(ctx) }) //nolint:errcheck // it waits without a deadline
 	return c
 }
 
@@ -155,17 +160,18 @@ func TestChannelPerSchema(t *testing.T) {
 	}
 }
 
-// The lease is renewed from New on: a host loading its configuration
-// (starting interpreters) for longer than the lease must not look lost.
-func TestLeaseRenewedBeforeStart(t *testing.T) {
+// The lease is renewed from Start on: a host loading its configuration
+// (starting interpreters) for longer than the lease must not look lost
+// before it handles what the others say.
+func TestLeaseRenewedBeforeHandling(t *testing.T) {
 	t.Parallel()
 	url, st := schemaURL(t)
 	ctx := context.Background()
-	c, err := New(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), url, "slow", st, Options{TTL: 1500 * time.Millisecond})
-	if err != nil {
+	c := New(slog.New(slog.NewTextHandler(io.Discard, nil)), url, "slow", st, Options{TTL: 1500 * time.Millisecond})
+	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer c.Stop(ctx)
+	defer c.Stop(ctx) //nolint:errcheck // it waits without a deadline
 	until := func() time.Time {
 		var at time.Time
 		if err := st.DB.QueryRowContext(ctx, "SELECT lease_until FROM hosts WHERE host_id = 'slow'").Scan(&at); err != nil {
@@ -177,7 +183,7 @@ func TestLeaseRenewedBeforeStart(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for !until().After(first) {
 		if time.Now().After(deadline) {
-			t.Fatal("the lease was not renewed before Start")
+			t.Fatal("the lease was not renewed before the handling started")
 		}
 		time.Sleep(100 * time.Millisecond) // polling the row, not synchronising
 	}

@@ -82,16 +82,10 @@ func (s *Server) openStorage(ctx context.Context, cfg *Config) (err error) {
 	if s.store.Local() {
 		return nil
 	}
-	if s.cluster, err = cluster.New(ctx, s.log.With("component", "cluster"), cfg.DBURL, s.dir.HostID, s.store, cluster.Options{TTL: cfg.LeaseTTL, Observer: s.metrics}); err != nil {
-		return err
-	}
-	// cluster.New already renews the lease; the "cluster" step below stops
-	// it in order on shutdown, this one on a failure before that step.
-	if err = s.stack.Start(ctx, "cluster lease", lifecycle.Func{OnStop: s.cluster.Stop}); err != nil {
-		s.cluster.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // already failing
-		return err
-	}
-	return nil
+	// The lease is taken before anything runs, and given up once
+	// everything that ran has stopped.
+	s.cluster = cluster.New(s.log.With("component", "cluster"), cfg.DBURL, s.dir.HostID, s.store, cluster.Options{TTL: cfg.LeaseTTL, Observer: s.metrics})
+	return s.stack.Start(ctx, "cluster", s.cluster)
 }
 
 // startGovernance starts the record of changes, the keys, policies,
@@ -168,11 +162,6 @@ func (s *Server) startRuntime(ctx context.Context, cfg Config) (err error) {
 	if err = s.stack.Start(ctx, "modules", lifecycle.Func{OnStop: s.modules.Stop}); err != nil {
 		return err
 	}
-	if cl := s.cluster; cl != nil {
-		if err = s.stack.Start(ctx, "cluster", lifecycle.Func{OnStop: cl.Stop}); err != nil {
-			return err
-		}
-	}
 	s.sessions = session.New(s.log.With("component", "sessions"), s.store, s.modules, s.dir.HostID, cfg.Sessions)
 	if err = s.stack.Start(ctx, "sessions", s.sessions); err != nil {
 		return err
@@ -200,7 +189,7 @@ func (s *Server) startProcesses(ctx context.Context, cfg Config) (err error) {
 	}
 	if cl := s.cluster; cl != nil {
 		handlers := clusterHandlers(s.store, s.procs, s.sessions, s.approvals, s.policies, s.modules, s.services)
-		if err = s.stack.Start(ctx, "cluster handlers", lifecycle.Func{OnStart: func(context.Context) error { cl.Start(handlers); return nil }}); err != nil {
+		if err = s.stack.Start(ctx, "cluster handlers", cl.Handling(handlers)); err != nil {
 			return err
 		}
 	}
