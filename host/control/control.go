@@ -111,15 +111,12 @@ type Plane struct {
 	stopped bool
 }
 
-// New returns a plane that checks every change against the policies and
-// tells notifier (which may be nil) of each one applied.
-func New(log *slog.Logger, notifier Notifier, policies ...Policy) *Plane {
-	return &Plane{log: log, notifier: notifier, policies: policies, turn: make(chan struct{}, 1)}
+// New returns a plane that checks every change against the policies, tells
+// notifier of each one applied, and records to recorder each stored change
+// that says what it is (Change.Record); either may be nil.
+func New(log *slog.Logger, notifier Notifier, recorder Recorder, policies ...Policy) *Plane {
+	return &Plane{log: log, notifier: notifier, recorder: recorder, policies: policies, turn: make(chan struct{}, 1)}
 }
-
-// RecordTo makes the plane record every stored change that says what it
-// is (Change.Record) to r. Call it before the first change.
-func (p *Plane) RecordTo(r Recorder) { p.recorder = r }
 
 // take waits for the plane's turn; it fails when ctx ends first or the
 // plane is stopped.

@@ -61,7 +61,7 @@ func TestApplyOrderAndUndo(t *testing.T) {
 		if c.policy != "" {
 			policies = append(policies, func(context.Context, *Change) error { return refuse })
 		}
-		err := New(quiet(), n, policies...).Apply(context.Background(), steps(&log, c.fail))
+		err := New(quiet(), n, nil, policies...).Apply(context.Background(), steps(&log, c.fail))
 		if !slices.Equal(log, c.want) {
 			t.Errorf("fail %q policy %q: steps %v, want %v", c.fail, c.policy, log, c.want)
 		}
@@ -77,7 +77,7 @@ func TestApplyOrderAndUndo(t *testing.T) {
 	var log []string
 	c := steps(&log, "")
 	c.Persist = nil
-	if err := New(quiet(), n).Apply(context.Background(), c); err != nil || len(n.events) != 0 {
+	if err := New(quiet(), n, nil).Apply(context.Background(), c); err != nil || len(n.events) != 0 {
 		t.Fatalf("reload: %v, announced %v", err, n.events)
 	}
 }
@@ -86,7 +86,7 @@ func TestApplyOrderAndUndo(t *testing.T) {
 // Stop waits for the change under way, then refuses more; twice is fine.
 func TestOneChangeAtATime(t *testing.T) {
 	t.Parallel()
-	p := New(quiet(), nil)
+	p := New(quiet(), nil, nil)
 	inBuild, release := make(chan struct{}), make(chan struct{})
 	first := make(chan error)
 	go func() {

@@ -113,7 +113,7 @@ func newGate(t *testing.T, decision policy.Decision, ttl time.Duration) *fixture
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	pol, err := policy.Load(ctx, st, policy.Allow)
+	pol, err := policy.Load(ctx, st, policy.Allow, policy.With{})
 	if err != nil {
 		t.Fatal(err)
 	}

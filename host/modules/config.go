@@ -44,10 +44,10 @@ func (r *Registry) SetConfig(ctx context.Context, id string, cfg map[string]any)
 		if err := validate(info.ConfigSchema, cfg, false); err != nil {
 			return err
 		}
-		if err := CheckLimits(cfg, r.machine); err != nil {
+		if err := CheckLimits(cfg, r.opts.Machine); err != nil {
 			return err
 		}
-		if err := CheckSandbox(cfg, r.allowUnsandboxed); err != nil {
+		if err := CheckSandbox(cfg, r.opts.AllowUnsandboxed); err != nil {
 			return err
 		}
 		m.Config = cfg

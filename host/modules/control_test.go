@@ -84,7 +84,7 @@ func onStore(t *testing.T, st *faultyStore, dir string, n control.Notifier) (*Re
 		t.Fatal(err)
 	}
 	g := &gates{made: map[string][]*gate{}}
-	r := New(log, st, box, control.New(log, n), map[string]Factory{"python": g.factory("python"), "typescript": g.factory("typescript")})
+	r := New(log, st, box, control.New(log, n, nil), map[string]Factory{"python": g.factory("python"), "typescript": g.factory("typescript")}, Options{})
 	t.Cleanup(func() { r.Stop(context.Background()) })
 	if err := r.Start(context.Background(), nil, ""); err != nil {
 		t.Fatal(err)

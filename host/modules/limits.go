@@ -8,10 +8,6 @@ import (
 	"github.com/cyrnel/cyrnel/host/schema"
 )
 
-// LimitTo records what this machine has (read at start-up): configs whose
-// limits ask for more are refused. Call it before Start.
-func (r *Registry) LimitTo(m worker.Machine) { r.machine = m }
-
 // CheckLimits refuses a module config whose "limits" ask for more than m
 // has (worker.LimitsConfig.Beyond), whoever asks: no key may raise them past
 // the machine. A zero m checks nothing.

@@ -75,11 +75,7 @@ type Registry struct {
 
 	factories map[string]Factory
 	infos     map[string]module.Info
-	// allowUnsandboxed: configs may weaken the sandbox (serve
-	// --allow-unsandboxed).
-	allowUnsandboxed bool
-	// machine is what this machine has: no config's limits may exceed it.
-	machine worker.Machine
+	opts      Options
 
 	mu       sync.Mutex
 	active   *instance
@@ -90,19 +86,32 @@ type Registry struct {
 	drains   sync.WaitGroup // one per draining instance, waited for by Stop
 }
 
+// Options are the operator's start-up decisions and what else the registry
+// lists.
+type Options struct {
+	// AllowUnsandboxed lets configs weaken the sandbox (serve
+	// --allow-unsandboxed).
+	AllowUnsandboxed bool
+	// Machine is what this machine has (read at start-up): configs whose
+	// limits ask for more are refused. Zero: not checked.
+	Machine worker.Machine
+	// Others are modules that are not environments (adapters), listed and
+	// configurable.
+	Others []module.Info
+}
+
 // New returns a registry of the given environments (by module id), changed
 // through plane.
-func New(log *slog.Logger, st Store, box Sealer, plane *control.Plane, envs map[string]Factory) *Registry {
-	r := &Registry{log: log, store: st, box: box, plane: plane, factories: envs, infos: map[string]module.Info{}, owners: map[int64]*instance{}}
+func New(log *slog.Logger, st Store, box Sealer, plane *control.Plane, envs map[string]Factory, opts Options) *Registry {
+	r := &Registry{log: log, store: st, box: box, plane: plane, factories: envs, opts: opts, infos: map[string]module.Info{}, owners: map[int64]*instance{}}
 	for id, f := range envs {
 		r.infos[id] = f().Info()
 	}
+	for _, info := range opts.Others {
+		r.infos[info.ID] = info
+	}
 	return r
 }
-
-// AddInfo registers a module that is not an environment (an adapter), so it
-// is listed and configurable.
-func (r *Registry) AddInfo(info module.Info) { r.infos[info.ID] = info }
 
 // Start activates the stored environment (python on a fresh data dir), or
 // override when not empty, without storing it: a one-off host (cyrnel run
@@ -210,7 +219,7 @@ func (r *Registry) activation(id string, persist func(context.Context) error) co
 		if !m.Enabled {
 			return fmt.Errorf("%s: %w", id, ErrDisabled)
 		}
-		if err := CheckSandbox(m.Config, r.allowUnsandboxed); err != nil {
+		if err := CheckSandbox(m.Config, r.opts.AllowUnsandboxed); err != nil {
 			// A config stored while the operator allowed it does not
 			// outlive that decision.
 			var ue *UnsandboxedError
@@ -302,7 +311,7 @@ func (r *Registry) isActive(id string) bool {
 func (r *Registry) setUp(ctx context.Context, m *store.Module) (module.Environment, error) {
 	// Whatever the config's way here (a change, an activation, another
 	// host's change on a smaller machine), its limits fit this machine.
-	if err := CheckLimits(m.Config, r.machine); err != nil {
+	if err := CheckLimits(m.Config, r.opts.Machine); err != nil {
 		return nil, err
 	}
 	sec, err := r.box.Open(m.Secrets)

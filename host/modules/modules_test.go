@@ -79,6 +79,11 @@ func (g *gate) Teardown(context.Context) error {
 
 func newRegistry(t *testing.T, envs map[string]func() *gate) *Registry {
 	t.Helper()
+	return newRegistryWith(t, envs, Options{})
+}
+
+func newRegistryWith(t *testing.T, envs map[string]func() *gate, opts Options) *Registry {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(context.Background(), "", dir)
 	if err != nil {
@@ -92,7 +97,7 @@ func newRegistry(t *testing.T, envs map[string]func() *gate) *Registry {
 	for id, f := range envs {
 		factories[id] = func() module.Environment { return f() }
 	}
-	r := New(log, st, box, control.New(log, nil), factories)
+	r := New(log, st, box, control.New(log, nil, nil), factories, opts)
 	t.Cleanup(func() { r.Stop(context.Background()) })
 	return r
 }
@@ -153,13 +158,12 @@ func TestActivateRefusals(t *testing.T) {
 	t.Parallel()
 	bad := newGate("typescript")
 	bad.failSet = true
-	r := newRegistry(t, map[string]func() *gate{
+	r := newRegistryWith(t, map[string]func() *gate{
 		"python":     func() *gate { return newGate("python") },
 		"typescript": func() *gate { return bad },
-	})
+	}, Options{Others: []module.Info{{ID: "openapi", Type: module.TypeAdapter}}})
 	ctx := context.Background()
 	r.Start(ctx, nil, "")
-	r.AddInfo(module.Info{ID: "openapi", Type: module.TypeAdapter})
 	for id, want := range map[string]error{"nope": ErrUnknownModule, "openapi": ErrNotEnvironment, "typescript": ErrSetup} {
 		if err := r.Activate(ctx, id); !errors.Is(err, want) {
 			t.Fatalf("activate %s: %v, want %v", id, err, want)

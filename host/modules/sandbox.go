@@ -32,9 +32,6 @@ func (e *UnsandboxedError) Error() string {
 
 func (e *UnsandboxedError) Unwrap() error { return ErrUnsandboxed }
 
-// AllowUnsandboxed records the operator's start-up decision to let configs
-// weaken the sandbox. Call it before Start.
-func (r *Registry) AllowUnsandboxed(allow bool) { r.allowUnsandboxed = allow }
 
 // CheckSandbox refuses a module config whose "sandbox" weakens any layer
 // the default keeps, unless allow (the operator's start-up decision). An API

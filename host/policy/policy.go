@@ -105,11 +105,13 @@ type Recorder interface {
 	Record(ctx context.Context, action, target string, detail map[string]any)
 }
 
-// RecordTo records each set Put stores to r. Call it before serving.
-func (e *Engine) RecordTo(r Recorder) { e.rec = r }
-
-// OnChange sets what is told of each stored change. Call it before serving.
-func (e *Engine) OnChange(f func(ctx context.Context)) { e.changed = f }
+// With is what an engine tells of each set Put stores (either may be nil).
+type With struct {
+	// Recorder records the change (GET /changes).
+	Recorder Recorder
+	// Changed is told of it (several hosts: the others Reload it).
+	Changed func(ctx context.Context)
+}
 
 // Reload reads the stored set again (another host stored it).
 func (e *Engine) Reload(ctx context.Context) error {
@@ -132,14 +134,14 @@ func (e *Engine) Reload(ctx context.Context) error {
 
 // Load reads the stored set; with none stored, the default is def (empty:
 // allow) and there are no rules.
-func Load(ctx context.Context, st Settings, def Decision) (*Engine, error) {
+func Load(ctx context.Context, st Settings, def Decision, with With) (*Engine, error) {
 	if def == "" {
 		def = Allow
 	}
 	if !def.Valid() {
 		return nil, fmt.Errorf("default tool policy %q: must be allow, ask or block", def)
 	}
-	e := &Engine{st: st}
+	e := &Engine{st: st, rec: with.Recorder, changed: with.Changed}
 	set := &Set{Default: def, Rules: []Rule{}}
 	raw, ok, err := st.Setting(ctx, Setting)
 	if err != nil {

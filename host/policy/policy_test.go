@@ -77,7 +77,7 @@ func TestEnginePersistsAndRejectsWhole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := &memSettings{m: map[string]string{}}
-	e, err := Load(ctx, st, "")
+	e, err := Load(ctx, st, "", With{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestEnginePersistsAndRejectsWhole(t *testing.T) {
 	if _, err := e.Put(ctx, Set{Default: Allow, Rules: []Rule{{"x.*", Allow}, {"[", Allow}}}); err == nil {
 		t.Fatal("invalid set accepted")
 	}
-	e2, err := Load(ctx, st, Allow)
+	e2, err := Load(ctx, st, Allow, With{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,12 +100,12 @@ func (s *Server) startGovernance(ctx context.Context, cfg Config) (err error) {
 	if err = s.stack.Start(ctx, "keys", s.keys); err != nil {
 		return err
 	}
-	if s.policies, err = policy.Load(ctx, s.store, cfg.Governance.DefaultPolicy); err != nil {
-		return err
-	}
-	s.policies.RecordTo(s.changes)
+	with := policy.With{Recorder: s.changes}
 	if cl := s.cluster; cl != nil {
-		s.policies.OnChange(func(ctx context.Context) { cl.Notify(ctx, control.Event{Kind: control.KindPolicies}) })
+		with.Changed = func(ctx context.Context) { cl.Notify(ctx, control.Event{Kind: control.KindPolicies}) }
+	}
+	if s.policies, err = policy.Load(ctx, s.store, cfg.Governance.DefaultPolicy, with); err != nil {
+		return err
 	}
 	var relay approval.Relay // nil: one host
 	if s.cluster != nil {
@@ -142,18 +142,15 @@ func (s *Server) startRuntime(ctx context.Context, cfg Config) (err error) {
 	// One control plane for modules and services: every configuration
 	// change is applied one at a time, all or nothing; with several hosts
 	// each stored change is announced to the others, which reload it.
-	plane := control.New(s.log.With("component", "control"), notifier, cfg.Policies...)
-	plane.RecordTo(s.changes)
-	s.modules = modules.New(s.log.With("component", "modules"), s.store, s.box, plane, environments(s.log, cfg, interpreters))
+	plane := control.New(s.log.With("component", "control"), notifier, s.changes, cfg.Policies...)
 	s.egress = &egress.Guard{}
 	s.services = services.New(s.log.With("component", "services"), s.store, s.box, plane, map[string]adapter.Adapter{
 		openapi.ID: openapi.New(openapi.Options{Guard: s.egress, WrapTransport: upstreamTracing(cfg.Tracing)}),
 	})
-	s.modules.AllowUnsandboxed(cfg.AllowUnsandboxed)
-	s.modules.LimitTo(machine)
-	for _, info := range s.services.Adapters() {
-		s.modules.AddInfo(info)
-	}
+	// The adapters are modules too: listed and configured with the
+	// environments.
+	s.modules = modules.New(s.log.With("component", "modules"), s.store, s.box, plane, environments(s.log, cfg, interpreters),
+		modules.Options{AllowUnsandboxed: cfg.AllowUnsandboxed, Machine: machine, Others: s.services.Adapters()})
 	if err = s.stack.Start(ctx, "services", s.services); err != nil {
 		return err
 	}
