@@ -93,6 +93,9 @@ type Options struct {
 	Bootstrap string
 	// BootstrapSince is what the bootstrap key shows as createdAt.
 	BootstrapSince time.Time
+	// Now is the clock keys' expiry, the cache and lastUsedAt are decided
+	// by (nil: time.Now); tests pass one they move.
+	Now func() time.Time
 	// CacheTTL is how long a key read from the database is trusted
 	// without reading it again (default 500 ms): a key revoked on another
 	// host is refused here at most this much later.
@@ -147,8 +150,11 @@ func New(log *slog.Logger, st Store, rec Recorder, opts Options) *Manager {
 	if opts.TouchEvery <= 0 {
 		opts.TouchEvery = time.Minute
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	if opts.BootstrapSince.IsZero() {
-		opts.BootstrapSince = time.Now().UTC()
+		opts.BootstrapSince = opts.Now().UTC()
 	}
 	m := &Manager{log: log, st: st, rec: rec, opts: opts, cache: map[[sha256.Size]byte]*entry{},
 		touches: make(chan touch, 256)}
@@ -172,7 +178,7 @@ func (m *Manager) Authenticate(ctx context.Context, key string) (caller.Caller, 
 		return caller.Caller{}, ErrUnknown
 	}
 	h := sha256.Sum256([]byte(key))
-	now := time.Now()
+	now := m.opts.Now()
 	if m.opts.Bootstrap != "" && subtle.ConstantTimeCompare(h[:], m.boot[:]) == 1 {
 		m.bootUsed.Store(now.UnixNano())
 		return caller.Caller{KeyID: BootstrapID, Roles: []caller.Role{caller.Admin}}, nil
@@ -312,7 +318,7 @@ func validate(in CreateInput, now time.Time) error {
 // its SHA-256 (the key is 256 random bits, so a plain hash is as strong as
 // any slow one, and cheap to check on every request).
 func (m *Manager) Create(ctx context.Context, in CreateInput) (*CreatedKey, error) {
-	now := time.Now().UTC()
+	now := m.opts.Now().UTC()
 	if err := validate(in, now); err != nil {
 		return nil, err
 	}
