@@ -60,7 +60,7 @@ func (s *server) forwardSessions(mux *chi.Mux) func(http.Handler) http.Handler {
 				return
 			}
 			row, err := s.Sessions.Get(r.Context(), id)
-			if err != nil || row.State == session.Ended || row.HostID == s.Peers.Self() {
+			if err != nil || session.State(row.State) == session.Ended || row.HostID == s.Peers.Self() {
 				next.ServeHTTP(w, r) // answered here: not found, ended, local, or 503
 				return
 			}

@@ -32,7 +32,6 @@ func (e *UnsandboxedError) Error() string {
 
 func (e *UnsandboxedError) Unwrap() error { return ErrUnsandboxed }
 
-
 // CheckSandbox refuses a module config whose "sandbox" weakens any layer
 // the default keeps, unless allow (the operator's start-up decision). An API
 // call alone must never turn the sandbox off: it is what a local user or a

@@ -396,9 +396,10 @@ func (m *Manager) Run(ctx context.Context, pid int64, force bool) (*Process, err
 	p.TraceID = traceID(span)
 	var ok bool
 	err = m.w.traced(withSpan(ctx, span), "db.process.queue", func(ctx context.Context, tx *store.Tx) (err error) {
-		ok, err = tx.TransitionProcess(ctx, p, []string{string(Idle)}, "state", "exit_state", "reason", "error",
-			"output", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "output_truncated", "started_at", "finished_at",
-			"duration_ms", "cpu_ms", "peak_memory_bytes", "environment", "runs", "host_id", "displays", "trace_id")
+		ok, err = tx.TransitionProcess(ctx, p, []string{string(Idle)}, store.ProcState, store.ProcExitState, store.ProcReason, store.ProcError,
+			store.ProcOutput, store.ProcStdout, store.ProcStderr, store.ProcStdoutTruncated, store.ProcStderrTruncated, store.ProcOutputTruncated,
+			store.ProcStartedAt, store.ProcFinishedAt, store.ProcDurationMs, store.ProcCPUMs, store.ProcPeakMemoryBytes, store.ProcEnvironment,
+			store.ProcRuns, store.ProcHostID, store.ProcDisplays, store.ProcTraceID)
 		return err
 	})
 	if err == nil && !ok {
@@ -563,7 +564,7 @@ func (m *Manager) Kill(ctx context.Context, pid int64) (*Process, error) {
 		// From queued too: the running state is written at the next flush.
 		p := &store.Process{PID: pid, Runs: r.base.Runs, State: string(Terminating)}
 		if err := m.w.do(func(ctx context.Context, tx *store.Tx) error {
-			_, err := tx.TransitionRun(ctx, p, []string{string(Queued), string(Running), string(Suspended)}, "state")
+			_, err := tx.TransitionRun(ctx, p, []string{string(Queued), string(Running), string(Suspended)}, store.ProcState)
 			return err
 		}); err != nil {
 			return nil, err

@@ -490,7 +490,7 @@ func (r *run) progress() (apply func(context.Context, *store.Tx) error, ok func(
 	apply = func(ctx context.Context, tx *store.Tx) error {
 		if startRunning {
 			p := &store.Process{PID: r.pid, Runs: r.base.Runs, State: string(Running), StartedAt: &started}
-			if _, err := tx.TransitionRun(ctx, p, []string{string(Queued)}, "state", "started_at"); err != nil {
+			if _, err := tx.TransitionRun(ctx, p, []string{string(Queued)}, store.ProcState, store.ProcStartedAt); err != nil {
 				return err
 			}
 		}

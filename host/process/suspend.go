@@ -69,7 +69,7 @@ func (m *Manager) writeLiveState(r *run) {
 	}
 	p := &store.Process{PID: r.pid, Runs: r.base.Runs, State: string(state), StartedAt: &started}
 	err := m.w.do(func(ctx context.Context, tx *store.Tx) error {
-		_, err := tx.TransitionRun(ctx, p, []string{string(Queued), string(Running), string(Suspended)}, "state", "started_at")
+		_, err := tx.TransitionRun(ctx, p, []string{string(Queued), string(Running), string(Suspended)}, store.ProcState, store.ProcStartedAt)
 		return err
 	})
 	if err != nil {

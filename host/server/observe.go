@@ -32,7 +32,13 @@ func gauges(procs *process.Manager, reg *modules.Registry, sessions *session.Man
 			}
 			return out
 		},
-		Sessions:         sessions.Counts,
+		Sessions: func() map[string]int {
+			counts := map[string]int{}
+			for s, n := range sessions.Counts() {
+				counts[string(s)] = n
+			}
+			return counts
+		},
 		ApprovalsPending: approvals.Pending,
 		ToolKnown:        svcs.Has,
 	}

@@ -23,12 +23,15 @@ import (
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
+// State is a session's state (its row holds it as a string).
+type State string
+
 // States of a session.
 const (
-	Starting = "starting"
-	Ready    = "ready"
-	Busy     = "busy"
-	Ended    = store.SessionEnded
+	Starting State = "starting"
+	Ready    State = "ready"
+	Busy     State = "busy"
+	Ended    State = store.SessionEnded
 )
 
 // Reasons a session ended.
@@ -197,7 +200,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*store.Session, e
 
 	now := time.Now().UTC()
 	row := &store.Session{
-		ID: "ses_" + rand.Text(), Module: id, State: Starting, Ref: in.Ref, EnvConfig: in.EnvConfig,
+		ID: "ses_" + rand.Text(), Module: id, State: string(Starting), Ref: in.Ref, EnvConfig: in.EnvConfig,
 		IdleTimeoutMs: in.IdleTimeoutMs, MaxLifetimeMs: in.MaxLifetimeMs, HostID: m.host, CreatedAt: now, LastUsedAt: now,
 		Owner: caller.KeyID(ctx),
 	}
@@ -211,8 +214,8 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*store.Session, e
 		m.end(row, EndStartFailed, nil)
 		return nil, fmt.Errorf("start session: %w", err)
 	}
-	row.State = Ready
-	if _, err := m.st.UpdateSession(context.Background(), row, "state"); err != nil {
+	row.State = string(Ready)
+	if _, err := m.st.UpdateSession(context.Background(), row, store.SesState); err != nil {
 		ws.Close()
 		m.end(row, EndStartFailed, nil)
 		return nil, err
@@ -360,10 +363,10 @@ func (j *job) finish(res module.Result, err error) {
 // it does not).
 func (m *Manager) run(l *live, ws *worker.Session, j *job) string {
 	l.mu.Lock()
-	l.row.State, l.row.LastUsedAt = Busy, time.Now().UTC()
+	l.row.State, l.row.LastUsedAt = string(Busy), time.Now().UTC()
 	row := l.row
 	l.mu.Unlock()
-	m.write(&row, "state", "last_used_at")
+	m.write(&row, store.SesState, store.SesLastUsedAt)
 	// The execution stops when it is killed or the session is ended.
 	ctx, cancel := context.WithCancel(j.ctx)
 	stop := context.AfterFunc(l.ctx, cancel)
@@ -376,7 +379,7 @@ func (m *Manager) run(l *live, ws *worker.Session, j *job) string {
 		return EndKilled
 	}
 	l.mu.Lock()
-	l.row.State, l.row.LastUsedAt = Ready, time.Now().UTC()
+	l.row.State, l.row.LastUsedAt = string(Ready), time.Now().UTC()
 	if res.CPUMs > 0 {
 		l.row.CPUMs = ptr(deref(l.row.CPUMs) + res.CPUMs)
 	}
@@ -386,7 +389,7 @@ func (m *Manager) run(l *live, ws *worker.Session, j *job) string {
 	row = l.row
 	l.mu.Unlock()
 	if clean {
-		m.write(&row, "state", "last_used_at", "cpu_ms", "memory_bytes")
+		m.write(&row, store.SesState, store.SesLastUsedAt, store.SesCPUMs, store.SesMemoryBytes)
 		j.finish(res, nil)
 		return ""
 	}
@@ -445,13 +448,13 @@ func (m *Manager) write(row *store.Session, columns ...string) {
 // end records that a session ended and why.
 func (m *Manager) end(row *store.Session, reason string, l *live) {
 	now := time.Now().UTC()
-	row.State, row.EndReason, row.EndedAt = Ended, reason, &now
+	row.State, row.EndReason, row.EndedAt = string(Ended), reason, &now
 	if l != nil {
 		l.mu.Lock()
 		l.row = *row
 		l.mu.Unlock()
 	}
-	m.write(row, "state", "end_reason", "ended_at", "cpu_ms", "memory_bytes", "last_used_at")
+	m.write(row, store.SesState, store.SesEndReason, store.SesEndedAt, store.SesCPUMs, store.SesMemoryBytes, store.SesLastUsedAt)
 	m.log.Info("session ended", "session", row.ID, "reason", reason)
 }
 
@@ -479,7 +482,7 @@ func (m *Manager) Check(ctx context.Context, id string) error {
 // unavailable says why a session that is not live on this host takes no
 // execution: it ended, or it lives on another host.
 func unavailable(row *store.Session) error {
-	if row.State == Ended {
+	if State(row.State) == Ended {
 		return &endedError{fmt.Sprintf("session %s has ended (%s); start a new session", row.ID, row.EndReason)}
 	}
 	return &endedError{fmt.Sprintf("session %s runs on host %s, not this one", row.ID, row.HostID)}
@@ -578,7 +581,7 @@ func (m *Manager) End(ctx context.Context, id string) error {
 	l := m.live[id]
 	m.mu.Unlock()
 	if l == nil {
-		if row.State != Ended {
+		if State(row.State) != Ended {
 			// Live on another host: only that host can end it.
 			return &endedError{fmt.Sprintf("session %s runs on host %s, not this one", id, row.HostID)}
 		}
@@ -621,16 +624,16 @@ func (m *Manager) Stop(ctx context.Context) error {
 }
 
 // Counts are this host's sessions by state (ended ones are not kept).
-func (m *Manager) Counts() map[string]int {
+func (m *Manager) Counts() map[State]int {
 	m.mu.Lock()
-	counts := map[string]int{Starting: m.starting, Ready: 0, Busy: 0}
+	counts := map[State]int{Starting: m.starting, Ready: 0, Busy: 0}
 	lives := make([]*live, 0, len(m.live))
 	for _, l := range m.live {
 		lives = append(lives, l)
 	}
 	m.mu.Unlock()
 	for _, l := range lives {
-		if s := l.snapshot().State; s != Ended {
+		if s := State(l.snapshot().State); s != Ended {
 			counts[s]++
 		}
 	}
