@@ -6,7 +6,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 	"github.com/cyrnel/cyrnel/host/services"
 )
 
@@ -60,7 +60,7 @@ func (s *server) registerServices(api huma.API) {
 		Description: "Reads the description with the adapter and stores the service with its tools. It is enabled at once when its config and secrets validate.",
 	}, func(ctx context.Context, in *createServiceInput) (*serviceBody, error) {
 		v, err := s.Services.Create(ctx, services.CreateInput{
-			ID: in.Body.ID, Adapter: in.Body.Adapter, Source: adapter.Source{URL: in.Body.Source.URL, Content: in.Body.Source.Content},
+			ID: in.Body.ID, Adapter: in.Body.Adapter, Source: adapters.Source{URL: in.Body.Source.URL, Content: in.Body.Source.Content},
 			Config: in.Body.Config, Secrets: in.Body.Secrets,
 		})
 		if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/cyrnel/cyrnel/envs/python"
 	"github.com/cyrnel/cyrnel/envs/typescript"
 	"github.com/cyrnel/cyrnel/envs/worker"
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/api"
 	"github.com/cyrnel/cyrnel/host/approval"
@@ -144,7 +144,7 @@ func (s *Server) startRuntime(ctx context.Context, cfg Config) (err error) {
 	// each stored change is announced to the others, which reload it.
 	plane := control.New(s.log.With("component", "control"), notifier, s.changes, cfg.Policies...)
 	s.egress = &egress.Guard{}
-	s.services = services.New(s.log.With("component", "services"), s.store, s.box, plane, map[string]adapter.Adapter{
+	s.services = services.New(s.log.With("component", "services"), s.store, s.box, plane, map[string]adapters.Adapter{
 		openapi.ID: openapi.New(openapi.Options{Guard: s.egress, WrapTransport: upstreamTracing(cfg.Tracing)}),
 	})
 	// The adapters are modules too: listed and configured with the

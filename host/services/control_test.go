@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/cyrnel/cyrnel/envs/module"
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/schema"
@@ -135,13 +135,13 @@ func TestConfigMaximumsStoreNothing(t *testing.T) {
 	h := newHost(t)
 	ctx := context.Background()
 	up := upstream(t, 1)
-	_, err := h.m.Create(ctx, CreateInput{ID: "huge", Adapter: openapi.ID, Source: adapter.Source{Content: petstore(t)},
+	_, err := h.m.Create(ctx, CreateInput{ID: "huge", Adapter: openapi.ID, Source: adapters.Source{Content: petstore(t)},
 		Config: map[string]any{"serverUrl": up, "allowPrivateNetwork": true, "timeoutMs": 1e300}})
 	wantField(t, err, "config", "/timeoutMs")
 	if _, err := h.m.Get(ctx, "huge"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a refused import exists: %v", err)
 	}
-	if _, err := h.m.Create(ctx, CreateInput{ID: "pets", Adapter: openapi.ID, Source: adapter.Source{Content: petstore(t)},
+	if _, err := h.m.Create(ctx, CreateInput{ID: "pets", Adapter: openapi.ID, Source: adapters.Source{Content: petstore(t)},
 		Config: map[string]any{"serverUrl": up, "allowPrivateNetwork": true, "timeoutMs": 5000.0}}); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestFailedPersistSwapsBack(t *testing.T) {
 	t.Parallel()
 	h := newHost(t)
 	ctx := context.Background()
-	if _, err := h.m.Create(ctx, CreateInput{ID: "pets", Adapter: openapi.ID, Source: adapter.Source{Content: petstore(t)},
+	if _, err := h.m.Create(ctx, CreateInput{ID: "pets", Adapter: openapi.ID, Source: adapters.Source{Content: petstore(t)},
 		Config: map[string]any{"serverUrl": upstream(t, 1), "allowPrivateNetwork": true}}); err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestFailedPersistSwapsBack(t *testing.T) {
 	if n, err := reached(t, h.m, "pets"); err != nil || n != 1 {
 		t.Fatalf("after a failed disable and delete the tool reached %d: %v", n, err)
 	}
-	if _, err := h.m.Create(ctx, CreateInput{ID: "more", Adapter: openapi.ID, Source: adapter.Source{Content: petstore(t)},
+	if _, err := h.m.Create(ctx, CreateInput{ID: "more", Adapter: openapi.ID, Source: adapters.Source{Content: petstore(t)},
 		Config: map[string]any{"serverUrl": upstream(t, 3), "allowPrivateNetwork": true}}); !errors.Is(err, errDiskFull) {
 		t.Fatalf("create: %v", err)
 	}
@@ -202,7 +202,7 @@ func TestConcurrentChangesStoreWhatRuns(t *testing.T) {
 	t.Parallel()
 	h := newHost(t)
 	ctx := context.Background()
-	if _, err := h.m.Create(ctx, CreateInput{ID: "pets", Adapter: openapi.ID, Source: adapter.Source{Content: petstore(t)},
+	if _, err := h.m.Create(ctx, CreateInput{ID: "pets", Adapter: openapi.ID, Source: adapters.Source{Content: petstore(t)},
 		Config: map[string]any{"serverUrl": upstream(t, 0), "allowPrivateNetwork": true}}); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestReservedServiceNames(t *testing.T) {
 	t.Parallel()
 	m := newManager(t)
 	for _, id := range []string{"undefined", "class", "None"} {
-		_, err := m.Create(context.Background(), CreateInput{ID: id, Adapter: openapi.ID, Source: adapter.Source{Content: petstore(t)}})
+		_, err := m.Create(context.Background(), CreateInput{ID: id, Adapter: openapi.ID, Source: adapters.Source{Content: petstore(t)}})
 		wantField(t, err, "id", "")
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/secrets"
@@ -55,7 +55,7 @@ func (m *Manager) view(svc *store.Service, tools []store.Tool, withTools bool) (
 	if err != nil {
 		return nil, err
 	}
-	var src adapter.Source
+	var src adapters.Source
 	_ = json.Unmarshal(svc.Source, &src) // listings omit the source
 	v := &Service{
 		ID: svc.ID, Adapter: svc.Adapter, Name: svc.Name, Description: svc.Description, SourceURL: src.URL, Hash: svc.Hash,
@@ -188,7 +188,7 @@ func (m *Manager) Refresh(ctx context.Context, id string) (*RefreshResult, error
 		if !ok {
 			return nil, nil, fmt.Errorf("service %s: adapter %q is not available", id, prev.svc.Adapter)
 		}
-		var src adapter.Source
+		var src adapters.Source
 		if err := json.Unmarshal(prev.svc.Source, &src); err != nil {
 			return nil, nil, fmt.Errorf("service %s: stored source: %w", id, err)
 		}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 )
 
 // searchCases are natural-language questions an agent might ask, written
@@ -54,7 +54,7 @@ func BenchmarkToolSearch(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := m.Create(ctx, CreateInput{ID: "datadog", Adapter: "openapi", Source: adapter.Source{Content: string(doc)}}); err != nil {
+	if _, err := m.Create(ctx, CreateInput{ID: "datadog", Adapter: "openapi", Source: adapters.Source{Content: string(doc)}}); err != nil {
 		b.Fatal(err)
 	}
 	for _, c := range searchCases {

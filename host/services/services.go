@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/store"
@@ -62,7 +62,7 @@ type Manager struct {
 	st       Store
 	box      Sealer
 	plane    *control.Plane
-	adapters map[string]adapter.Adapter
+	adapters map[string]adapters.Adapter
 	compiler *schema.Compiler
 
 	mu   sync.RWMutex
@@ -85,8 +85,8 @@ type liveTool struct {
 
 // New returns a manager of services built by the given adapters (by id),
 // changed through plane.
-func New(log *slog.Logger, st Store, box Sealer, plane *control.Plane, adapters map[string]adapter.Adapter) *Manager {
-	return &Manager{log: log, st: st, box: box, plane: plane, adapters: adapters, compiler: schema.NewCompiler(4096), live: map[string]*liveService{}}
+func New(log *slog.Logger, st Store, box Sealer, plane *control.Plane, byID map[string]adapters.Adapter) *Manager {
+	return &Manager{log: log, st: st, box: box, plane: plane, adapters: byID, compiler: schema.NewCompiler(4096), live: map[string]*liveService{}}
 }
 
 // Start sets the adapters up and loads every stored service, the way a
@@ -271,7 +271,7 @@ func (m *Manager) hydrate(ctx context.Context, s *stored) (*liveService, error) 
 	if err != nil {
 		return nil, fmt.Errorf("service %s: open secrets: %w", s.svc.ID, err)
 	}
-	st := adapter.ServiceState{ID: s.svc.ID, AdapterDomain: s.svc.AdapterDomain, Tools: map[string]json.RawMessage{}, Config: orEmpty(s.svc.Config), Secrets: sec}
+	st := adapters.ServiceState{ID: s.svc.ID, AdapterDomain: s.svc.AdapterDomain, Tools: map[string]json.RawMessage{}, Config: orEmpty(s.svc.Config), Secrets: sec}
 	live := &liveService{adapter: s.svc.Adapter, enabled: s.svc.Enabled, tools: map[string]*liveTool{}}
 	for _, t := range s.tools {
 		st.Tools[t.ID] = t.AdapterDomain
@@ -297,7 +297,7 @@ var idPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 type CreateInput struct {
 	ID      string
 	Adapter string
-	Source  adapter.Source
+	Source  adapters.Source
 	Config  map[string]any
 	Secrets map[string]any
 }
@@ -389,7 +389,7 @@ func (m *Manager) check(raw json.RawMessage, v map[string]any, field string) err
 	return nil
 }
 
-func hash(def adapter.ServiceDefinition) string {
+func hash(def adapters.ServiceDefinition) string {
 	b, _ := json.Marshal(def)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
@@ -397,7 +397,7 @@ func hash(def adapter.ServiceDefinition) string {
 
 // toolRows makes tool rows; enabled carries flags over from a previous
 // definition (new tools are enabled).
-func toolRows(serviceID string, defs []adapter.ToolDefinition, enabled map[string]bool) []store.Tool {
+func toolRows(serviceID string, defs []adapters.ToolDefinition, enabled map[string]bool) []store.Tool {
 	rows := make([]store.Tool, 0, len(defs))
 	for _, t := range defs {
 		on, known := enabled[t.ID]

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/cyrnel/cyrnel/envs/module"
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 	"github.com/cyrnel/cyrnel/host/adapters/openapi"
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/schema"
@@ -43,7 +43,7 @@ func startManager(t testing.TB, st Store, dir string) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := New(log, st, box, control.New(log, nil, nil), map[string]adapter.Adapter{openapi.ID: openapi.New(openapi.Options{})})
+	m := New(log, st, box, control.New(log, nil, nil), map[string]adapters.Adapter{openapi.ID: openapi.New(openapi.Options{})})
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestAFailedFirstCallDoesNotBreakTheTool(t *testing.T) {
 	}
 	m := newManager(t)
 	ctx := context.Background()
-	if _, err := m.Create(ctx, CreateInput{ID: "pets", Adapter: openapi.ID, Source: adapter.Source{Content: string(doc)},
+	if _, err := m.Create(ctx, CreateInput{ID: "pets", Adapter: openapi.ID, Source: adapters.Source{Content: string(doc)},
 		Config: map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true}}); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 	"github.com/cyrnel/cyrnel/host/egress"
 )
 
@@ -69,7 +69,7 @@ type Adapter struct {
 	services map[string]*service
 }
 
-var _ adapter.Adapter = (*Adapter)(nil)
+var _ adapters.Adapter = (*Adapter)(nil)
 
 // New returns an adapter with opts (zero fields take their defaults).
 func New(opts Options) *Adapter {
@@ -161,24 +161,24 @@ func (a *Adapter) Teardown(context.Context) error {
 // Definition reads the document of src (its Content, else fetched from its
 // URL) and describes the service. With both, Content is the document and URL
 // says where it came from (relative server URLs resolve against it).
-func (a *Adapter) Definition(ctx context.Context, src adapter.Source) (adapter.ServiceDefinition, error) {
+func (a *Adapter) Definition(ctx context.Context, src adapters.Source) (adapters.ServiceDefinition, error) {
 	data := []byte(src.Content)
 	if len(data) == 0 {
 		if src.URL == "" {
-			return adapter.ServiceDefinition{}, errors.New("openapi: source has neither url nor content")
+			return adapters.ServiceDefinition{}, errors.New("openapi: source has neither url nor content")
 		}
 		var err error
 		if data, err = a.fetch(ctx, src.URL, allowPrivate(src.Config)); err != nil {
-			return adapter.ServiceDefinition{}, fmt.Errorf("openapi: %w", err)
+			return adapters.ServiceDefinition{}, fmt.Errorf("openapi: %w", err)
 		}
 	}
 	doc, err := parseDocument(ctx, data)
 	if err != nil {
-		return adapter.ServiceDefinition{}, fmt.Errorf("openapi: %w", err)
+		return adapters.ServiceDefinition{}, fmt.Errorf("openapi: %w", err)
 	}
 	def, err := define(ctx, doc, src.URL)
 	if err != nil {
-		return adapter.ServiceDefinition{}, fmt.Errorf("openapi: %w", err)
+		return adapters.ServiceDefinition{}, fmt.Errorf("openapi: %w", err)
 	}
 	return def, nil
 }
@@ -196,7 +196,7 @@ type service struct {
 }
 
 // Hydrate replaces the state of one service.
-func (a *Adapter) Hydrate(_ context.Context, st adapter.ServiceState) error {
+func (a *Adapter) Hydrate(_ context.Context, st adapters.ServiceState) error {
 	// The secrets map is copied: the host may reuse its own.
 	svc := &service{tools: make(map[string]*toolDomain, len(st.Tools)), secrets: maps.Clone(st.Secrets)}
 	if len(st.AdapterDomain) > 0 {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 )
 
 const heapMetric = "/memory/classes/heap/objects:bytes"
@@ -69,9 +69,9 @@ func BenchmarkImport(b *testing.B) {
 		data := readFixture(b, name)
 		b.Run(name, func(b *testing.B) {
 			a := New(Options{})
-			src := adapter.Source{Content: string(data)}
+			src := adapters.Source{Content: string(data)}
 			var peak uint64
-			var def adapter.ServiceDefinition
+			var def adapters.ServiceDefinition
 			b.ReportAllocs()
 			b.SetBytes(int64(len(data)))
 			for b.Loop() {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 )
 
 const jsonSchemaDialect = "https://json-schema.org/draft/2020-12/schema"
@@ -52,7 +52,7 @@ type operation struct {
 
 // define describes the service in doc. sourceURL is where it was read from,
 // "" for inline content.
-func define(ctx context.Context, doc *openapi3.T, sourceURL string) (adapter.ServiceDefinition, error) {
+func define(ctx context.Context, doc *openapi3.T, sourceURL string) (adapters.ServiceDefinition, error) {
 	d := &definer{
 		doc:       doc,
 		req:       newConverter(doc, request),
@@ -89,32 +89,32 @@ func define(ctx context.Context, doc *openapi3.T, sourceURL string) (adapter.Ser
 	}
 	ids := toolIDs(ops)
 
-	tools := make([]adapter.ToolDefinition, 0, len(ops))
+	tools := make([]adapters.ToolDefinition, 0, len(ops))
 	for i, o := range ops {
 		if err := ctx.Err(); err != nil {
-			return adapter.ServiceDefinition{}, err
+			return adapters.ServiceDefinition{}, err
 		}
 		t, err := d.tool(o, ids[i])
 		if err != nil {
-			return adapter.ServiceDefinition{}, fmt.Errorf("%s %s: %w", o.method, o.path, err)
+			return adapters.ServiceDefinition{}, fmt.Errorf("%s %s: %w", o.method, o.path, err)
 		}
 		tools = append(tools, t)
 	}
 
-	out := adapter.ServiceDefinition{Tools: tools}
+	out := adapters.ServiceDefinition{Tools: tools}
 	if doc.Info != nil {
 		out.Name = doc.Info.Title
 		out.Description = joinText(doc.Info.Summary, doc.Info.Description)
 	}
 	var err error
 	if out.ConfigSchema, err = json.Marshal(d.configSchema(doc)); err != nil {
-		return adapter.ServiceDefinition{}, fmt.Errorf("config schema: %w", err)
+		return adapters.ServiceDefinition{}, fmt.Errorf("config schema: %w", err)
 	}
 	if out.SecretsSchema, err = json.Marshal(secretsSchema(svc.SecuritySchemes, doc)); err != nil {
-		return adapter.ServiceDefinition{}, fmt.Errorf("secrets schema: %w", err)
+		return adapters.ServiceDefinition{}, fmt.Errorf("secrets schema: %w", err)
 	}
 	if out.AdapterDomain, err = json.Marshal(svc); err != nil {
-		return adapter.ServiceDefinition{}, fmt.Errorf("adapter domain: %w", err)
+		return adapters.ServiceDefinition{}, fmt.Errorf("adapter domain: %w", err)
 	}
 	return out, nil
 }
@@ -141,7 +141,7 @@ func toolIDs(ops []operation) []string {
 	return ids
 }
 
-func (d *definer) tool(o operation, id string) (adapter.ToolDefinition, error) {
+func (d *definer) tool(o operation, id string) (adapters.ToolDefinition, error) {
 	op := o.op
 	td := toolDomain{Version: domainVersion, Method: o.method, Path: o.path}
 	if op.Servers != nil && len(*op.Servers) > 0 {
@@ -166,7 +166,7 @@ func (d *definer) tool(o operation, id string) (adapter.ToolDefinition, error) {
 	for i, p := range params {
 		sm, err := p.SerializationMethod()
 		if err != nil {
-			return adapter.ToolDefinition{}, fmt.Errorf("parameter %q: %w", p.Name, err)
+			return adapters.ToolDefinition{}, fmt.Errorf("parameter %q: %w", p.Name, err)
 		}
 		pd := param{Property: names[i], In: p.In, Name: p.Name, Style: sm.Style, Explode: sm.Explode, AllowReserved: p.AllowReserved}
 		var sch any
@@ -198,7 +198,7 @@ func (d *definer) tool(o operation, id string) (adapter.ToolDefinition, error) {
 		}
 	}
 	if err := d.req.flush(); err != nil {
-		return adapter.ToolDefinition{}, fmt.Errorf("input schema: %w", err)
+		return adapters.ToolDefinition{}, fmt.Errorf("input schema: %w", err)
 	}
 	input := map[string]any{
 		"$schema":              jsonSchemaDialect,
@@ -213,7 +213,7 @@ func (d *definer) tool(o operation, id string) (adapter.ToolDefinition, error) {
 		input["$defs"] = defs
 	}
 
-	t := adapter.ToolDefinition{
+	t := adapters.ToolDefinition{
 		ID:          id,
 		Name:        op.OperationID,
 		Description: joinText(op.Summary, op.Description),
@@ -232,13 +232,13 @@ func (d *definer) tool(o operation, id string) (adapter.ToolDefinition, error) {
 	}
 	var err error
 	if t.InputSchema, err = json.Marshal(input); err != nil {
-		return adapter.ToolDefinition{}, fmt.Errorf("input schema: %w", err)
+		return adapters.ToolDefinition{}, fmt.Errorf("input schema: %w", err)
 	}
 	if t.OutputSchema, err = d.outputSchema(op); err != nil {
-		return adapter.ToolDefinition{}, fmt.Errorf("output schema: %w", err)
+		return adapters.ToolDefinition{}, fmt.Errorf("output schema: %w", err)
 	}
 	if t.AdapterDomain, err = json.Marshal(td); err != nil {
-		return adapter.ToolDefinition{}, fmt.Errorf("adapter domain: %w", err)
+		return adapters.ToolDefinition{}, fmt.Errorf("adapter domain: %w", err)
 	}
 	return t, nil
 }

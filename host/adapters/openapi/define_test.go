@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 	"github.com/cyrnel/cyrnel/host/schema"
 )
 
@@ -89,7 +89,7 @@ func TestFixtureToolIDs(t *testing.T) {
 	}
 }
 
-func toolIDsOf(def adapter.ServiceDefinition) []string {
+func toolIDsOf(def adapters.ServiceDefinition) []string {
 	var ids []string
 	for _, tl := range def.Tools {
 		ids = append(ids, tl.ID)

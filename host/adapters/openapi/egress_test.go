@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 	"github.com/cyrnel/cyrnel/host/egress"
 )
 
@@ -86,10 +86,10 @@ func TestDocumentFetchFollowsTheServiceRule(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(doc) }))
 	defer srv.Close()
 	a := New(Options{})
-	if _, err := a.Definition(context.Background(), adapter.Source{URL: srv.URL + "/p.yaml"}); !errors.Is(err, egress.ErrPrivate) {
+	if _, err := a.Definition(context.Background(), adapters.Source{URL: srv.URL + "/p.yaml"}); !errors.Is(err, egress.ErrPrivate) {
 		t.Errorf("without the flag: %v", err)
 	}
-	if _, err := a.Definition(context.Background(), adapter.Source{URL: srv.URL + "/p.yaml", Config: privateOK}); err != nil {
+	if _, err := a.Definition(context.Background(), adapters.Source{URL: srv.URL + "/p.yaml", Config: privateOK}); err != nil {
 		t.Errorf("with the flag: %v", err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/cyrnel/cyrnel/envs/module"
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 	"github.com/cyrnel/cyrnel/host/schema"
 )
 
@@ -43,7 +43,7 @@ func readFixture(t testing.TB, name string) []byte {
 
 type fixtureResult struct {
 	once sync.Once
-	def  adapter.ServiceDefinition
+	def  adapters.ServiceDefinition
 	err  error
 }
 
@@ -51,7 +51,7 @@ var fixtureCache sync.Map // file name → *fixtureResult
 
 // fixture imports a fixture document once per test binary: the large ones
 // take a second or more each.
-func fixture(t testing.TB, name string) adapter.ServiceDefinition {
+func fixture(t testing.TB, name string) adapters.ServiceDefinition {
 	t.Helper()
 	v, _ := fixtureCache.LoadOrStore(name, &fixtureResult{})
 	r := v.(*fixtureResult)
@@ -61,7 +61,7 @@ func fixture(t testing.TB, name string) adapter.ServiceDefinition {
 			r.err = err
 			return
 		}
-		r.def, r.err = New(Options{}).Definition(context.Background(), adapter.Source{Content: string(data)})
+		r.def, r.err = New(Options{}).Definition(context.Background(), adapters.Source{Content: string(data)})
 	})
 	if r.err != nil {
 		t.Fatalf("%s: %v", name, r.err)
@@ -69,16 +69,16 @@ func fixture(t testing.TB, name string) adapter.ServiceDefinition {
 	return r.def
 }
 
-func defineDoc(t testing.TB, doc string) adapter.ServiceDefinition {
+func defineDoc(t testing.TB, doc string) adapters.ServiceDefinition {
 	t.Helper()
-	def, err := New(Options{}).Definition(context.Background(), adapter.Source{Content: doc})
+	def, err := New(Options{}).Definition(context.Background(), adapters.Source{Content: doc})
 	if err != nil {
 		t.Fatalf("definition: %v", err)
 	}
 	return def
 }
 
-func toolByID(t testing.TB, def adapter.ServiceDefinition, id string) adapter.ToolDefinition {
+func toolByID(t testing.TB, def adapters.ServiceDefinition, id string) adapters.ToolDefinition {
 	t.Helper()
 	for _, tl := range def.Tools {
 		if tl.ID == id {
@@ -90,7 +90,7 @@ func toolByID(t testing.TB, def adapter.ServiceDefinition, id string) adapter.To
 		ids = append(ids, tl.ID)
 	}
 	t.Fatalf("no tool %q; have %v", id, ids)
-	return adapter.ToolDefinition{}
+	return adapters.ToolDefinition{}
 }
 
 func decodeJSON(t testing.TB, raw []byte) map[string]any {
@@ -162,7 +162,7 @@ var privateOK = map[string]any{"allowPrivateNetwork": true}
 // hydrate hydrates def as service id, after checking config and secrets
 // against the definition's schemas as the host does. The mock upstreams are
 // on loopback, so allowPrivateNetwork defaults to true here.
-func hydrate(t testing.TB, a *Adapter, id string, def adapter.ServiceDefinition, config, secrets map[string]any) {
+func hydrate(t testing.TB, a *Adapter, id string, def adapters.ServiceDefinition, config, secrets map[string]any) {
 	t.Helper()
 	config = maps.Clone(config)
 	if config == nil {
@@ -184,7 +184,7 @@ func hydrate(t testing.TB, a *Adapter, id string, def adapter.ServiceDefinition,
 	for _, tl := range def.Tools {
 		tools[tl.ID] = tl.AdapterDomain
 	}
-	if err := a.Hydrate(context.Background(), adapter.ServiceState{
+	if err := a.Hydrate(context.Background(), adapters.ServiceState{
 		ID: id, AdapterDomain: def.AdapterDomain, Tools: tools, Config: config, Secrets: secrets,
 	}); err != nil {
 		t.Fatal(err)
@@ -193,7 +193,7 @@ func hydrate(t testing.TB, a *Adapter, id string, def adapter.ServiceDefinition,
 
 // call validates params against the tool's input schema (as the host does)
 // and invokes it.
-func call(t testing.TB, a *Adapter, def adapter.ServiceDefinition, svc, tool string, params map[string]any) (map[string]any, error) {
+func call(t testing.TB, a *Adapter, def adapters.ServiceDefinition, svc, tool string, params map[string]any) (map[string]any, error) {
 	t.Helper()
 	if params == nil {
 		params = map[string]any{}
@@ -217,7 +217,7 @@ func call(t testing.TB, a *Adapter, def adapter.ServiceDefinition, svc, tool str
 	return res.(map[string]any), nil
 }
 
-func mustCall(t testing.TB, a *Adapter, def adapter.ServiceDefinition, svc, tool string, params map[string]any) map[string]any {
+func mustCall(t testing.TB, a *Adapter, def adapters.ServiceDefinition, svc, tool string, params map[string]any) map[string]any {
 	t.Helper()
 	res, err := call(t, a, def, svc, tool, params)
 	if err != nil {

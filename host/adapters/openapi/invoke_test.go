@@ -17,7 +17,7 @@ import (
 	"testing"
 
 	"github.com/cyrnel/cyrnel/envs/module"
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 )
 
 func TestInvokePetstore(t *testing.T) {
@@ -533,7 +533,7 @@ paths:
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"id": 1}`)
 	})
-	fetched, err := a.Definition(context.Background(), adapter.Source{URL: docSrv.URL + "/specs/petstore.yaml", Config: privateOK})
+	fetched, err := a.Definition(context.Background(), adapters.Source{URL: docSrv.URL + "/specs/petstore.yaml", Config: privateOK})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -741,10 +741,10 @@ func TestInvokeFailures(t *testing.T) {
 		t.Errorf("forgotten: %v", err)
 	}
 	// Bad state is refused at Hydrate.
-	if err := a.Hydrate(ctx, adapter.ServiceState{ID: "bad", AdapterDomain: json.RawMessage(`[`)}); err == nil {
+	if err := a.Hydrate(ctx, adapters.ServiceState{ID: "bad", AdapterDomain: json.RawMessage(`[`)}); err == nil {
 		t.Error("bad domain accepted")
 	}
-	if err := a.Hydrate(ctx, adapter.ServiceState{ID: "bad", Config: map[string]any{"timeoutMs": -1}}); err == nil {
+	if err := a.Hydrate(ctx, adapters.ServiceState{ID: "bad", Config: map[string]any{"timeoutMs": -1}}); err == nil {
 		t.Error("bad timeout accepted")
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 )
 
 // FuzzDefinition: service documents are untrusted. Any content must be
@@ -26,7 +26,7 @@ func FuzzDefinition(f *testing.F) {
 	f.Add([]byte(`swagger: "2.0"` + "\ninfo: {title: t, version: '1'}\npaths: {}\n"))
 	a := New(Options{})
 	f.Fuzz(func(t *testing.T, doc []byte) {
-		def, err := a.Definition(context.Background(), adapter.Source{Content: string(doc)})
+		def, err := a.Definition(context.Background(), adapters.Source{Content: string(doc)})
 		if err != nil {
 			return
 		}

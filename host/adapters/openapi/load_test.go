@@ -11,10 +11,10 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/cyrnel/cyrnel/host/adapter"
+	"github.com/cyrnel/cyrnel/host/adapters"
 )
 
-func definitionErr(t *testing.T, a *Adapter, src adapter.Source) error {
+func definitionErr(t *testing.T, a *Adapter, src adapters.Source) error {
 	t.Helper()
 	_, err := a.Definition(context.Background(), src)
 	if err == nil {
@@ -40,7 +40,7 @@ func TestExternalRefsRefused(t *testing.T) {
 	} {
 		doc := `{"openapi":"3.0.3","info":{"title":"t","version":"1"},"paths":{"/p":{"get":{"operationId":"p",
 		  "responses":{"200":{"description":"ok","content":{"application/json":{"schema":{"$ref":"` + ref + `"}}}}}}}}}`
-		err := definitionErr(t, New(Options{}), adapter.Source{Content: doc})
+		err := definitionErr(t, New(Options{}), adapters.Source{Content: doc})
 		if !strings.Contains(err.Error(), "external references are not allowed") {
 			t.Errorf("%s: %v", ref, err)
 		}
@@ -48,7 +48,7 @@ func TestExternalRefsRefused(t *testing.T) {
 	// A 3.1 schema $ref to an $id nobody declares is outside too.
 	doc := `{"openapi":"3.1.0","info":{"title":"t","version":"1"},"paths":{"/p":{"get":{"operationId":"p",
 	  "responses":{"200":{"description":"ok","content":{"application/json":{"schema":{"$ref":"` + srv.URL + `/x#a"}}}}}}}}}`
-	if err := definitionErr(t, New(Options{}), adapter.Source{Content: doc}); !strings.Contains(err.Error(), "external references are not allowed") {
+	if err := definitionErr(t, New(Options{}), adapters.Source{Content: doc}); !strings.Contains(err.Error(), "external references are not allowed") {
 		t.Errorf("3.1: %v", err)
 	}
 	if n := hits.Load(); n != 0 {
@@ -83,7 +83,7 @@ func TestDocumentsRefused(t *testing.T) {
 		`{"openapi": "3.0.0", "paths": 5}`: "load document",
 		billionLaughs:                      "excessive aliasing",
 	} {
-		err := definitionErr(t, a, adapter.Source{Content: doc})
+		err := definitionErr(t, a, adapters.Source{Content: doc})
 		if !strings.HasPrefix(err.Error(), "openapi: ") || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", doc, err, want)
 		}
@@ -120,7 +120,7 @@ func TestFetchSource(t *testing.T) {
 	}))
 	defer srv.Close()
 	a := New(Options{MaxDocumentBytes: 1 << 20})
-	def, err := a.Definition(context.Background(), adapter.Source{URL: srv.URL + "/petstore.yaml", Config: privateOK})
+	def, err := a.Definition(context.Background(), adapters.Source{URL: srv.URL + "/petstore.yaml", Config: privateOK})
 	if err != nil || len(def.Tools) != 3 {
 		t.Fatalf("%v %d", err, len(def.Tools))
 	}
@@ -133,21 +133,21 @@ func TestFetchSource(t *testing.T) {
 		"file:///etc/passwd": "only http and https",
 		"ftp://example.com/": "only http and https",
 	} {
-		if err := definitionErr(t, a, adapter.Source{URL: src, Config: privateOK}); !strings.Contains(err.Error(), want) {
+		if err := definitionErr(t, a, adapters.Source{URL: src, Config: privateOK}); !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v", src, err)
 		}
 	}
 	small := New(Options{MaxDocumentBytes: 1024})
-	if err := definitionErr(t, small, adapter.Source{URL: srv.URL + "/big.yaml", Config: privateOK}); !strings.Contains(err.Error(), "larger than 1024 bytes") {
+	if err := definitionErr(t, small, adapters.Source{URL: srv.URL + "/big.yaml", Config: privateOK}); !strings.Contains(err.Error(), "larger than 1024 bytes") {
 		t.Errorf("big: %v", err)
 	}
 	srv.Close()
-	if err := definitionErr(t, a, adapter.Source{URL: srv.URL + "/petstore.yaml", Config: privateOK}); !strings.Contains(err.Error(), "fetch "+srv.URL) {
+	if err := definitionErr(t, a, adapters.Source{URL: srv.URL + "/petstore.yaml", Config: privateOK}); !strings.Contains(err.Error(), "fetch "+srv.URL) {
 		t.Errorf("closed: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := a.Definition(ctx, adapter.Source{URL: "http://127.0.0.1:1/x", Config: privateOK}); !errors.Is(err, context.Canceled) {
+	if _, err := a.Definition(ctx, adapters.Source{URL: "http://127.0.0.1:1/x", Config: privateOK}); !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled: %v", err)
 	}
 }

@@ -1,8 +1,8 @@
-// Package adapter is the Go form of the cyrnel adapter contract: an adapter
+// Package adapters is the Go form of the cyrnel adapter contract: an adapter
 // turns a service description (an OpenAPI document, …) into tools and invokes
 // them. It depends only on the standard library and the shared module
 // vocabulary.
-package adapter
+package adapters
 
 import (
 	"context"
