@@ -72,6 +72,23 @@ type Executor interface {
 	Kill(ctx context.Context, eid int64) error
 }
 
+// Store is what processes need of the database: every write goes through
+// a store.Tx, in a batch (WriteProcesses) or alone (WriteProcess).
+type Store interface {
+	WriteProcesses(ctx context.Context, fn func(context.Context, *store.Tx) error) error
+	WriteProcess(ctx context.Context, fn func(context.Context, *store.Tx) error) error
+	GetProcess(ctx context.Context, pid int64) (*store.Process, error)
+	ListProcesses(ctx context.Context, f store.ProcessFilter) ([]store.Process, error)
+	ListProcessFiles(ctx context.Context, pid int64) ([]store.ProcessFile, error)
+	GetProcessFile(ctx context.Context, pid int64, path string) (*store.ProcessFile, error)
+	// FreeReserve gives the room kept for a full disk back, so a delete
+	// can proceed; Reclaim returns pruned rows' room and makes it again.
+	Reclaim(ctx context.Context) error
+	FreeReserve() bool
+	// Local is true on SQLite, false on PostgreSQL.
+	Local() bool
+}
+
 // Sessions runs executions in sessions (host/session).
 type Sessions interface {
 	// Check says whether the session can take an execution; otherwise
@@ -103,7 +120,7 @@ func DefaultLimits() Limits {
 type Manager struct {
 	log      *slog.Logger
 	host     string // this host's id, recorded on the processes it runs
-	st       *store.Store
+	st       Store
 	exec     Executor
 	sessions Sessions // nil: no process names a session
 	limits   Limits
@@ -139,7 +156,7 @@ const FlushInterval = time.Second
 // New returns a manager for the host with the given id, writing progress
 // every flush (0: FlushInterval), with the parts in with; Start it before
 // serving and Stop it to stop.
-func New(log *slog.Logger, st *store.Store, exec Executor, limits Limits, hostID string, flush time.Duration, with With) *Manager {
+func New(log *slog.Logger, st Store, exec Executor, limits Limits, hostID string, flush time.Duration, with With) *Manager {
 	ins := with.Instruments
 	if flush <= 0 {
 		flush = FlushInterval

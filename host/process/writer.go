@@ -19,7 +19,7 @@ import (
 // executions share commits; a pid is handed out only once its row is
 // committed. Callers wait for their own write's outcome.
 type writer struct {
-	st     *store.Store
+	st     Store
 	queue  chan *write
 	obs    Observer
 	tracer trace.Tracer // nil: not traced
@@ -50,7 +50,7 @@ const writeTimeout = 30 * time.Second
 // request the stopping host refuses.
 var errWriterStopped error = &conflictError{"the host is shutting down"}
 
-func newWriter(st *store.Store, ins Instruments) *writer {
+func newWriter(st Store, ins Instruments) *writer {
 	return &writer{st: st, obs: ins.Observer, tracer: ins.Tracer, queue: make(chan *write, maxBatch), halt: make(chan struct{})}
 }
 
@@ -132,7 +132,7 @@ func (w *writer) span(ctx context.Context, name string, do func(func(context.Con
 }
 
 // dbSystem names the database as OpenTelemetry's conventions do.
-func dbSystem(st *store.Store) string {
+func dbSystem(st Store) string {
 	if st.Local() {
 		return "sqlite"
 	}

@@ -96,10 +96,24 @@ const (
 	MaxDurationMs        = 7 * 86_400_000
 )
 
+// Store is what sessions need of the database.
+type Store interface {
+	InsertSession(ctx context.Context, ses *store.Session) error
+	// UpdateSession writes the columns of a session that has not ended and
+	// reports whether it did.
+	UpdateSession(ctx context.Context, ses *store.Session, columns ...string) (bool, error)
+	GetSession(ctx context.Context, id string) (*store.Session, error)
+	ListSessions(ctx context.Context, f store.SessionFilter) ([]store.Session, error)
+	// EndHostSessions ends a host's live sessions; EndLostSessions those of
+	// every other host whose lease ran out.
+	EndHostSessions(ctx context.Context, hostID, reason string, at time.Time) (int64, error)
+	EndLostSessions(ctx context.Context, self, reason string) (int64, error)
+}
+
 // Manager owns this host's sessions.
 type Manager struct {
 	log  *slog.Logger
-	st   *store.Store
+	st   Store
 	envs Environments
 	host string
 	cfg  Config
@@ -112,7 +126,7 @@ type Manager struct {
 }
 
 // New returns a manager; Start it before serving, Stop it to stop.
-func New(log *slog.Logger, st *store.Store, envs Environments, hostID string, cfg Config) *Manager {
+func New(log *slog.Logger, st Store, envs Environments, hostID string, cfg Config) *Manager {
 	return &Manager{log: log, st: st, envs: envs, host: hostID, cfg: cfg.withDefaults(), live: map[string]*live{}}
 }
 
