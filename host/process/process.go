@@ -80,7 +80,8 @@ type Store interface {
 	GetProcess(ctx context.Context, pid int64) (*store.Process, error)
 	ListProcesses(ctx context.Context, f store.ProcessFilter) ([]store.Process, error)
 	ListProcessFiles(ctx context.Context, pid int64) ([]store.ProcessFile, error)
-	GetProcessFile(ctx context.Context, pid int64, path string) (*store.ProcessFile, error)
+	// OpenProcessFile reads a file an execution left, a part at a time.
+	OpenProcessFile(ctx context.Context, pid int64, path string) (*store.ProcessFile, io.Reader, error)
 	// FreeReserve gives the room kept for a full disk back, so a delete
 	// can proceed; Reclaim returns pruned rows' room and makes it again.
 	Reclaim(ctx context.Context) error

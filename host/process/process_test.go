@@ -53,19 +53,30 @@ func newManager(t *testing.T) (*Manager, *scripted, *store.Store) {
 // progress every flush (0: the default).
 func newManagerIn(t *testing.T, dir string, flush time.Duration) (*Manager, *scripted, *store.Store) {
 	t.Helper()
+	return newManagerWith(t, dir, flush, With{})
+}
+
+// newManagerWith is newManagerIn with the parts in with.
+func newManagerWith(t *testing.T, dir string, flush time.Duration, with With) (*Manager, *scripted, *store.Store) {
+	t.Helper()
 	st, err := store.Open(context.Background(), "", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m, ex := newManagerOn(t, st, flush)
+	m, ex := newManagerOnWith(t, st, flush, with)
 	return m, ex, st
 }
 
 func newManagerOn(t *testing.T, st *store.Store, flush time.Duration) (*Manager, *scripted) {
 	t.Helper()
+	return newManagerOnWith(t, st, flush, With{})
+}
+
+func newManagerOnWith(t *testing.T, st *store.Store, flush time.Duration, with With) (*Manager, *scripted) {
+	t.Helper()
 	ex := &scripted{start: make(chan int64, 8), end: make(chan module.Result, 8), kills: make(chan int64, 8)}
-	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, ex, DefaultLimits(), "test-host", flush, With{})
+	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, ex, DefaultLimits(), "test-host", flush, with)
 	ex.m = m
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -295,7 +306,8 @@ func TestAPidIsHandedOutOnceItsRowExists(t *testing.T) {
 func TestProgressIsDurable(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	m, ex, st := newManagerIn(t, dir, 5*time.Millisecond)
+	commits := &commits{c: make(chan struct{}, 1)}
+	m, ex, st := newManagerWith(t, dir, 5*time.Millisecond, With{Instruments: Instruments{Observer: commits}})
 	m.limits.OutputBytes = 8
 	ctx := context.Background()
 	p, err := m.Create(ctx, CreateInput{Code: "x", Autorun: true})
@@ -303,9 +315,10 @@ func TestProgressIsDurable(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-ex.start
+	// The row is read again after each commit of the writer's.
 	stored := func(want func(*store.Process) bool) *store.Process {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.After(10 * time.Second)
 		for {
 			row, err := st.GetProcess(ctx, p.PID)
 			if err != nil {
@@ -314,10 +327,11 @@ func TestProgressIsDurable(t *testing.T) {
 			if want(row) {
 				return row
 			}
-			if time.Now().After(deadline) {
+			select {
+			case <-commits.c:
+			case <-deadline:
 				t.Fatalf("not flushed: %+v", row)
 			}
-			time.Sleep(time.Millisecond) // polls the database: nothing to wait on
 		}
 	}
 	m.EmitStdout(p.PID, []byte("one\n"))
@@ -743,4 +757,18 @@ func readFile(m *Manager, pid int64, path string) ([]byte, error) {
 		err = fmt.Errorf("read %d bytes of %d", len(b), size)
 	}
 	return b, err
+}
+
+// commits signals each commit of the writer's (a pending signal stands for
+// any number of them).
+type commits struct {
+	noObserver
+	c chan struct{}
+}
+
+func (c *commits) RowsWritten(int, time.Duration) {
+	select {
+	case c.c <- struct{}{}:
+	default:
+	}
 }
