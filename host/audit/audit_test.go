@@ -2,11 +2,13 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/cyrnel/cyrnel/host/lifecycle"
 	"github.com/cyrnel/cyrnel/host/retention"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -101,6 +103,8 @@ func stop(t *testing.T, w *Writer) {
 	}
 }
 
+// TestRecordAfterStopIsCountedNotBlocked: a stopped writer drops and counts
+// what comes after, and does not start again.
 func TestRecordAfterStopIsCountedNotBlocked(t *testing.T) {
 	t.Parallel()
 	w := start(t, New(quiet, openStore(t), Options{}))
@@ -110,6 +114,9 @@ func TestRecordAfterStopIsCountedNotBlocked(t *testing.T) {
 		t.Fatalf("dropped %d", w.Dropped())
 	}
 	w.Flush(context.Background()) // returns: nothing is pending
+	if err := w.Start(context.Background()); !errors.Is(err, lifecycle.ErrStopped) {
+		t.Fatalf("Start after Stop = %v, want ErrStopped", err)
+	}
 }
 
 func TestRedact(t *testing.T) {
