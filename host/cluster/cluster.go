@@ -119,6 +119,9 @@ type Cluster struct {
 	// until the handling reads it.
 	first *pgx.Conn
 	kick  chan struct{} // a sync is due now (after a reconnection, a kill notice)
+	// joined: Start took the lease (a second Start does nothing); left:
+	// Stop gave it up (Start after it is refused).
+	joined, left bool
 
 	seen map[control.Event]string // versions applied at the last sync; nil before the first
 
@@ -143,8 +146,18 @@ func New(log *slog.Logger, url, hostID string, st Store, o Options) *Cluster {
 // runs anything), starts listening, and renews the lease until Stop:
 // loading the configuration (an environment's interpreters) may take longer
 // than the lease lasts. What the others say is handled once the Handling
-// starts. A failed Start leaves nothing open.
+// starts. A failed Start leaves nothing open; a second Start does nothing,
+// and Start after Stop is refused.
 func (c *Cluster) Start(ctx context.Context) error {
+	c.mu.Lock()
+	joined, left := c.joined, c.left
+	c.mu.Unlock()
+	if left {
+		return lifecycle.ErrStopped
+	}
+	if joined {
+		return nil
+	}
 	conn, err := pgx.Connect(ctx, c.url)
 	if err != nil {
 		return fmt.Errorf("cluster: connect: %w", err)
@@ -172,7 +185,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		return err
 	}
 	c.mu.Lock()
-	c.first = conn
+	c.first, c.joined = conn, true
 	c.mu.Unlock()
 	return nil
 }
@@ -234,6 +247,9 @@ func (c *Cluster) Advertise(ctx context.Context, addr string) error {
 // executions before (the processes stop first), so there is nothing for the
 // others to finish. The Handling is stopped before it.
 func (c *Cluster) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	c.left = true
+	c.mu.Unlock()
 	if err := c.renewal.Stop(ctx); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"maps"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/host/control"
+	"github.com/cyrnel/cyrnel/host/lifecycle"
 	"github.com/cyrnel/cyrnel/host/pgtest"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -186,5 +188,42 @@ func TestLeaseRenewedBeforeHandling(t *testing.T) {
 			t.Fatal("the lease was not renewed before the handling started")
 		}
 		time.Sleep(100 * time.Millisecond) // polling the row, not synchronising
+	}
+}
+
+// TestStartAndStopOnce: a second Start keeps the one listening connection
+// and lease; Stop gives the lease up, a second Stop does nothing, and Start
+// after Stop is refused without taking the lease again.
+func TestStartAndStopOnce(t *testing.T) {
+	t.Parallel()
+	url, st := schemaURL(t)
+	ctx := context.Background()
+	c := New(slog.New(slog.NewTextHandler(io.Discard, nil)), url, "once", st, Options{})
+	leases := func() int {
+		t.Helper()
+		var n int
+		if err := st.DB.QueryRowContext(ctx, "SELECT count(*) FROM hosts WHERE host_id = 'once' AND lease_until > now()").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for range 2 {
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := leases(); n != 1 {
+		t.Fatalf("%d live leases after Start, want 1", n)
+	}
+	for range 2 {
+		if err := c.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Start(ctx); !errors.Is(err, lifecycle.ErrStopped) {
+		t.Fatalf("Start after Stop = %v, want ErrStopped", err)
+	}
+	if n := leases(); n != 0 {
+		t.Fatalf("%d live leases after Stop, want 0", n)
 	}
 }
