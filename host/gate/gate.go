@@ -63,6 +63,11 @@ type Recorder interface {
 	Record(ctx context.Context, c store.ToolCall)
 }
 
+// Policies decide whether a tool may be called (the policy engine).
+type Policies interface {
+	Decide(serviceID, toolID string) policy.Decision
+}
+
 // Approvals wait on human decisions.
 type Approvals interface {
 	Wait(ctx context.Context, req approval.Request, created func(*approval.Approval)) (*approval.Approval, error)
@@ -75,7 +80,7 @@ type Observer interface {
 
 // Gate is the one path of tool calls.
 type Gate struct {
-	Policies  *policy.Engine
+	Policies  Policies
 	Approvals Approvals
 	Audit     Recorder
 	Processes Processes
