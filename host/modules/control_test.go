@@ -86,7 +86,7 @@ func onStore(t *testing.T, st *faultyStore, dir string, n control.Notifier) (*Re
 	g := &gates{made: map[string][]*gate{}}
 	r := New(log, st, box, control.New(log, n, nil), map[string]Factory{"python": g.factory("python"), "typescript": g.factory("typescript")}, Options{})
 	t.Cleanup(func() { r.Stop(context.Background()) })
-	if err := r.Start(context.Background(), nil, ""); err != nil {
+	if err := r.Activation(nil).Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return r, g

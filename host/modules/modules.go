@@ -18,6 +18,7 @@ import (
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/control"
+	"github.com/cyrnel/cyrnel/host/lifecycle"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -98,6 +99,10 @@ type Options struct {
 	// Others are modules that are not environments (adapters), listed and
 	// configurable.
 	Others []module.Info
+	// Environment, when set, is activated instead of the stored choice and
+	// not stored: a one-off host (cyrnel run FILE.ts) leaves the data
+	// directory's choice alone.
+	Environment string
 }
 
 // New returns a registry of the given environments (by module id), changed
@@ -113,14 +118,20 @@ func New(log *slog.Logger, st Store, box Sealer, plane *control.Plane, envs map[
 	return r
 }
 
-// Start activates the stored environment (python on a fresh data dir), or
-// override when not empty, without storing it: a one-off host (cyrnel run
-// FILE.ts) leaves the data directory's choice alone. A failure to set it up
-// is logged and reported by Status rather than stopping the host: the
-// operator can fix the config through the API.
-func (r *Registry) Start(ctx context.Context, b module.Bindings, override string) error {
+// Activation is the activation of the stored environment (python on a
+// fresh data dir), or of Options.Environment without storing it, with b:
+// a component of its own, as the bindings (the process manager) execute
+// through this registry, so it starts once they exist. A failure to set the
+// environment up is logged and reported by Status rather than stopping the
+// host: the operator can fix the config through the API. Its Stop does
+// nothing: the registry's Stop tears the environment down.
+func (r *Registry) Activation(b module.Bindings) lifecycle.Component {
+	return lifecycle.Func{OnStart: func(ctx context.Context) error { return r.activate(ctx, b) }}
+}
+
+func (r *Registry) activate(ctx context.Context, b module.Bindings) error {
 	r.bindings = b
-	id := override
+	id := r.opts.Environment
 	if id == "" {
 		var err error
 		if id, err = r.storedActive(ctx); err != nil {

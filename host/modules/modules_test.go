@@ -111,7 +111,9 @@ func TestSwitchDrainsTheOldEnvironment(t *testing.T) {
 		"typescript": func() *gate { return ts },
 	})
 	ctx := context.Background()
-	r.Start(ctx, nil, "")
+	if err := r.Activation(nil).Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	py := pys[len(pys)-1]
 	done := make(chan string, 1)
 	go func() {
@@ -163,7 +165,9 @@ func TestActivateRefusals(t *testing.T) {
 		"typescript": func() *gate { return bad },
 	}, Options{Others: []module.Info{{ID: "openapi", Type: module.TypeAdapter}}})
 	ctx := context.Background()
-	r.Start(ctx, nil, "")
+	if err := r.Activation(nil).Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for id, want := range map[string]error{"nope": ErrUnknownModule, "openapi": ErrNotEnvironment, "typescript": ErrSetup} {
 		if err := r.Activate(ctx, id); !errors.Is(err, want) {
 			t.Fatalf("activate %s: %v, want %v", id, err, want)
@@ -191,7 +195,9 @@ func TestConfigIsValidatedAndApplied(t *testing.T) {
 		"python": func() *gate { g := newGate("python"); made = append(made, g); return g },
 	})
 	ctx := context.Background()
-	r.Start(ctx, nil, "")
+	if err := r.Activation(nil).Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	n := len(made) // the registry also made one to read the module's info
 	if _, err := r.SetConfig(ctx, "python", map[string]any{"n": "x"}); err == nil {
 		t.Fatal("invalid config accepted")

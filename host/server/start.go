@@ -150,7 +150,7 @@ func (s *Server) startRuntime(ctx context.Context, cfg Config) (err error) {
 	// The adapters are modules too: listed and configured with the
 	// environments.
 	s.modules = modules.New(s.log.With("component", "modules"), s.store, s.box, plane, environments(s.log, cfg, interpreters),
-		modules.Options{AllowUnsandboxed: cfg.AllowUnsandboxed, Machine: machine, Others: s.services.Adapters()})
+		modules.Options{AllowUnsandboxed: cfg.AllowUnsandboxed, Machine: machine, Others: s.services.Adapters(), Environment: cfg.Environment})
 	if err = s.stack.Start(ctx, "services", s.services); err != nil {
 		return err
 	}
@@ -178,10 +178,7 @@ func (s *Server) startProcesses(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	s.gate = &gate.Gate{Policies: s.policies, Approvals: s.approvals, Audit: s.audit, Processes: s.procs, Tools: s.services, Observer: s.metrics, Tracer: tracer}
-	activate := func(ctx context.Context) error {
-		return s.modules.Start(ctx, &bindings{Manager: s.procs, tools: s.services, gate: s.gate}, cfg.Environment)
-	}
-	if err = s.stack.Start(ctx, "environment", lifecycle.Func{OnStart: activate}); err != nil {
+	if err = s.stack.Start(ctx, "environment", s.modules.Activation(&bindings{Manager: s.procs, tools: s.services, gate: s.gate})); err != nil {
 		return err
 	}
 	if cl := s.cluster; cl != nil {
