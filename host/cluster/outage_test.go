@@ -133,16 +133,16 @@ func TestLeaseBackSoonAfterTheDatabase(t *testing.T) {
 	t.Parallel()
 	o, url, st := throughOutage(t)
 	r := renewals{st, make(chan error, 16)}
-	c, err := New(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)), url, "h", r, Options{TTL: 15 * time.Second})
-	if err != nil {
+	c := New(slog.New(slog.NewTextHandler(io.Discard, nil)), url, "h", r, Options{TTL: 15 * time.Second})
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Stop(context.Background()) })
+	t.Cleanup(func() { c.Stop(context.Background()) }) //nolint:errcheck // it waits without a deadline
 	if err := <-r.results; err != nil {
 		t.Fatalf("the first renewal: %v", err)
 	}
 	o.Cut()
-	select { // the first tick comes a third of the TTL after New
+	select { // the first tick comes a third of the TTL after Start
 	case err := <-r.results:
 		if err == nil {
 			t.Fatal("a renewal succeeded while the database was away")

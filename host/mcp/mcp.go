@@ -300,7 +300,7 @@ func (d Deps) sessionHost(ctx context.Context, id string) string {
 		return ""
 	}
 	row, err := d.Sessions.Get(ctx, id)
-	if err != nil || row.State == session.Ended || row.HostID == d.Remote.Self() {
+	if err != nil || session.State(row.State) == session.Ended || row.HostID == d.Remote.Self() {
 		return ""
 	}
 	return row.HostID

@@ -26,11 +26,11 @@ func (*placedSessions) Create(context.Context, session.CreateInput) (*store.Sess
 func (*placedSessions) Get(_ context.Context, id string) (*store.Session, error) {
 	switch id {
 	case "here":
-		return &store.Session{ID: id, State: session.Ready, HostID: "A"}, nil
+		return &store.Session{ID: id, State: string(session.Ready), HostID: "A"}, nil
 	case "there":
-		return &store.Session{ID: id, State: session.Ready, HostID: "B"}, nil
+		return &store.Session{ID: id, State: string(session.Ready), HostID: "B"}, nil
 	case "gone":
-		return &store.Session{ID: id, State: session.Ended, HostID: "B"}, nil
+		return &store.Session{ID: id, State: string(session.Ended), HostID: "B"}, nil
 	}
 	return nil, errors.New("session " + id + " not found")
 }
