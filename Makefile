@@ -167,8 +167,11 @@ bench: deps datascience test-db ## run the benchmarks: medians and ratios agains
 	@echo "== scale-out: 1, 2 and 3 hosts on one PostgreSQL (make test-db), 8 clients round-robin"
 	CYRNEL_TEST_POSTGRES_URL="$${CYRNEL_TEST_POSTGRES_URL:-$$(cat .cache/postgres-url 2>/dev/null)}" \
 		$(GO) test -run '^$$' -bench 'ScaleOut' -benchtime 1x -count 1 -timeout 30m ./tests
-	@echo "== fresh interpreters forked from a template vs spawned vs python3 -I -S -c pass; pandas preloaded (also from a built package environment); TypeScript 2 vs 8 clients"
-	$(GO) test -run '^$$' -bench 'ForkTemplate|ForkPandas|TypeScriptClients' -benchtime 1x -count 1 -timeout 30m ./tests
+	@echo "== fresh interpreters forked from a template vs spawned vs python3 -I -S -c pass; pandas preloaded (also from a built package environment)"
+	$(GO) test -run '^$$' -bench 'ForkTemplate|ForkPandas' -benchtime 1x -count 1 -timeout 30m ./tests
+	@echo "== TypeScript through HTTP vs Node's vm.runInNewContext behind HTTP, 1 and 8 clients, alternating blocks"
+	@command -v node >/dev/null || $(INSTALL) nodejs
+	$(GO) test -run '^$$' -bench 'TypeScriptVsNode' -benchtime 1x -count 1 -timeout 30m ./tests
 	@echo "== where the CPU of a fresh forked execution goes: server, template, children, kernel threads; fork floor and bare spawn (3 runs)"
 	$(GO) test -run '^$$' -bench 'CPUSplit' -benchtime 1x -count 3 -timeout 30m ./tests
 	@echo "== the first matplotlib plot in a new session (preload matplotlib) against the second, same session"

@@ -196,25 +196,3 @@ func BenchmarkForkPandasEnvironment(b *testing.B) {
 		b.ReportMetric(p50(withEnv)/p50(without), "env-vs-plain-x")
 	}
 }
-
-// BenchmarkTypeScriptClients: TypeScript executions per second with 2 and
-// 8 concurrent clients in the same run; the pool grows to the concurrency
-// and reuses its workers, so 8 clients are not slower than 2. Run with
-// -benchtime 1x.
-func BenchmarkTypeScriptClients(b *testing.B) {
-	h := start(b, "")
-	if st, _ := h.do("PUT", "/environment", map[string]any{"module": "typescript"}, nil); st != 200 {
-		b.Fatalf("switch: %d", st)
-	}
-	waitSettled(b, h)
-	load(b, h, 200, 8, "1") // warm: the pool grows to the concurrency
-	for range b.N {
-		lat2, wall2 := load(b, h, 2000, 2, "const x: number = 1;")
-		lat8, wall8 := load(b, h, 2000, 8, "const x: number = 1;")
-		r2, r8 := float64(len(lat2))/wall2.Seconds(), float64(len(lat8))/wall8.Seconds()
-		b.ReportMetric(r2, "ts-2clients-exec/s")
-		b.ReportMetric(r8, "ts-8clients-exec/s")
-		b.ReportMetric(r8/r2, "8-vs-2-x")
-		b.ReportMetric(p50(lat8), "ts-8clients-p50-ms")
-	}
-}
