@@ -507,7 +507,7 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 		// costs no statement.
 		files := len(r.files) > 0 || p.Runs > 1
 		return m.w.tracedDurable(sctx, "db.process.finish", func(ctx context.Context, tx *store.Tx) error {
-			ok, err := tx.FinishProcess(ctx, p, live)
+			ok, err := tx.FinishProcess(ctx, p)
 			if err == nil && !ok {
 				m.log.WarnContext(sctx, "process result arrived for a process no longer live", "pid", p.PID)
 			}

@@ -75,20 +75,17 @@ func (s *Store) insertSQL() string {
 	return q
 }
 
-// finishSQL sets the finish columns where pid, runs and one of n states
-// match.
-func (s *Store) finishSQL(n int) string {
+// finishSQL sets the finish columns where pid and runs match and the
+// state is not yet the final one. A list of states (state IN (…)) would
+// make SQLite build a temporary b-tree for the list on every execution.
+func (s *Store) finishSQL() string {
 	set := make([]string, len(s.writes.finish))
 	for i, f := range s.writes.finish {
 		set[i] = f.Name + " = " + s.placeholder(i+1)
 	}
 	k := len(set)
-	states := make([]string, n)
-	for i := range states {
-		states[i] = s.placeholder(k + 3 + i)
-	}
 	return "UPDATE processes SET " + strings.Join(set, ", ") +
-		" WHERE pid = " + s.placeholder(k+1) + " AND runs = " + s.placeholder(k+2) + " AND state IN (" + strings.Join(states, ", ") + ")"
+		" WHERE pid = " + s.placeholder(k+1) + " AND runs = " + s.placeholder(k+2) + " AND state <> " + s.placeholder(k+3)
 }
 
 // args are the values of p's fields as bun writes them: NULL for a nil

@@ -106,23 +106,17 @@ func (t *Tx) InsertProcess(ctx context.Context, p *Process) error {
 
 // FinishProcess writes the result of p's execution (finishColumns: state,
 // exit state, reason, error, environment, output, streams, their
-// truncation flags, timing, usage and displays) only if the stored state is
-// one of from and the row is still that execution's (runs is p.Runs), and
-// reports whether the row changed: TransitionRun for the write that ends
-// every execution.
-func (t *Tx) FinishProcess(ctx context.Context, p *Process, from []string) (bool, error) {
-	if len(from) == 0 {
-		return false, fmt.Errorf("finish process %d: no state to finish it from", p.PID)
-	}
+// truncation flags, timing, usage and displays) only if the row is still
+// that execution's (runs is p.Runs) and not yet in p's final state (so an
+// execution is finished once), and reports whether the row changed: the
+// write that ends every execution.
+func (t *Tx) FinishProcess(ctx context.Context, p *Process) (bool, error) {
 	s := t.s
-	stmt, err := s.stmt(ctx, t.tx, s.finishSQL(len(from)))
+	stmt, err := s.stmt(ctx, t.tx, s.finishSQL())
 	if err != nil {
 		return false, fmt.Errorf("finish process %d: %w", p.PID, err)
 	}
-	args := append(s.args(p, s.writes.finish), p.PID, p.Runs)
-	for _, st := range from {
-		args = append(args, st)
-	}
+	args := append(s.args(p, s.writes.finish), p.PID, p.Runs, p.State)
 	res, err := stmt.ExecContext(ctx, args...)
 	return changedOne(res, err, "finish process %d", p.PID)
 }
