@@ -74,3 +74,30 @@ console.log("allocated", a.length * 16, "MiB");`, 4*limitMB/16)
 
 	wantResult(t, execute(t, env, 3, trivialProgram, 10000), module.ExitSuccess, module.ReasonCompleted)
 }
+
+// TestHeapNearTheLimitIsCollected: workers run with GOGC=400, whose heap
+// target for a program keeping a quarter of its memory limit live would be
+// past the limit; GOMEMLIMIT makes the collector run before that, so a
+// program that keeps 64 MiB live and allocates four times as much garbage
+// under a 256 MiB limit succeeds. (Under the race detector, whose shadow
+// memory the collector does not count, the limit is larger.)
+func TestHeapNearTheLimitIsCollected(t *testing.T) {
+	t.Parallel()
+	limitMB := 256.0
+	if raceEnabled {
+		limitMB = 1024
+	}
+	env, rec := newEnv(t, map[string]any{"limits": map[string]any{"memoryMb": limitMB}})
+	code := `const keep: number[][] = [];
+for (let i = 0; i < 4; i++) keep.push(new Array(1 << 20).fill(i));
+let n = 0;
+for (let i = 0; i < 16; i++) n += new Array(1 << 20).fill(1).length;
+console.log(keep.length, n >> 20);`
+	res := execute(t, env, 1, code, 120000)
+	if res.Exit != module.ExitSuccess {
+		t.Fatalf("result %+v, error %q, stderr %.300q", res, rec.Error(1), rec.Stderr(1))
+	}
+	if got := rec.Stdout(1); got != "4 16\n" {
+		t.Errorf("stdout %q", got)
+	}
+}
