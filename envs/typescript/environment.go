@@ -162,15 +162,7 @@ func (e *Environment) Setup(ctx context.Context, sc module.SetupContext) error {
 	// The Go runtime's fatal errors when an allocation fails, as under the
 	// rlimit fallback (a memory cgroup kills the worker instead); programs
 	// cannot write to the worker's stderr.
-	// Each execution builds a runtime of its own, so a worker allocates
-	// much and keeps little: with Go's default GOGC=100 its collector took
-	// a sixth of its CPU. GOGC=400 collects a quarter as often (about 10
-	// MiB more resident per worker); GOMEMLIMIT, below the worker's memory
-	// limit, makes the collector work harder as a program's heap nears it
-	// instead of letting the larger target run into the limit
-	// (docs/typescript.md).
-	env := []string{"GOGC=400", fmt.Sprintf("GOMEMLIMIT=%dMiB", cfg.Limits.MemoryMB*7/8)}
-	cmd := worker.Command{Path: self, Args: []string{WorkerArg}, Env: env, OutOfMemory: []string{
+	cmd := worker.Command{Path: self, Args: []string{WorkerArg}, Env: workerEnv(cfg.Limits), OutOfMemory: []string{
 		"fatal error: out of memory", "fatal error: runtime: out of memory", "fatal error: pageAlloc: out of memory",
 		"fatal error: runtime: cannot allocate memory",
 	}}
@@ -202,6 +194,17 @@ func (e *Environment) Setup(ctx context.Context, sc module.SetupContext) error {
 		return fmt.Errorf("typescript: %w", err)
 	}
 	return nil
+}
+
+// workerEnv is the Go runtime's settings for a worker under limits. Each
+// execution builds a runtime of its own, so a worker allocates much and
+// keeps little: with Go's default GOGC=100 its collector took a sixth of
+// its CPU. GOGC=400 collects a quarter as often (about 10 MiB more resident
+// per worker); GOMEMLIMIT, below the worker's memory limit, makes the
+// collector work harder as a program's heap nears it instead of letting the
+// larger target run into the limit (docs/typescript.md).
+func workerEnv(l worker.LimitsConfig) []string {
+	return []string{"GOGC=400", fmt.Sprintf("GOMEMLIMIT=%dMiB", l.MemoryMB*7/8)}
 }
 
 // Execute runs one process: queued until a slot and a worker are free, then
