@@ -435,38 +435,53 @@ func TestCPUQuota(t *testing.T) {
 	if !Probe().Layers(Relax{}).CPUQuota {
 		cannotSandbox(t, "no CPU bandwidth cgroup on this machine")
 	}
+	// Eight spinners, each until it has had 40 ms of CPU: the group wants
+	// 320 ms, which 0.2 cores give in no less than 1.6 s. Eight, so the
+	// group still asks for more than its quota when a loaded machine gives
+	// each process a small share (one spinner for a second was not
+	// throttled at a load of 34 on 2 cores: it got less than 0.2 cores).
 	const code = `
 import os, sys, time
-end = time.monotonic() + 1.0
-pid = os.fork()
-while time.monotonic() < end:
+start = time.monotonic()
+kids = []
+for _ in range(7):
+    pid = os.fork()
+    if pid == 0:
+        break
+    kids.append(pid)
+while time.process_time() < 0.04:
     pass
 if pid == 0:
     os._exit(0)
-os.waitpid(pid, 0)
-print("spun", flush=True)
+for k in kids:
+    os.waitpid(k, 0)
+print("spun", time.monotonic() - start, flush=True)
 sys.stdin.read()
 `
-	run := func(millicores int64) (throttled int64, used time.Duration) {
+	run := func(millicores int64) (throttled int64, used, wall time.Duration) {
 		spec := pySpec(t, code)
 		spec.Limits.CPUMillicores = millicores
 		p, inW, lines := startPiped(t, spec)
-		lines.waitFor(t, "spun")
+		line := lines.waitFor(t, "spun")
+		var secs float64
+		if _, err := fmt.Sscanf(line, "spun %g", &secs); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
 		throttled, ok := readCounter(p.cg.cpu+"/cpu.stat", "nr_throttled")
 		inW.Close()
 		exit := waitDone(t, p)
 		if !ok || exit.Code != 0 {
 			t.Fatalf("cpu.stat readable %v, exit %+v", ok, exit)
 		}
-		return throttled, p.Usage().CPU
+		return throttled, p.Usage().CPU, time.Duration(secs * float64(time.Second))
 	}
-	throttled, used := run(200)
-	t.Logf("200 millicores: throttled %d times, used %v", throttled, used)
-	// 0.2 cores for a second, plus a period's burst and the start.
-	if throttled == 0 || used > 500*time.Millisecond {
-		t.Errorf("under 200 millicores: throttled %d times, used %v in a second; the quota does not hold", throttled, used)
+	throttled, used, wall := run(200)
+	t.Logf("200 millicores: throttled %d times, used %v in %v", throttled, used, wall)
+	// 0.2 cores over the run, plus a period's burst and the start.
+	if throttled == 0 || used > wall/5+150*time.Millisecond {
+		t.Errorf("under 200 millicores: throttled %d times, used %v in %v; the quota does not hold", throttled, used, wall)
 	}
-	if throttled, _ := run(int64(runtime.NumCPU()+1) * 1000); throttled != 0 {
+	if throttled, _, _ := run(int64(runtime.NumCPU()+1) * 1000); throttled != 0 {
 		t.Errorf("control: throttled %d times with more cores than the machine has", throttled)
 	}
 }
