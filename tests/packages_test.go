@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -342,5 +343,71 @@ func TestPackageBuildVisible(t *testing.T) {
 	}
 	if p := h.run("import tinya\nprint(tinya.VERSION)", nil); p.Stdout != "1.0\n" {
 		t.Fatalf("%s %q %s", p.exit(), p.Stdout, p.Stderr)
+	}
+}
+
+// TestPackageSourceConfined: a build reaches the package index's origin
+// and the file hosts the operator named, nothing else. An index (origin A)
+// whose page links a wheel on origin B is 422 at the package, naming the
+// URL, and B provably got no request (pip resolves behind the host's
+// proxy); with serve --package-host B the same packages install. Control:
+// a wheel on the index's own origin installs without it. A file host
+// that is not an origin stops the start.
+func TestPackageSourceConfined(t *testing.T) {
+	t.Parallel()
+	tinya, tinyc := wheel(t, "tinya", "1.0", "VERSION = '1.0'\n"), wheel(t, "tinyc", "1.0", "VERSION = 'c1.0'\n")
+	var bHits atomic.Int64
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bHits.Add(1)
+		if r.URL.Path != "/files/tinyc-1.0-py3-none-any.whl" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(tinyc)
+	}))
+	t.Cleanup(b.Close)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/simple/tinya/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<a href="/files/tinya-1.0-py3-none-any.whl#sha256=%x">tinya-1.0-py3-none-any.whl</a>`, sha256.Sum256(tinya))
+	})
+	mux.HandleFunc("/files/tinya-1.0-py3-none-any.whl", func(w http.ResponseWriter, r *http.Request) { w.Write(tinya) })
+	mux.HandleFunc("/simple/tinyc/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<a href="%s/files/tinyc-1.0-py3-none-any.whl#sha256=%x">tinyc-1.0-py3-none-any.whl</a>`, b.URL, sha256.Sum256(tinyc))
+	})
+	a := httptest.NewServer(mux)
+	t.Cleanup(a.Close)
+	index := "CYRNEL_PACKAGE_INDEX=" + a.URL + "/simple"
+	code := "import tinya, tinyc\nprint(tinya.VERSION, tinyc.VERSION)"
+
+	h := start(t, "", index)
+	var prob problem
+	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"packages": []string{"tinya==1.0"}}, &prob); st != http.StatusOK {
+		t.Fatalf("a wheel on the index's own origin: %d %+v", st, prob)
+	}
+	prob = problem{}
+	want := "tinyc: the index links its file at " + b.URL + "/files/tinyc-1.0-py3-none-any.whl, which is not the package index (serve --package-host to allow it)"
+	if st, _ := h.do("PUT", "/modules/python/config", map[string]any{"packages": []string{"tinya==1.0", "tinyc"}}, &prob); st != http.StatusUnprocessableEntity ||
+		len(prob.Errors) != 1 || !strings.HasSuffix(prob.Errors[0].Location, "packages[1]") || !strings.Contains(prob.Errors[0].Message, want) {
+		t.Fatalf("a wheel on another origin: %d %+v", st, prob)
+	}
+	if n := bHits.Load(); n != 0 {
+		t.Fatalf("the origin the index linked got %d requests", n)
+	}
+	if p := h.run("import tinya\nprint(tinya.VERSION)", nil); p.Stdout != "1.0\n" {
+		t.Fatalf("after the refusal: %s %q %s", p.exit(), p.Stdout, p.Stderr)
+	}
+
+	dir := t.TempDir()
+	allowed := startCommand(t, exec.Command(binary, "serve", "--addr", "127.0.0.1:0", "--data-dir", dir, "--package-host", b.URL), dir, index)
+	prob = problem{}
+	if st, _ := allowed.do("PUT", "/modules/python/config", map[string]any{"packages": []string{"tinya==1.0", "tinyc"}}, &prob); st != http.StatusOK {
+		t.Fatalf("with --package-host %s: %d %+v", b.URL, st, prob)
+	}
+	if p := allowed.run(code, nil); p.Stdout != "1.0 c1.0\n" || bHits.Load() == 0 {
+		t.Fatalf("with --package-host: %s %q %s, %d requests to it", p.exit(), p.Stdout, p.Stderr, bHits.Load())
+	}
+
+	if out := refusesToStart(t, t.TempDir(), index, "CYRNEL_PACKAGE_HOSTS="+strings.TrimPrefix(b.URL, "http://")); !strings.Contains(out, "want an origin") {
+		t.Fatalf("a package host without a scheme: %s", out)
 	}
 }

@@ -116,6 +116,8 @@ Environment variables (a flag, when given, wins over its variable):
   CYRNEL_PROCESS_MAX_MB
                        finished processes past the newest this many MiB are deleted (default 1024; -1: no bound)
   CYRNEL_PACKAGE_INDEX a PEP 503 simple index for the Python config's packages (as --package-index; wheels only)
+  CYRNEL_PACKAGE_HOSTS the origins, comma-separated, the index may link wheels at besides its own (as --package-host);
+                       pip and the host reach the index's origin and these only
   CYRNEL_FIND_LINKS    a directory of wheels for the Python config's packages (as --find-links)
   CYRNEL_LOG_LEVEL     debug, info, warn or error (default info)
   CYRNEL_LOG_FORMAT    text or json (as --log-format, default text)
@@ -135,6 +137,8 @@ func serve(args []string) error {
 	fs.String("log-format", "", "log format: text or json lines (env CYRNEL_LOG_FORMAT, default text)")
 	fs.String("metrics-addr", "", "also serve GET /metrics, without authentication, on this address (env CYRNEL_METRICS_ADDR)")
 	fs.String("package-index", "", "a PEP 503 simple index the Python environment's declared packages (config packages) are fetched from, wheels only (env CYRNEL_PACKAGE_INDEX)")
+	var packageHosts cli.Strings
+	fs.Var(&packageHosts, "package-host", "an origin (https://files.example.org, http://10.0.0.5:8080) the package index may link wheels at besides its own; repeatable; a build reaches the index's origin and these only (env CYRNEL_PACKAGE_HOSTS, comma-separated)")
 	fs.String("find-links", "", "a directory of wheels the Python environment's declared packages come from instead of an index (env CYRNEL_FIND_LINKS)")
 	fs.String("max-sessions", "", "sessions (long-lived interpreters) this host runs at once; more are refused with 429 (env CYRNEL_MAX_SESSIONS, default 16)")
 	fs.String("allowed-hosts", "", "comma-separated host names (or addresses) requests may name in Host and a browser's Origin, besides the loopback names and the listen address's; * allows any (env CYRNEL_ALLOWED_HOSTS)")
@@ -187,6 +191,9 @@ func serve(args []string) error {
 	if limits.Keep, err = retentionFromEnv(limits.Keep); err != nil {
 		return err
 	}
+	if len(packageHosts) == 0 {
+		packageHosts = splitList(os.Getenv("CYRNEL_PACKAGE_HOSTS"))
+	}
 	cfg := server.Config{
 		Sessions:         session.Config{MaxSessions: maxSessions},
 		Governance:       gov,
@@ -199,6 +206,7 @@ func serve(args []string) error {
 		Python:           cli.Interpreters(pythons),
 		PackageIndex:     cli.Setting(fs, "package-index", "CYRNEL_PACKAGE_INDEX", ""),
 		FindLinks:        cli.Setting(fs, "find-links", "CYRNEL_FIND_LINKS", ""),
+		PackageHosts:     packageHosts,
 		Insecure:         *insecure,
 		AdvertiseAddr:    cli.Setting(fs, "advertise-addr", "CYRNEL_ADVERTISE_ADDR", ""),
 		AllowedHosts:     splitList(cli.Setting(fs, "allowed-hosts", "CYRNEL_ALLOWED_HOSTS", "")),

@@ -26,9 +26,10 @@ import (
 // operator at start-up, and where their environments are kept.
 type PackageSource struct {
 	Index     string       // a PEP 503 simple index (serve --package-index)
+	FileHosts []string     // other origins the index may link files at (serve --package-host)
 	FindLinks string       // a directory of wheels (serve --find-links)
 	CacheDir  string       // built environments, by content hash (<data-dir>/packages)
-	Client    *http.Client // fetches from Index; nil: http.DefaultClient
+	Client    *http.Client // fetches from Index; nil: a client of its own, with no redirect off the allowed origins
 }
 
 // Package installs read wheels only: the host fetches each wheel, checks it
@@ -159,15 +160,11 @@ func distName(filename string) string {
 var errNotFound = errors.New("not found")
 
 func (src PackageSource) get(ctx context.Context, u string, limit int64) ([]byte, error) {
-	client := src.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := client.Do(req)
+	resp, err := src.client().Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("package index: %w", err)
 	}
@@ -190,7 +187,8 @@ func (src PackageSource) get(ctx context.Context, u string, limit int64) ([]byte
 
 // fetch returns the bytes of a wheel pip chose, checked against the sha256
 // pip computed or the index gave: the file pip resolved is the one
-// unpacked. A file URL must name a wheel in the find-links directory.
+// unpacked. A file URL must name a wheel in the find-links directory, an
+// http(s) URL one on the index's origin or a file host's.
 func (src PackageSource) fetch(ctx context.Context, d dist) ([]byte, error) {
 	u, err := url.Parse(d.url)
 	if err != nil {
@@ -204,6 +202,9 @@ func (src PackageSource) fetch(ctx context.Context, d dist) ([]byte, error) {
 		}
 		b, err = os.ReadFile(u.Path)
 	case "http", "https":
+		if !src.origins()[origin(u)] {
+			return nil, notTheIndex(d.url)
+		}
 		b, err = src.get(ctx, d.url, maxWheelBytes)
 	default:
 		return nil, fmt.Errorf("%s: cannot fetch %s", d.filename, d.url)

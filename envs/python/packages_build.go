@@ -148,7 +148,7 @@ func (bs *Builds) build(ctx context.Context, log *slog.Logger, src PackageSource
 			return b, nil
 		}
 		log.Info("building python packages", "hash", key, "packages", req.packages)
-		return buildInto(ctx, src, dir, key, reqs, req, func(line string) {
+		return buildInto(ctx, log, src, dir, key, reqs, req, func(line string) {
 			log.Info("python packages", "hash", key, "progress", line)
 			bs.progress(key, line)
 		})
@@ -174,8 +174,13 @@ func (bs *Builds) next() uint64 {
 // RECORD, in a directory of its own next to dir, then renames it into
 // place: a reader never sees half an environment, and two hosts sharing
 // the data directory build it at most twice, keeping one.
-func buildInto(ctx context.Context, src PackageSource, dir, key string, reqs []requirement, req buildRequest, progress func(string)) (*built, error) {
-	wheels, err := src.resolve(ctx, req.exe, req.site, reqs, req.packages, req.system, progress)
+func buildInto(ctx context.Context, log *slog.Logger, src PackageSource, dir, key string, reqs []requirement, req buildRequest, progress func(string)) (*built, error) {
+	gate, err := openGate(log, src.origins())
+	if err != nil {
+		return nil, err
+	}
+	wheels, err := src.resolve(ctx, req, reqs, gate, progress)
+	gate.close()
 	if err != nil {
 		return nil, err
 	}

@@ -65,13 +65,16 @@ type resolved struct {
 
 // resolve asks pip which wheels make up the environment of reqs, without
 // installing anything: pip install --dry-run --report, wheels only, from
-// the operator's source only. pip runs as the declared interpreter (so
-// its tags and markers are the interpreter's), isolated and without site
-// (no .pth file runs), with the wheel's pip first on sys.path; with
-// system, the interpreter's site directories are on its path, so what is
-// installed there satisfies a dependency. Each line pip prints goes to
-// progress. A requirement pip cannot satisfy is a ConfigError.
-func (src PackageSource) resolve(ctx context.Context, exe string, site []string, reqs []requirement, packages []string, system bool, progress func(string)) ([]resolved, error) {
+// the operator's source only, through gate (the only network pip is
+// given: --proxy, with no environment variable to name another or exempt a
+// host). pip runs as the declared interpreter (so its tags and markers are
+// the interpreter's), isolated and without site (no .pth file runs), with
+// the wheel's pip first on sys.path; with req.system, the interpreter's
+// site directories are on its path, so what is installed there satisfies
+// a dependency. Each line pip prints goes to progress. A requirement pip
+// cannot satisfy, or whose file is outside the allowed origins, is a
+// ConfigError.
+func (src PackageSource) resolve(ctx context.Context, req buildRequest, reqs []requirement, gate *gate, progress func(string)) ([]resolved, error) {
 	pip, err := findPip()
 	if err != nil {
 		return nil, &module.ConfigError{Field: "packages", Err: err}
@@ -85,14 +88,14 @@ func (src PackageSource) resolve(ctx context.Context, exe string, site []string,
 	defer os.RemoveAll(work)
 	report := filepath.Join(work, "report.json")
 	paths := []string{pip}
-	if system {
-		paths = append(paths, site...)
+	if req.system {
+		paths = append(paths, req.site...)
 	}
 	boot := "import sys, runpy; sys.path[:0] = sys.argv.pop(1).split('\\n'); sys.argv[0] = 'pip'; runpy.run_module('pip', run_name='__main__', alter_sys=True)"
 	args := []string{"-I", "-S", "-c", boot, strings.Join(paths, "\n"),
 		"install", "--dry-run", "--report", report, "--only-binary=:all:", "--isolated", "--no-input",
-		"--disable-pip-version-check", "--no-cache-dir", "--progress-bar", "off"}
-	if !system {
+		"--disable-pip-version-check", "--no-cache-dir", "--progress-bar", "off", "--proxy", gate.url}
+	if !req.system {
 		args = append(args, "--ignore-installed")
 	}
 	if src.FindLinks != "" {
@@ -100,7 +103,9 @@ func (src PackageSource) resolve(ctx context.Context, exe string, site []string,
 	} else {
 		args = append(args, "--index-url", src.Index)
 	}
-	cmd := exec.CommandContext(ctx, exe, append(append(args, "--"), packages...)...)
+	cmd := exec.CommandContext(ctx, req.exe, append(append(args, "--"), req.packages...)...)
+	// Only these: no *_PROXY, NO_PROXY, PIP_*, REQUESTS_CA_BUNDLE or
+	// NETRC, and a HOME without .netrc or pip.conf.
 	cmd.Dir, cmd.Env = work, []string{"HOME=" + work, "LANG=C.UTF-8", "PATH=/usr/bin:/bin"}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -121,6 +126,9 @@ func (src PackageSource) resolve(ctx context.Context, exe string, site []string,
 	if err := cmd.Wait(); err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("packages: resolving with pip: %w", ctx.Err())
+		}
+		if u := gate.firstRefused(); u != "" {
+			return nil, refusedFile(reqs, u, stderr.String())
 		}
 		return nil, src.pipFailed(ctx, reqs, stderr.String())
 	}
@@ -164,13 +172,7 @@ var (
 // is (packages when pip names neither, as for conflicting versions). A
 // project the source offers only as source distributions is said so.
 func (src PackageSource) pipFailed(ctx context.Context, reqs []requirement, stderr string) error {
-	var lines []string
-	for _, l := range strings.Split(stderr, "\n") {
-		if l = strings.TrimSpace(strings.TrimPrefix(l, "ERROR: ")); l != "" && !strings.HasPrefix(l, "[notice]") {
-			lines = append(lines, l)
-		}
-	}
-	reason := "pip: " + strings.Join(lines, "; ")
+	reason := pipReason(stderr)
 	field := "packages"
 	declared := func(name string) int {
 		return slices.IndexFunc(reqs, func(r requirement) bool { return r.norm == normalize(name) })
@@ -192,6 +194,30 @@ func (src PackageSource) pipFailed(ctx context.Context, reqs []requirement, stde
 		reason = fmt.Sprintf("%s: only source distributions are offered; this host installs wheels only, so that no package's build code runs (%s)", missing, reason)
 	}
 	return &module.ConfigError{Field: field, Err: errors.New(reason)}
+}
+
+// refusedFile is the error of a resolution during which pip asked the gate
+// for u, outside the allowed origins: at the declared package whose file
+// u is (packages for a dependency's), with pip's words when u does not
+// name a file (a CONNECT names only a host).
+func refusedFile(reqs []requirement, u, stderr string) error {
+	name := fileProject(u)
+	err := notTheIndex(u)
+	if name == "" {
+		err = fmt.Errorf("%w (%s)", err, pipReason(stderr))
+	}
+	return &module.ConfigError{Field: wheelField(reqs, name), Err: err}
+}
+
+// pipReason is what pip said went wrong, its error lines joined.
+func pipReason(stderr string) string {
+	var lines []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if l = strings.TrimSpace(strings.TrimPrefix(l, "ERROR: ")); l != "" && !strings.HasPrefix(l, "[notice]") {
+			lines = append(lines, l)
+		}
+	}
+	return "pip: " + strings.Join(lines, "; ")
 }
 
 // tailBuffer keeps the last tailBytes written to it: pip's complaint is

@@ -165,7 +165,8 @@ func BenchmarkBuildPackages(b *testing.B) {
 	b.ReportMetric(float64(reuse.Microseconds())/float64(b.N)/1000, "reuse-ms")
 }
 
-func benchWheel(b *testing.B, name string, members map[string]string) []byte {
+// benchWheel builds the wheel name-1.0 of members, with its RECORD.
+func benchWheel(b testing.TB, name string, members map[string]string) []byte {
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
 	var record strings.Builder

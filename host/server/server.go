@@ -69,8 +69,11 @@ type Config struct {
 	Python []string
 	// PackageIndex (a PEP 503 simple index URL) or FindLinks (a directory
 	// of wheels) is where the Python environment's declared packages come
-	// from (serve --package-index, --find-links).
+	// from (serve --package-index, --find-links). PackageHosts are the
+	// other origins (scheme://host[:port]) the index may link files at
+	// (serve --package-host); a build reaches nothing else.
 	PackageIndex, FindLinks string
+	PackageHosts            []string
 	// AllowedHosts are host names (or addresses) requests may name in Host
 	// and Origin besides the loopback names and the listen address's
 	// (serve --allowed-hosts); "*" allows any.
@@ -196,6 +199,9 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 		return nil, err
 	}
 	if err = CheckAddr(cfg.Addr, cfg.APIKey, cfg.Insecure); err != nil {
+		return nil, err
+	}
+	if err = cfg.packageSource().Check(); err != nil {
 		return nil, err
 	}
 	hostSandbox, err := modules.CheckHostSandbox(sandbox.Probe(), cfg.AllowUnsandboxed)

@@ -149,7 +149,7 @@ func (s *Server) startRuntime(ctx context.Context, cfg Config) (err error) {
 	})
 	// The adapters are modules too: listed and configured with the
 	// environments.
-	s.modules = modules.New(s.log.With("component", "modules"), s.store, s.box, plane, environments(s.log, cfg, interpreters),
+	s.modules = modules.New(s.log.With("component", "modules"), s.store, s.box, plane, environments(s.log, interpreters, cfg.packageSource()),
 		modules.Options{AllowUnsandboxed: cfg.AllowUnsandboxed, Machine: machine, Others: s.services.Adapters(), Environment: cfg.Environment})
 	if err = s.stack.Start(ctx, "services", s.services); err != nil {
 		return err
@@ -239,16 +239,20 @@ func (s *Server) assembleHandler(cfg Config) {
 }
 
 // environments are the environments this host can activate.
-func environments(log *slog.Logger, cfg Config, interpreters []python.Interpreter) map[string]modules.Factory {
+func environments(log *slog.Logger, interpreters []python.Interpreter, packages python.PackageSource) map[string]modules.Factory {
 	builds := python.NewBuilds() // one per host: a build runs once, and shows while it runs
 	return map[string]modules.Factory{
 		"python": func() module.Environment {
-			return python.New(log, python.Options{Interpreters: interpreters, Builds: builds, Packages: python.PackageSource{
-				Index: cfg.PackageIndex, FindLinks: cfg.FindLinks, CacheDir: filepath.Join(cfg.DataDir, "packages"),
-			}})
+			return python.New(log, python.Options{Interpreters: interpreters, Builds: builds, Packages: packages})
 		},
 		typescript.ID: func() module.Environment { return typescript.New(log) },
 	}
+}
+
+// packageSource is where the Python environment's declared packages come
+// from, as the operator named it, and where their builds are kept.
+func (cfg Config) packageSource() python.PackageSource {
+	return python.PackageSource{Index: cfg.PackageIndex, FileHosts: cfg.PackageHosts, FindLinks: cfg.FindLinks, CacheDir: filepath.Join(cfg.DataDir, "packages")}
 }
 
 // closeErr adapts a component that stops with Close() error.
