@@ -49,6 +49,9 @@ type With struct {
 	// Approvals has follows of executions other hosts run read the
 	// approvals their calls wait on.
 	Approvals Approvals
+	// SpoolDir holds the files a one-shot execution leaves while it runs
+	// ("": the system's temporary directory).
+	SpoolDir string
 }
 
 // Live counts this host's live executions by state.

@@ -132,6 +132,7 @@ type Manager struct {
 	// approvals tells the follows of executions other hosts run what
 	// their calls wait on (nil: they are not told).
 	approvals Approvals
+	spoolDir  string // where runs spool their files
 
 	ctx    context.Context // cancelled at shutdown: kills every execution
 	cancel context.CancelFunc
@@ -167,7 +168,8 @@ func New(log *slog.Logger, st Store, exec Executor, limits Limits, hostID string
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{log: log, host: hostID, st: st, exec: exec, limits: limits, w: newWriter(st, ins), obs: ins.Observer, tracer: ins.Tracer,
-		ctx: ctx, cancel: cancel, runs: map[int64]*run{}, sessions: with.Sessions, relay: with.Relay, approvals: with.Approvals, every: flush}
+		ctx: ctx, cancel: cancel, runs: map[int64]*run{}, sessions: with.Sessions, relay: with.Relay, approvals: with.Approvals, every: flush,
+		spoolDir: with.SpoolDir}
 }
 
 // Start starts the writer, finishes what a previous host left looking
@@ -450,7 +452,7 @@ func (m *Manager) admit() error {
 // launch starts the execution of a process stored as queued, which admit
 // let in, traced in span (nil: not traced).
 func (m *Manager) launch(p *store.Process, files []module.File, span trace.Span) *run {
-	r := newRun(p, m.limits.OutputBytes)
+	r := newRun(p, m.limits.OutputBytes, m.spoolDir)
 	r.span = span
 	m.traceQueued(r)
 	// Its own context: a kill cancels it, so a kill that arrives before the
@@ -496,7 +498,6 @@ func (m *Manager) launch(p *store.Process, files []module.File, span trace.Span)
 // take the result (a full disk) is finished as failed without it, so it
 // never stays looking alive.
 func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
-	defer r.spool.close()
 	m.mu.Lock()
 	stopping := m.stopping
 	m.mu.Unlock()
@@ -533,6 +534,8 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 			m.log.ErrorContext(sctx, "record process failure", "pid", r.pid, "err", err)
 		}
 	}
+	// Stored (or given up): the spool goes before any waiter is released.
+	r.spool.close()
 	m.mu.Lock()
 	delete(m.runs, r.pid)
 	m.mu.Unlock()

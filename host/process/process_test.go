@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -770,5 +771,28 @@ func (c *commits) RowsWritten(int, time.Duration) {
 	select {
 	case c.c <- struct{}{}:
 	default:
+	}
+}
+
+// TestOutputFilesSpoolInSpoolDir: while a run lasts, the files it left are
+// in one file in the spool directory the manager was given (the data
+// directory's, on a server), which is gone once the run is stored.
+func TestOutputFilesSpoolInSpoolDir(t *testing.T) {
+	t.Parallel()
+	m, ex, _ := newManager(t)
+	m.spoolDir = t.TempDir()
+	p, _ := m.Create(context.Background(), CreateInput{Code: "x", Autorun: true})
+	<-ex.start
+	m.EmitFile(p.PID, "a.txt", []byte("spooled"), false)
+	if spooled, _ := filepath.Glob(filepath.Join(m.spoolDir, "cyrnel-process-files-*")); len(spooled) != 1 {
+		t.Fatalf("spooled in %s: %v", m.spoolDir, spooled)
+	}
+	ex.end <- module.Result{Exit: module.ExitSuccess}
+	waitIdle(t, m, p.PID)
+	if b, err := readFile(m, p.PID, "a.txt"); err != nil || string(b) != "spooled" {
+		t.Fatalf("a.txt: %q %v", b, err)
+	}
+	if left, _ := os.ReadDir(m.spoolDir); len(left) != 0 {
+		t.Fatalf("left in the spool directory: %v", left)
 	}
 }

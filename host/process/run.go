@@ -72,9 +72,9 @@ type saved struct {
 	truncated      [3]bool // stdout, stderr, output
 }
 
-func newRun(p *store.Process, limit int64) *run {
+func newRun(p *store.Process, limit int64, spoolDir string) *run {
 	return &run{
-		pid: p.PID, base: *p, done: make(chan struct{}), state: Queued, queuedAt: time.Now(),
+		pid: p.PID, base: *p, done: make(chan struct{}), state: Queued, queuedAt: time.Now(), spool: fileSpool{dir: spoolDir},
 		stdout: stream{limit: limit}, stderr: stream{limit: limit},
 		output: map[string]any{}, keySizes: map[string]int64{}, outputCap: limit, subs: map[chan Event]struct{}{},
 	}

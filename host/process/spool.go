@@ -10,6 +10,7 @@ import (
 // while its run lasts, one after the other in a temporary file: a run holds
 // none of it in memory, and finish stores it a part at a time.
 type fileSpool struct {
+	dir  string // where the temporary file is made ("": the system's)
 	f    *os.File
 	size int64
 	at   []int64 // where each file begins
@@ -18,7 +19,7 @@ type fileSpool struct {
 // write appends data to the last file, or begins a new one.
 func (s *fileSpool) write(data []byte, begin bool) error {
 	if s.f == nil {
-		f, err := os.CreateTemp("", "cyrnel-process-files-")
+		f, err := os.CreateTemp(s.dir, "cyrnel-process-files-")
 		if err != nil {
 			return fmt.Errorf("spool a process file: %w", err)
 		}

@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -173,7 +175,19 @@ func (s *Server) startProcesses(ctx context.Context, cfg Config) (err error) {
 	if cfg.Tracing.Enabled {
 		tracer = cfg.Tracing.Tracer("github.com/cyrnel/cyrnel")
 	}
-	s.procs = process.New(s.log.With("component", "processes"), s.store, s.modules, cfg.Limits, s.dir.HostID, 0, s.processParts(tracer))
+	with := s.processParts(tracer)
+	// The files a run leaves are spooled on the data directory's disk, which
+	// the operator sized for them, not the system's (often tmpfs) /tmp. The
+	// directory is this host's (the data directory is locked): what a
+	// crash left there is removed.
+	with.SpoolDir = filepath.Join(s.dir.Path, "spool")
+	if err = os.RemoveAll(with.SpoolDir); err == nil {
+		err = os.MkdirAll(with.SpoolDir, 0o700)
+	}
+	if err != nil {
+		return fmt.Errorf("process file spool: %w", err)
+	}
+	s.procs = process.New(s.log.With("component", "processes"), s.store, s.modules, cfg.Limits, s.dir.HostID, 0, with)
 	if err = s.stack.Start(ctx, "processes", lifecycle.Func{OnStart: s.procs.Start, OnStop: s.stopProcesses}); err != nil {
 		return err
 	}
