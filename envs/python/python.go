@@ -64,7 +64,7 @@ type Options struct {
 	// from Declare; the first runs when a config names none.
 	Interpreters []Interpreter
 	// Packages is where declared packages come from (serve --package-index,
-	// --find-links) and where their environments are cached.
+	// --package-host, --find-links) and where their environments are cached.
 	Packages PackageSource
 	// Builds is shared by the environments of one host, so that a build is
 	// made once and the active environment's Status shows one that runs for
