@@ -215,6 +215,11 @@ type cgroups struct {
 	// a cgroup file costs ten times its read (12–17 µs against 1 µs), on a
 	// warm execution's path. Callers hold the sandbox's mutex.
 	usage *os.File
+	// procs are the hierarchies' cgroup.procs held open while the cgroups
+	// are kept for reuse (cgroupSlots); base is what the cumulative
+	// counters read when they were last started over.
+	procs []*os.File
+	base  counters
 }
 
 // cgroupPrefix starts every sandbox cgroup's name, followed by the host's
@@ -308,13 +313,13 @@ func (cg *cgroups) cpuUsage() (time.Duration, error) {
 		if !ok {
 			return 0, fmt.Errorf("read CPU usage: no usage_usec in %s/cpu.stat", cg.cpuacct)
 		}
-		return time.Duration(n) * time.Microsecond, nil
+		return time.Duration(n)*time.Microsecond - cg.base.cpu, nil
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("read CPU usage: %w", err)
 	}
-	return time.Duration(n), nil
+	return time.Duration(n) - cg.base.cpu, nil
 }
 
 // readFrom reads a cgroup counter file held open. One pread: a cgroup
@@ -421,27 +426,33 @@ func (cg *cgroups) add(pid int) error {
 	return nil
 }
 
-// oomKilled reports whether the memory cgroup's OOM killer ended a process.
+// oomKilled reports whether the memory cgroup's OOM killer ended a process
+// since the cgroups were made or last started over.
 func (cg *cgroups) oomKilled() bool {
-	if cg.memory == "" {
-		return false
-	}
-	// v1 keeps the counter in memory.oom_control, v2 in memory.events.
-	for _, file := range []string{"memory.oom_control", "memory.events"} {
-		if n, ok := readCounter(filepath.Join(cg.memory, file), "oom_kill"); ok {
-			return n > 0
-		}
-	}
-	return false
+	return cg.memory != "" && cg.oomKills() > cg.base.oomKills
 }
 
-// forkRefused reports whether the pids cgroup refused a fork.
-func (cg *cgroups) forkRefused() bool {
-	if cg.pids == "" {
-		return false
+// oomKills is the memory cgroup's count of processes its OOM killer ended.
+func (cg *cgroups) oomKills() int64 {
+	// v1 keeps the counter in memory.oom_control, v2 in memory.events.
+	file := "memory.oom_control"
+	if cg.memVersion == 2 {
+		file = "memory.events"
 	}
+	n, _ := readCounter(filepath.Join(cg.memory, file), "oom_kill")
+	return n
+}
+
+// forkRefused reports whether the pids cgroup refused a fork since the
+// cgroups were made or last started over.
+func (cg *cgroups) forkRefused() bool {
+	return cg.pids != "" && cg.forksRefused() > cg.base.forksRefused
+}
+
+// forksRefused is the pids cgroup's count of refused forks.
+func (cg *cgroups) forksRefused() int64 {
 	n, _ := readCounter(filepath.Join(cg.pids, "pids.events"), "max")
-	return n > 0
+	return n
 }
 
 // killAll SIGKILLs every process in the sandbox's cgroups until none is
@@ -477,6 +488,8 @@ func (cg *cgroups) remove() error {
 			*f = nil
 		}
 	}
+	closeAll(cg.procs...)
+	cg.procs = nil
 	for _, dir := range cg.dirs() {
 		errs = append(errs, removeCgroup(dir))
 	}

@@ -71,8 +71,11 @@ type ExitInfo struct {
 // reaps the init, removes the sandbox's cgroups and work directory, and
 // then closes Done.
 type Process struct {
-	layers   Layers
-	cg       *cgroups
+	layers Layers
+	cg     *cgroups
+	// cgSlots takes cg back for reuse instead of its removal (a forked
+	// child's).
+	cgSlots  *cgroupSlots
 	workDir  string // host directory to remove; "" with namespaces
 	cpuLimit time.Duration
 	// cpuRate is the most CPU the sandbox can use per second of wall
@@ -665,7 +668,11 @@ func (p *Process) cleanup() {
 		if !p.layers.Namespaces {
 			p.cg.killAll()
 		}
-		if err := p.cg.remove(); err != nil {
+		release := p.cg.remove
+		if p.cgSlots != nil {
+			release = func() error { return p.cgSlots.put(p.cg) }
+		}
+		if err := release(); err != nil {
 			p.logger.Warn("sandbox clean-up", "err", err)
 		}
 	}

@@ -51,6 +51,8 @@ type Template struct {
 	limits  Limits
 	support Support
 	logger  *slog.Logger
+	// cgroups are the children's cgroups, reused (cgslots.go).
+	cgroups *cgroupSlots
 
 	ctl  *net.UnixConn
 	proc *os.Process
@@ -166,6 +168,7 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 		logger:  spec.Logger,
 		done:    make(chan struct{}),
 	}
+	t.cgroups = newCgroupSlots(sup, t.limits)
 	if t.logger == nil {
 		t.logger = discardLogger
 	}
@@ -335,6 +338,9 @@ func (t *Template) own(cmd *exec.Cmd, started chan<- error) {
 	t.mu.Unlock()
 	started <- nil
 	_ = cmd.Wait() // how it ended matters not: its children are gone with it
+	if err := t.cgroups.close(); err != nil {
+		t.logger.Warn("sandbox template clean-up", "err", err)
+	}
 }
 
 // Layers says which layers hold each child.
@@ -421,20 +427,12 @@ func (t *Template) fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 	if err := p.takeID(); err != nil {
 		return nil, err
 	}
-	cg, err := newCgroups(t.support, t.limits)
+	cg, err := t.cgroups.take()
 	if err != nil {
 		return nil, p.abort(fmt.Errorf("sandbox: %w", err))
 	}
-	p.cg = cg
-	var procs []*os.File
-	defer func() { closeAll(procs...) }()
-	for _, dir := range cg.dirs() {
-		f, err := os.OpenFile(dir+"/cgroup.procs", os.O_WRONLY, 0)
-		if err != nil {
-			return nil, p.abort(fmt.Errorf("sandbox: open cgroup: %w", err))
-		}
-		procs = append(procs, f)
-	}
+	p.cg, p.cgSlots = cg, t.cgroups
+	procs := cg.procs
 	hostEnd, childEnd, err := seqpacketPair()
 	if err != nil {
 		return nil, p.abort(err)

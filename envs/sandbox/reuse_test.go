@@ -1,0 +1,106 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// leaveBehindCode leaves everything an execution could hope to pass on:
+// a module attribute, a /tmp file, a listening abstract socket, a setsid
+// sleeper and as many processes as the pids cgroup allows (a refused
+// fork), 0.3 s of CPU and 48 MiB held; then it runs the probe on itself,
+// which must see its own file, socket and processes.
+const leaveBehindCode = `
+import builtins, json, os, socket, time
+builtins.secret = %[2]q
+s = socket.socket(socket.AF_UNIX)
+s.bind("\0" + %[1]q)
+s.listen()
+builtins.kept = s
+open("/tmp/" + %[2]q, "w").write("mine" * 1024)
+def sleep():
+    os.closerange(0, 1024)  # the output ends with the program, not them
+    time.sleep(1000)
+if os.fork() == 0:
+    os.setsid()
+    sleep()
+try:
+    while True:
+        if os.fork() == 0:
+            sleep()
+except OSError:
+    pass
+t = time.process_time()
+while time.process_time() - t < 0.3:
+    pass
+builtins.held = b"x" * (48 << 20)
+`
+
+// probeSecretCode prints whether the interpreter holds the secret a
+// module attribute of another execution would carry.
+const probeSecretCode = `
+import builtins
+print("secret:", getattr(builtins, "secret", None))
+`
+
+// A child forked ahead of demand holds nothing of an execution that ran
+// while it waited, and the next child, which reuses the ended execution's
+// cgroups (cgslots.go), finds nothing of it either: not its memory, file,
+// socket, processes, CPU time, OOM kill or refused fork. The first
+// execution's own probe and report show each of them, so the checks
+// would notice one carried over.
+func TestTemplateReusedCgroupsCarryNothing(t *testing.T) {
+	t.Parallel()
+	tpl := startTemplate(t, Limits{Procs: 16, MemoryBytes: 128 << 20})
+	marker := newMarker()
+	name := "cyrnel-reuse-" + marker
+	ahead := fork(t, tpl)
+	a := fork(t, tpl)
+	slot := a.p.cg.dirs()
+
+	var own siblingView
+	if err := json.Unmarshal([]byte(a.output(t, fmt.Sprintf(leaveBehindCode, name, marker)+fmt.Sprintf(probeSiblingCode, name, marker))), &own); err != nil {
+		t.Fatal(err)
+	}
+	if !own.File || own.Connect != "connected" || len(own.Pids) < 2 {
+		t.Fatalf("control: the execution does not see what it left (%+v): the probe cannot notice a carry-over", own)
+	}
+	if u := a.p.Usage(); u.CPU < 250*time.Millisecond || u.PeakMemoryBytes < 48<<20 {
+		t.Fatalf("control: the execution's usage %+v does not show its CPU and memory", u)
+	}
+	req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 2, "method": "execute", "params": map[string]any{"code": "b = [bytes(1 << 20) + b'x' for _ in range(1000)]"}})
+	if _, err := a.in.Write(append(req, '\n')); err != nil {
+		t.Fatal(err)
+	}
+	if exit := a.p.Wait(); !exit.MemoryLimit || !exit.ProcLimit {
+		t.Fatalf("control: the execution's exit %+v shows no OOM kill or refused fork", exit)
+	}
+
+	if out := ahead.output(t, probeSecretCode); strings.TrimSpace(out) != "secret: None" {
+		t.Errorf("the child forked ahead holds the execution's data: %q", out)
+	}
+
+	b := fork(t, tpl)
+	if got := b.p.cg.dirs(); strings.Join(got, " ") != strings.Join(slot, " ") {
+		t.Fatalf("the next child got cgroups %v, not the ended execution's %v: nothing was reused", got, slot)
+	}
+	out := b.output(t, fmt.Sprintf(probeSiblingCode+probeSecretCode, name, marker))
+	probe, secret, _ := strings.Cut(out, "\n")
+	var view siblingView
+	if err := json.Unmarshal([]byte(probe), &view); err != nil {
+		t.Fatalf("probe output %q: %v", out, err)
+	}
+	if view.File || view.Connect == "connected" || len(view.Pids) > 0 || strings.TrimSpace(secret) != "secret: None" {
+		t.Errorf("the child on reused cgroups saw the ended execution: %+v, %q", view, secret)
+	}
+	if u := b.p.Usage(); u.CPU >= 250*time.Millisecond || u.PeakMemoryBytes >= 48<<20 {
+		t.Errorf("the child on reused cgroups starts with the ended execution's usage: %+v", u)
+	}
+	_ = b.p.Kill()
+	if exit := b.p.Wait(); exit.MemoryLimit || exit.ProcLimit {
+		t.Errorf("the child on reused cgroups inherited the counters: %+v", exit)
+	}
+}
