@@ -220,6 +220,9 @@ type cgroups struct {
 	// counters read when they were last started over.
 	procs []*os.File
 	base  counters
+	// held are the other counter files read at every child's end, held
+	// open by path (a reused set reads them again for the next child).
+	held map[string]*os.File
 }
 
 // cgroupPrefix starts every sandbox cgroup's name, followed by the host's
@@ -439,7 +442,7 @@ func (cg *cgroups) oomKills() int64 {
 	if cg.memVersion == 2 {
 		file = "memory.events"
 	}
-	n, _ := readCounter(filepath.Join(cg.memory, file), "oom_kill")
+	n, _ := cg.readCounter(filepath.Join(cg.memory, file), "oom_kill")
 	return n
 }
 
@@ -451,7 +454,7 @@ func (cg *cgroups) forkRefused() bool {
 
 // forksRefused is the pids cgroup's count of refused forks.
 func (cg *cgroups) forksRefused() int64 {
-	n, _ := readCounter(filepath.Join(cg.pids, "pids.events"), "max")
+	n, _ := cg.readCounter(filepath.Join(cg.pids, "pids.events"), "max")
 	return n
 }
 
@@ -490,6 +493,10 @@ func (cg *cgroups) remove() error {
 	}
 	closeAll(cg.procs...)
 	cg.procs = nil
+	for _, f := range cg.held {
+		_ = f.Close()
+	}
+	cg.held = nil
 	for _, dir := range cg.dirs() {
 		errs = append(errs, removeCgroup(dir))
 	}
@@ -542,13 +549,29 @@ func sweepCgroups(dirs ...string) {
 	}
 }
 
-// readCounter reads "key value" from a cgroup's flat-keyed file.
-func readCounter(path, key string) (int64, bool) {
-	b, err := os.ReadFile(path)
+// readCounter reads "key value" from a cgroup's flat-keyed file, held open.
+func (cg *cgroups) readCounter(path, key string) (int64, bool) {
+	b, err := cg.read(path)
 	if err != nil {
 		return 0, false
 	}
 	return counter(b, key)
+}
+
+// read reads a cgroup file through a descriptor held open.
+func (cg *cgroups) read(path string) ([]byte, error) {
+	f := cg.held[path]
+	if f == nil {
+		var err error
+		if f, err = os.Open(path); err != nil {
+			return nil, err
+		}
+		if cg.held == nil {
+			cg.held = map[string]*os.File{}
+		}
+		cg.held[path] = f
+	}
+	return readFrom(f)
 }
 
 // counter is the value of key in a flat-keyed cgroup file's text.

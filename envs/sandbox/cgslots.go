@@ -130,7 +130,7 @@ func (cg *cgroups) startOver() error {
 		if cg.memVersion == 2 {
 			name = "/memory.current"
 		}
-		b, err := os.ReadFile(cg.memory + name)
+		b, err := cg.read(cg.memory + name)
 		if err != nil {
 			return fmt.Errorf("read memory usage: %w", err)
 		}

@@ -467,11 +467,12 @@ sys.stdin.read()
 		if _, err := fmt.Sscanf(line, "spun %g", &secs); err != nil {
 			t.Fatalf("%q: %v", line, err)
 		}
-		throttled, ok := readCounter(p.cg.cpu+"/cpu.stat", "nr_throttled")
+		stat, err := os.ReadFile(p.cg.cpu + "/cpu.stat")
+		throttled, ok := counter(stat, "nr_throttled")
 		inW.Close()
 		exit := waitDone(t, p)
-		if !ok || exit.Code != 0 {
-			t.Fatalf("cpu.stat readable %v, exit %+v", ok, exit)
+		if err != nil || !ok || exit.Code != 0 {
+			t.Fatalf("cpu.stat: %v, nr_throttled in it %v, exit %+v", err, ok, exit)
 		}
 		return throttled, p.Usage().CPU, time.Duration(secs * float64(time.Second))
 	}
