@@ -668,9 +668,12 @@ func (p *Process) cleanup() {
 		if !p.layers.Namespaces {
 			p.cg.killAll()
 		}
+		p.mu.Lock()
+		slots := p.cgSlots
+		p.mu.Unlock()
 		release := p.cg.remove
-		if p.cgSlots != nil {
-			release = func() error { return p.cgSlots.put(p.cg) }
+		if slots != nil {
+			release = func() error { return slots.put(p.cg) }
 		}
 		if err := release(); err != nil {
 			p.logger.Warn("sandbox clean-up", "err", err)

@@ -464,6 +464,7 @@ func (t *Template) fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 	conn, err := net.FileConn(hostEnd)
 	_ = hostEnd.Close()
 	if err != nil {
+		p.cgSlots = nil // the template has the request: a child may join them yet
 		return nil, p.abort(fmt.Errorf("sandbox: status socket: %w", err))
 	}
 	started := make(chan error, 1)
@@ -483,8 +484,10 @@ func (t *Template) fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 		// owner's wait; a child forked later finds nobody to report to,
 		// and Kill reached it once its pidfd arrived, if ever. Its uid
 		// stays taken until the template (and so the child) is gone.
+		// Its cgroups are not reused either: the template may still move
+		// a child into them.
 		p.mu.Lock()
-		p.idsAfter = t.done
+		p.idsAfter, p.cgSlots = t.done, nil
 		p.mu.Unlock()
 		_ = conn.Close()
 		<-p.done
