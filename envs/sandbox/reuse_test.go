@@ -3,7 +3,10 @@ package sandbox
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -49,10 +52,11 @@ print("secret:", getattr(builtins, "secret", None))
 // A child forked ahead of demand holds nothing of an execution that ran
 // while it waited, and the next child, which reuses the ended execution's
 // cgroups (cgslots.go), finds nothing of it either: not its memory, file,
-// socket, processes, CPU time, OOM kill or refused fork. The first
-// execution's own probe and report show each of them, so the checks
-// would notice one carried over.
-func TestTemplateReusedCgroupsCarryNothing(t *testing.T) {
+// socket, processes, CPU time, OOM kill or refused fork. Each child has a
+// network namespace of its own, not the execution's, nor a concurrent
+// sibling's, nor the host's. The first execution's own probe and report
+// show each of them, so the checks would notice one carried over.
+func TestTemplateReusedSlotsCarryNothing(t *testing.T) {
 	t.Parallel()
 	tpl := startTemplate(t, Limits{Procs: 16, MemoryBytes: 128 << 20})
 	marker := newMarker()
@@ -60,6 +64,11 @@ func TestTemplateReusedCgroupsCarryNothing(t *testing.T) {
 	ahead := fork(t, tpl)
 	a := fork(t, tpl)
 	slot := a.p.cg.dirs()
+	nets := map[string]uint64{
+		"host":      netNamespace(t, os.Getpid()),
+		"ahead":     netNamespace(t, forkedPid(t, ahead.p)),
+		"execution": netNamespace(t, forkedPid(t, a.p)),
+	}
 
 	var own siblingView
 	if err := json.Unmarshal([]byte(a.output(t, fmt.Sprintf(leaveBehindCode, name, marker)+fmt.Sprintf(probeSiblingCode, name, marker))), &own); err != nil {
@@ -87,6 +96,14 @@ func TestTemplateReusedCgroupsCarryNothing(t *testing.T) {
 	if got := b.p.cg.dirs(); strings.Join(got, " ") != strings.Join(slot, " ") {
 		t.Fatalf("the next child got cgroups %v, not the ended execution's %v: nothing was reused", got, slot)
 	}
+	nets["next"] = netNamespace(t, forkedPid(t, b.p))
+	seen := map[uint64]string{}
+	for who, ns := range nets {
+		if other, ok := seen[ns]; ok {
+			t.Errorf("the %s and the %s share network namespace %d", who, other, ns)
+		}
+		seen[ns] = who
+	}
 	out := b.output(t, fmt.Sprintf(probeSiblingCode+probeSecretCode, name, marker))
 	probe, secret, _ := strings.Cut(out, "\n")
 	var view siblingView
@@ -103,4 +120,43 @@ func TestTemplateReusedCgroupsCarryNothing(t *testing.T) {
 	if exit := b.p.Wait(); exit.MemoryLimit || exit.ProcLimit {
 		t.Errorf("the child on reused cgroups inherited the counters: %+v", exit)
 	}
+}
+
+// netNamespace is the inode of pid's network namespace, held open until
+// the test ends: a namespace freed meanwhile could give its number to a
+// later one.
+func netNamespace(t *testing.T, pid int) uint64 {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// forkedPid is the host pid of a forked child, from its pidfd's fdinfo
+// (the template reports the pid of its own PID namespace).
+func forkedPid(t *testing.T, p *Process) int {
+	t.Helper()
+	p.mu.Lock()
+	fd := p.pidfd
+	p.mu.Unlock()
+	info, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(info), "\n") {
+		if v, ok := strings.CutPrefix(l, "Pid:"); ok {
+			if pid, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && pid > 0 {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no pid in the pidfd's fdinfo %q", info)
+	return 0
 }
