@@ -24,13 +24,14 @@ import (
 // A Template is a warm interpreter that forks one sandboxed child per
 // program instead of starting a fresh one (docs/sandbox.md, "The forking
 // template"). The template itself runs in its own mount (the sandbox root,
-// built once), PID, network, IPC and UTS namespaces, as root with only
-// CAP_SETUID and CAP_SETGID and a seccomp filter, and never runs untrusted
-// code: it clones every child, as the child's own host uid (which so owns
-// the child's user namespace), straight into new user, PID (the child is
-// PID 1), mount, network, IPC, UTS and cgroup namespaces, writes its uid/gid
-// maps (to that uid) and moves it into its own fresh cgroups
-// before the child runs; the child mounts its own /proc, /tmp and /dev/shm,
+// built once), PID, IPC, UTS and (unless the children have the network)
+// network namespaces, as root with only CAP_SETUID and CAP_SETGID and a
+// seccomp filter, and never runs untrusted code: it clones every child, as
+// the child's own host uid (which so owns the child's user namespace),
+// straight into new user, PID (the child is PID 1), mount, IPC, UTS, cgroup
+// and (unless it has the network) network namespaces, writes its uid/gid
+// maps (to that uid) and moves it into cgroups of its own (reused by a
+// later child once verified empty, cgslots.go) before the child runs; the child mounts its own /proc, /tmp and /dev/shm,
 // drops every capability and applies rlimits, no_new_privs, Landlock and
 // the seccomp filter before it reads its first request.
 //
@@ -155,7 +156,7 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 	if why := TemplateUnavailable(Relax{Network: spec.Network}); why != "" {
 		return nil, fmt.Errorf("sandbox: template unavailable: %s", why)
 	}
-	s := Spec{Argv: spec.Argv, Env: spec.Env, ReadPaths: spec.ReadPaths}
+	s := Spec{Argv: spec.Argv, Env: spec.Env, ReadPaths: spec.ReadPaths, Relax: Relax{Network: spec.Network}}
 	readPaths, err := s.validate()
 	if err != nil {
 		return nil, err
@@ -204,6 +205,13 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 		closeAll(hostEnd, childEnd)
 		return nil, fmt.Errorf("sandbox: template spec pipe: %w", err)
 	}
+	// Children with the network share the host's, which they can reach
+	// only through the template's: it then keeps the host's too (it holds
+	// no CAP_NET_* and runs no untrusted code).
+	flags := syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC
+	if !spec.Network {
+		flags |= syscall.CLONE_NEWNET
+	}
 	cmd := &exec.Cmd{
 		Path:       helperExe(),
 		Args:       []string{"cyrnel-sandbox-template", argTemplate},
@@ -212,10 +220,9 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 		Stderr:     spec.Stderr,
 		ExtraFiles: []*os.File{specR, childEnd},
 		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS |
-				syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
-			Setpgid:   true,
-			Pdeathsig: syscall.SIGKILL,
+			Cloneflags: uintptr(flags),
+			Setpgid:    true,
+			Pdeathsig:  syscall.SIGKILL,
 		},
 		WaitDelay: time.Second,
 	}

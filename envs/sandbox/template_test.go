@@ -37,20 +37,31 @@ func startTemplate(t testing.TB, limits Limits, preload ...string) *Template {
 
 func startTemplateWith(t testing.TB, py python, limits Limits, readPaths []string, preload ...string) *Template {
 	t.Helper()
-	needTemplate(t)
+	return startTemplateSpec(t, testTemplateSpec(t, py, limits, readPaths, preload...))
+}
+
+// testTemplateSpec is a template of py with the runtime and preload.
+func testTemplateSpec(t testing.TB, py python, limits Limits, readPaths []string, preload ...string) TemplateSpec {
+	t.Helper()
 	runtimeDir, err := filepath.Abs("../../python")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	tpl, err := StartTemplate(ctx, TemplateSpec{
+	return TemplateSpec{
 		Argv: append([]string{py.exe, "-I", "-S", "-c", templateBoot, runtimeDir + ":/usr/lib/python3/dist-packages"}, preload...),
 		// /etc/alternatives: Debian's numpy reaches libblas through it.
 		ReadPaths: append([]string{py.prefix, runtimeDir, "/usr/lib/python3/dist-packages", "/etc/alternatives"}, readPaths...),
 		Limits:    limits,
 		Stderr:    os.Stderr,
-	})
+	}
+}
+
+func startTemplateSpec(t testing.TB, spec TemplateSpec) *Template {
+	t.Helper()
+	needTemplate(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tpl, err := StartTemplate(ctx, spec)
 	if err != nil {
 		t.Fatalf("start template: %v", err)
 	}
