@@ -31,9 +31,10 @@ import (
 // straight into new user, PID (the child is PID 1), mount, IPC, UTS, cgroup
 // and (unless it has the network) network namespaces, writes its uid/gid
 // maps (to that uid) and moves it into cgroups of its own (reused by a
-// later child once verified empty, cgslots.go) before the child runs; the child mounts its own /proc, /tmp and /dev/shm,
-// drops every capability and applies rlimits, no_new_privs, Landlock and
-// the seccomp filter before it reads its first request.
+// later child once verified empty, cgslots.go) before the child runs; the
+// child mounts its own /proc, /tmp and /dev/shm, drops every capability and
+// applies rlimits, no_new_privs, Landlock and the seccomp filter before it
+// reads its first request.
 //
 // The child side is implemented by the interpreter (python/cyrnel/_template.py);
 // this file starts the template and speaks its control protocol:
@@ -205,9 +206,9 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 		closeAll(hostEnd, childEnd)
 		return nil, fmt.Errorf("sandbox: template spec pipe: %w", err)
 	}
-	// Children with the network share the host's, which they can reach
-	// only through the template's: it then keeps the host's too (it holds
-	// no CAP_NET_* and runs no untrusted code).
+	// Children with the network share the host's, and a clone keeps its
+	// parent's: the template then stays in the host's too (it holds no
+	// CAP_NET_*; decisions.md).
 	flags := syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC
 	if !spec.Network {
 		flags |= syscall.CLONE_NEWNET

@@ -2,19 +2,20 @@
 per execution (envs/sandbox/template.go has the protocol, docs/sandbox.md
 the design).
 
-The template runs as root in its own mount (the sandbox root), PID, network,
-IPC and UTS namespaces with only CAP_SETUID and CAP_SETGID, and never runs
+The template runs as root in its own mount (the sandbox root), PID, IPC,
+UTS and (unless the children have the network) network namespaces with only
+CAP_SETUID and CAP_SETGID, and never runs
 untrusted code. It stays single-threaded: a forked child inherits no other
 thread, so a lock another thread held would stay locked in the child.
 
 Each child is cloned straight into new user, PID (it is PID 1), mount,
-network, IPC, UTS and cgroup namespaces, by the template running with the
+IPC, UTS, cgroup and (without the network) network namespaces, by the template running with the
 child's own host uid as its effective uid, so the child's user namespace
 belongs to that uid and the kernel's per-user counts (inotify, pipe pages,
 pending signals...) of everything in it are charged to it, not to root.
 Before it runs, the template writes its uid/gid maps (1000 inside, the
 child's host uid outside), moves it
-into its fresh cgroups and hands the host its pidfd; the child then becomes
+into cgroups of its own and hands the host its pidfd; the child then becomes
 uid 1000, mounts its own /proc, /tmp and /dev/shm, drops every capability
 and applies rlimits, no_new_privs, Landlock and seccomp before it reads its
 first request. The template reaps it and reports how it ended.
