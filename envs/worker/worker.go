@@ -40,7 +40,9 @@ type Worker struct {
 	directS *rpcStream
 	ready   chan struct{}
 	once    sync.Once
-	streams sync.WaitGroup
+	// streams counts the output pipes not yet at end-of-file; the pump
+	// that takes it to 0 closes eof.
+	streams atomic.Int32
 	eof     chan struct{} // closed when both output pipes are done
 	calls   chan struct{} // one token per request being served
 	outs    [2]*os.File   // parent read ends of stdout, stderr
@@ -125,10 +127,9 @@ func Start(ctx context.Context, log *slog.Logger, l Launcher, cmd Command) (*Wor
 	w.direct = jsonrpc2.NewConn(context.Background(), w.directS, directCalls{w}, logger)
 	w.eof = make(chan struct{})
 	w.calls = make(chan struct{}, maxCalls)
-	w.streams.Add(2)
+	w.streams.Store(2)
 	go w.pump(0)
 	go w.pump(1)
-	go func() { w.streams.Wait(); close(w.eof) }()
 	return w, nil
 }
 
@@ -225,7 +226,11 @@ func (w *Worker) drain() {
 }
 
 func (w *Worker) pump(stream int) {
-	defer w.streams.Done()
+	defer func() {
+		if w.streams.Add(-1) == 0 {
+			close(w.eof)
+		}
+	}()
 	buf := make([]byte, 32<<10)
 	var carry []byte // the end of the last read, for a text split between reads
 	for {
