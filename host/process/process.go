@@ -381,7 +381,15 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) 
 	r := m.launch(p, in.Files, span)
 	if in.Wait > 0 {
 		// Its own run: a short execution's final row, held, is the answer.
-		return m.await(ctx, r, in.Wait)
+		v, err := m.await(ctx, r, in.Wait)
+		if store.Unavailable(err) {
+			// The wait ended while the database cannot be read: the row is
+			// stored and live (its final write waits on the database), so
+			// it is answered as it stands here. A 503 would tell the
+			// client it was not created, and it would be run again.
+			return r.current(), nil
+		}
+		return v, err
 	}
 	return m.view(p), nil
 }

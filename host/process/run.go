@@ -87,6 +87,25 @@ func (r *run) overlay(v *Process) {
 	if r.final != nil {
 		return
 	}
+	r.overlayLocked(v)
+}
+
+// current is the run as it stands without reading the database: its final
+// row once that is stored, else the row as launched with the live state on
+// it.
+func (r *run) current() *Process {
+	base := r.base
+	v := viewOf(&base)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.final != nil {
+		return r.final
+	}
+	r.overlayLocked(v)
+	return v
+}
+
+func (r *run) overlayLocked(v *Process) {
 	v.State = r.state
 	v.Output = maps.Clone(r.output)
 	v.Stdout, v.Stderr = r.stdout.text.String(), r.stderr.text.String()
