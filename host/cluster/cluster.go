@@ -33,11 +33,12 @@ const DefaultTTL = 15 * time.Second
 // notifications may have missed.
 const DefaultSync = 2 * time.Second
 
-// renewRetry is how soon a renewal that failed is tried again: after an
-// outage longer than the lease the host holds a lease again (and the others
-// can forward to it) within about this long of the database's return, not
-// a third of the TTL later.
-const renewRetry = time.Second
+// retry is how soon a renewal or a notification connection that failed is
+// tried again: after an outage the host holds a lease again (and the others
+// can forward to it), and hears and resyncs what changed, within about this
+// long of the database's return, not a third of the TTL later. Only the
+// first failure of a run of them is logged.
+const retry = 250 * time.Millisecond
 
 // Store is the database's side of the cluster.
 type Store interface {
@@ -264,7 +265,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 }
 
 // renew renews the lease every third of its TTL (a failed renewal is tried
-// again within renewRetry). Lost hosts are judged only
+// again within retry). Lost hosts are judged only
 // once this host has renewed for a whole TTL without failing: after an
 // outage of the database every host needs that long to renew again, and
 // none is taken for lost meanwhile. The leases themselves run on the
@@ -284,17 +285,18 @@ func (c *Cluster) renew(ctx context.Context) {
 		addr := c.addr
 		c.mu.Unlock()
 		if err := c.store.RenewLease(ctx, c.host, addr, c.opts.TTL); err != nil {
-			if ctx.Err() == nil {
+			if ctx.Err() == nil && !reachable.IsZero() {
 				c.log.Warn("renew the lease", "err", err)
 			}
 			reachable = time.Time{}
 			c.alive.Store(-1)
-			t.Reset(min(renewRetry, every))
+			t.Reset(min(retry, every))
 			continue
 		}
 		t.Reset(every)
 		c.countAlive(ctx)
 		if reachable.IsZero() {
+			c.log.Info("lease renewed again")
 			reachable = time.Now()
 		}
 		c.mu.Lock()
@@ -314,18 +316,21 @@ func (c *Cluster) renew(ctx context.Context) {
 // is lost; after a reconnection it has a sync run at once, as
 // notifications may have been missed meanwhile.
 func (c *Cluster) listen(ctx context.Context, h Handlers) {
-	first := true
+	first, connected := true, true
 	for ctx.Err() == nil {
-		err := c.listenOnce(ctx, h, !first)
+		err := c.listenOnce(ctx, h, !first, &connected)
 		first = false
 		if ctx.Err() != nil {
 			return
 		}
-		c.log.Warn("cluster notifications lost; reconnecting", "err", err)
+		if connected {
+			c.log.Warn("cluster notifications lost; reconnecting", "err", err)
+			connected = false
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Second):
+		case <-time.After(retry):
 		}
 	}
 }
@@ -348,7 +353,9 @@ func (c *Cluster) listenOn(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-func (c *Cluster) listenOnce(ctx context.Context, h Handlers, reconnected bool) error {
+// listenOnce listens on one connection until it is lost, setting
+// *connected once it listens.
+func (c *Cluster) listenOnce(ctx context.Context, h Handlers, reconnected bool, connected *bool) error {
 	c.mu.Lock()
 	conn := c.first
 	c.first = nil
@@ -360,7 +367,9 @@ func (c *Cluster) listenOnce(ctx context.Context, h Handlers, reconnected bool) 
 		}
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	*connected = true
 	if reconnected {
+		c.log.Info("cluster notifications heard again")
 		c.syncNow()
 	}
 	for {
