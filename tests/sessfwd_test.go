@@ -113,18 +113,7 @@ func TestScaleOutSessionHostLost(t *testing.T) {
 	if st != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" || !strings.Contains(prob.Detail, ses.HostID) {
 		t.Fatalf("a run through B while A's lease lives: %d %v %+v", st, hdr, prob)
 	}
-	// The bound: the lease runs out within ttl of the last renewal, and a
-	// live host looks every ttl/3.
-	var seen clusterSession
-	for b.do("GET", "/sessions/"+ses.ID, nil, &seen); seen.State != "ended"; b.do("GET", "/sessions/"+ses.ID, nil, &seen) {
-		if took := time.Since(t0); took > ttl+ttl/3+time.Second {
-			t.Fatalf("still %s after %v, more than the lease bound", seen.State, took)
-		}
-		time.Sleep(100 * time.Millisecond) // polling a condition, not synchronising
-	}
-	if seen.EndReason != "host_lost" {
-		t.Fatalf("the dead host's session: %+v", seen)
-	}
+	sessionLost(t, b, ses, ttl, t0)
 	if st, _ := b.do("DELETE", "/sessions/"+ses.ID, nil, nil); st != http.StatusNoContent {
 		t.Fatalf("delete the lost session through B: %d", st)
 	}
@@ -132,6 +121,25 @@ func TestScaleOutSessionHostLost(t *testing.T) {
 	if st, _ := b.do("POST", "/processes", map[string]any{"code": "print(1)", "session": ses.ID}, &p); st != http.StatusConflict {
 		t.Fatalf("a run in the lost session: %d %+v, want 409", st, p)
 	}
+}
+
+// sessionLost: ses, whose host was SIGKILLed at killed, ends host_lost
+// within the lease bound, seen through h, and returns how long after the
+// kill. The bound: the lease runs out within ttl of the last renewal, and a
+// live host looks every ttl/3.
+func sessionLost(t *testing.T, h *host, ses clusterSession, ttl time.Duration, killed time.Time) time.Duration {
+	t.Helper()
+	var seen clusterSession
+	for h.do("GET", "/sessions/"+ses.ID, nil, &seen); seen.State != "ended"; h.do("GET", "/sessions/"+ses.ID, nil, &seen) {
+		if took := time.Since(killed); took > ttl+ttl/3+time.Second {
+			t.Fatalf("still %s after %v, more than the lease bound", seen.State, took)
+		}
+		time.Sleep(100 * time.Millisecond) // polling a condition, not synchronising
+	}
+	if seen.EndReason != "host_lost" {
+		t.Fatalf("the dead host's session: %+v", seen)
+	}
+	return time.Since(killed)
 }
 
 // TestScaleOutApprovalEvent: a program on A waits on an approval; B's event
