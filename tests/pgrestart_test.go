@@ -23,7 +23,9 @@ import (
 // through one host take effect on the others within 3 s; a session on A
 // used through every host keeps its state; a program running on C through
 // the fault ends success with its output kept; no row of the load sent
-// before the return is live 30 s after it. Every execution accepted (201)
+// before the return is live 30 s after it; a run whose wait ended while
+// the database was down was answered 201, live, and its result landed
+// after the return. Every execution accepted (201)
 // reaches its final state once (one run, one row) with its own output,
 // equal to what its answer said when it had ended; no 503 leaves a row.
 // Last, a SIGKILLed host's session ends host_lost, seen through another.
@@ -45,6 +47,11 @@ func TestPostgresFaultsDuringLoad(t *testing.T) {
 		t.Fatalf("x = 0 in A's session: %+v", p)
 	}
 	x := 0
+	// A session on C, whose host is SIGKILLed last.
+	var lost clusterSession
+	if st, _ := c.do("POST", "/sessions", map[string]any{}, &lost); st != http.StatusCreated {
+		t.Fatalf("create a session on C: %d", st)
+	}
 
 	load := startRestartLoad(hs, 6)
 	defer load.finish()
@@ -58,60 +65,30 @@ func TestPostgresFaultsDuringLoad(t *testing.T) {
 	faults := []struct {
 		name   string
 		runFor time.Duration // the program on C: through the fault and past it
-		module string        // the environment switched to after it
 		block  string        // the tool a policy set after it blocks
 		fault  func() time.Time
 	}{
-		{"pg_ctl restart -m fast", 5 * time.Second, "typescript", "pets.addPet", func() time.Time {
+		{"pg_ctl restart -m fast", 5 * time.Second, "pets.addPet", func() time.Time {
 			srv.Restart("fast")
 			return time.Now()
 		}},
-		{"stopped -m immediate for 20 s", stopped + 5*time.Second, "python", "pets.deletePet", func() time.Time {
-			across := postAcrossStop(t, b)
-			srv.Stop("immediate")
-			down := time.Now()
-			// Its wait ended while the database was down: still it was
-			// created, and says so (a 503 would have it run again).
-			if got := <-across; got.status != http.StatusCreated || got.p.State == "idle" {
-				t.Fatalf("a run whose wait ended while the database was down was answered %d %+v, want 201 and live", got.status, got.p)
-			} else {
-				acrossPID = got.p.PID
-			}
-			readiness(t, hs, http.StatusServiceUnavailable, 10*time.Second)
-			for i, h := range hs {
-				var prob problem
-				if st, hdr := h.do("POST", "/processes", map[string]any{"code": "print(1)"}, &prob); st != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" {
-					t.Fatalf("a run through host %d while the database is down: %d %v %+v", i, st, hdr, prob)
-				}
-			}
-			time.Sleep(time.Until(down.Add(stopped))) // the outage's length: the scenario, not synchronisation
-			srv.Start()
-			return time.Now()
+		{"stopped -m immediate for 20 s", stopped + 5*time.Second, "pets.deletePet", func() (back time.Time) {
+			back, acrossPID = stopDuringLoad(t, srv, hs, stopped)
+			return back
 		}},
 	}
 	for _, f := range faults {
+		pythonEverywhere(t, hs)
 		more("work accepted before: "+f.name, 10)
 		cross := startCrossing(t, a, c, f.runFor)
 		down := time.Now()
 		back := f.fault()
 		t.Logf("%s: the database back after %v", f.name, back.Sub(down).Round(time.Millisecond))
 
-		took := converge(t, hs, approver, cross, back, f.module, f.block)
-		// The session through every host, B first: within 3 s of the
-		// return its host holds its lease again (503 with Retry-After
-		// until then).
-		for i, h := range []*host{b, c, a} {
-			x++
-			var p proc
-			st := h.served(time.Until(back.Add(3*time.Second)), "POST", "/processes", map[string]any{"code": "x += 1\nprint(x)", "session": ses.ID, "waitMs": 60000}, &p)
-			if st != http.StatusCreated || p.exit() != "success" || p.Stdout != fmt.Sprintf("%d\n", x) {
-				t.Fatalf("x += 1 in A's session through host %d, %v after the return: %d %+v", []int{1, 2, 0}[i], time.Since(back).Round(time.Millisecond), st, p)
-			}
-			if i == 0 {
-				took["session through B"] = time.Since(back)
-			}
-		}
+		took := converge(t, hs, approver, cross, back, "typescript", f.block)
+		took["session through B"] = sessionThroughEvery(t, []*host{b, c, a}, ses.ID, &x, back)
 		readiness(t, hs, http.StatusOK, time.Until(back.Add(3*time.Second)))
+		took["no live rows"] = noLiveRows(t, b, load, back)
 		if acrossPID != 0 {
 			// Its final write, tried again, landed after the return.
 			if p := b.wait(acrossPID); p.exit() != "success" || p.Stdout != "across\n" || p.Runs != 1 {
@@ -123,7 +100,6 @@ func TestPostgresFaultsDuringLoad(t *testing.T) {
 		if p := a.wait(cross.long.PID); p.exit() != "success" || p.Stdout != "started\nsurvived\n" || p.Runs != 1 || p.HostID != cross.long.HostID {
 			t.Errorf("%s: the program running on C through it: %+v", f.name, p)
 		}
-		took["no live rows"] = noLiveRows(t, b, load, back)
 		t.Logf("%s: requests sent while the database was down, by status: %v; from the return: %v", f.name, load.between(down, back), roundAll(took))
 	}
 
@@ -133,13 +109,76 @@ func TestPostgresFaultsDuringLoad(t *testing.T) {
 
 	// A SIGKILLed host's session ends host_lost (the lease judged on the
 	// database's clock, which went away twice).
-	var lost clusterSession
-	if st, _ := c.do("POST", "/sessions", map[string]any{}, &lost); st != http.StatusCreated {
-		t.Fatalf("create a session on C: %d", st)
-	}
 	c.cmd.Process.Signal(syscall.SIGKILL)
 	<-c.exited
 	t.Logf("C's session ended host_lost %v after the SIGKILL (lease %v)", sessionLost(t, a, lost, ttl, time.Now()).Round(time.Millisecond), ttl)
+}
+
+// stopDuringLoad stops srv immediate (a crash) for stopped, with a run in
+// flight through B whose wait ends while it is down, and checks that
+// meanwhile every host is unready and answers runs 503 with Retry-After. It
+// returns when the database was back and the in-flight run's pid.
+func stopDuringLoad(t *testing.T, srv *pgtest.Server, hs []*host, stopped time.Duration) (time.Time, int64) {
+	t.Helper()
+	across := postAcrossStop(t, hs[1])
+	srv.Stop("immediate")
+	down := time.Now()
+	// Its wait ended while the database was down: still it was created,
+	// and says so (a 503 would have it run again).
+	got := <-across
+	if got.status != http.StatusCreated || got.p.State == "idle" {
+		t.Fatalf("a run whose wait ended while the database was down was answered %d %+v, want 201 and live", got.status, got.p)
+	}
+	readiness(t, hs, http.StatusServiceUnavailable, 10*time.Second)
+	for i, h := range hs {
+		var prob problem
+		if st, hdr := h.do("POST", "/processes", map[string]any{"code": "print(1)"}, &prob); st != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" {
+			t.Fatalf("a run through host %d while the database is down: %d %v %+v", i, st, hdr, prob)
+		}
+	}
+	time.Sleep(time.Until(down.Add(stopped))) // the outage's length: the scenario, not synchronisation
+	srv.Start()
+	return time.Now(), got.p.PID
+}
+
+// pythonEverywhere switches back to Python through the first host if
+// another environment is active, and waits until every host runs it.
+// Python before each fault, TypeScript switched to after it: its setup
+// takes tens of milliseconds, so what is measured is how soon a switch
+// reaches the others, not a Python pool's start (over a second here under
+// load, on the host switched through and then on each other one).
+func pythonEverywhere(t *testing.T, hs []*host) {
+	t.Helper()
+	if activeModule(hs[0]) == "python" {
+		return
+	}
+	if st, _ := hs[0].do("PUT", "/environment", map[string]any{"module": "python"}, nil); st != http.StatusOK {
+		t.Fatalf("switch back to python: %d", st)
+	}
+	eventuallyWithin(t, 10*time.Second, "python again on every host", func() bool {
+		return activeModule(hs[1]) == "python" && activeModule(hs[2]) == "python"
+	})
+}
+
+// sessionThroughEvery runs x += 1 in session ses through each host in turn,
+// the first within 3 s of the database's return at back (its host holds
+// its lease again; 503 with Retry-After until then): each prints the next
+// *x. It returns when the first was answered.
+func sessionThroughEvery(t *testing.T, hs []*host, ses string, x *int, back time.Time) time.Duration {
+	t.Helper()
+	var first time.Duration
+	for i, h := range hs {
+		*x++
+		var p proc
+		st := h.served(time.Until(back.Add(3*time.Second)), "POST", "/processes", map[string]any{"code": "x += 1\nprint(x)", "session": ses, "waitMs": 60000}, &p)
+		if st != http.StatusCreated || p.exit() != "success" || p.Stdout != fmt.Sprintf("%d\n", *x) {
+			t.Fatalf("x += 1 in the session through %s, %v after the return: %d %+v", h.base, time.Since(back).Round(time.Millisecond), st, p)
+		}
+		if i == 0 {
+			first = time.Since(back)
+		}
+	}
+	return first
 }
 
 // servePets imports a petstore whose getPetById answers doggie through a,
