@@ -125,6 +125,10 @@ type Cluster struct {
 	joined, left bool
 
 	seen map[control.Event]string // versions applied at the last sync; nil before the first
+	// changed (under mu) are the pieces changed outside the sync since it
+	// last looked (made here, or heard of): it reloads them whatever their
+	// version, which is a digest of the value and can come back.
+	changed map[control.Event]bool
 
 	renewal lifecycle.Loop
 }
@@ -392,6 +396,7 @@ func (c *Cluster) listenOnce(ctx context.Context, h Handlers, reconnected bool, 
 func (c *Cluster) handle(ctx context.Context, h Handlers, msg message) {
 	switch {
 	case msg.Type == "config" && msg.From != c.host:
+		c.markChanged(msg.Event)
 		if err := h.Config(ctx, msg.Event); err != nil {
 			c.log.Error("apply another host's configuration change", "event", msg.Event.String(), "from", msg.From, "err", err)
 		}
@@ -432,10 +437,19 @@ func (c *Cluster) syncLoop(ctx context.Context, h Handlers, wg *sync.WaitGroup) 
 // configuration whose version changed, kills asked of this host, decisions
 // on approvals calls here wait on. What fails is tried at the next sync.
 func (c *Cluster) sync(ctx context.Context, h Handlers, wg *sync.WaitGroup) {
+	// Taken before the versions are read: a change made meanwhile is
+	// either in what is read or marked for the next sync.
+	c.mu.Lock()
+	changed := c.changed
+	c.changed = nil
+	c.mu.Unlock()
 	if cur, err := h.Versions(ctx); err != nil {
 		c.log.Debug("read configuration versions", "err", err)
+		for ev := range changed {
+			c.markChanged(ev) // for the next sync
+		}
 	} else {
-		c.apply(ctx, h, cur)
+		c.apply(ctx, h, cur, changed)
 	}
 	pids, err := c.store.TakeKills(ctx, c.host)
 	if err != nil {
@@ -455,19 +469,21 @@ func (c *Cluster) sync(ctx context.Context, h Handlers, wg *sync.WaitGroup) {
 }
 
 // apply reloads each piece of configuration whose version differs from the
-// last sync's (every piece at the first sync: anything may have changed
-// between loading and listening).
-func (c *Cluster) apply(ctx context.Context, h Handlers, cur map[control.Event]string) {
+// last sync's or that changed outside the sync since (every piece at the
+// first sync: anything may have changed between loading and listening). A
+// reload of what is in force does nothing.
+func (c *Cluster) apply(ctx context.Context, h Handlers, cur map[control.Event]string, changed map[control.Event]bool) {
 	first := c.seen == nil
 	if first {
 		c.seen = map[control.Event]string{}
 	}
 	for ev, v := range cur {
-		if old, ok := c.seen[ev]; ok && old == v && !first {
+		if old, ok := c.seen[ev]; ok && old == v && !first && !changed[ev] {
 			continue
 		}
 		if err := h.Config(ctx, ev); err != nil {
 			c.log.Warn("apply a configuration change found in the database", "event", ev.String(), "err", err)
+			c.markChanged(ev) // tried again at the next sync
 			continue
 		}
 		c.seen[ev] = v
@@ -481,6 +497,22 @@ func (c *Cluster) apply(ctx context.Context, h Handlers, cur map[control.Event]s
 			continue
 		}
 		delete(c.seen, ev)
+	}
+}
+
+// markChanged marks pieces of configuration changed outside the sync. The
+// active environment is one piece, whichever module an event names.
+func (c *Cluster) markChanged(evs ...control.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ev := range evs {
+		if ev.Kind == control.KindEnvironment {
+			ev.ID = ""
+		}
+		if c.changed == nil {
+			c.changed = map[control.Event]bool{}
+		}
+		c.changed[ev] = true
 	}
 }
 
@@ -517,6 +549,7 @@ func (c *Cluster) HostsAlive() (n int, ok bool) {
 // Notify tells the other hosts of a stored configuration change
 // (control.Notifier). A host that misses it catches up at its next sync.
 func (c *Cluster) Notify(ctx context.Context, ev control.Event) {
+	c.markChanged(ev)
 	if err := c.publish(ctx, message{Type: "config", Event: ev}); err != nil {
 		c.log.Warn("tell the other hosts of a configuration change; they find it at their next sync", "event", ev.String(), "err", err)
 	}

@@ -227,3 +227,26 @@ func TestStartAndStopOnce(t *testing.T) {
 		t.Fatalf("%d live leases after Stop, want 0", n)
 	}
 }
+
+// A piece of configuration this host changed, then changed back by
+// another host whose notice it missed (it was reconnecting), is reloaded
+// at its next sync: the version, a digest of the value, is again the one
+// the sync saw before this host's own change.
+func TestSyncAfterAChangeBack(t *testing.T) {
+	t.Parallel()
+	url, st := schemaURL(t)
+	r := newRecorder()
+	env := control.Event{Kind: control.KindEnvironment}
+	r.setVersion(env, "typescript")
+	a := join(t, url, st, "a", r)
+	if got := receive(t, r.config, "the first sync"); got != env {
+		t.Fatalf("the first sync reloaded %v", got)
+	}
+	r.setVersion(env, "python")
+	a.Notify(context.Background(), control.Event{Kind: control.KindEnvironment, ID: "python"})
+	r.setVersion(env, "typescript") // before a sync ran; the notice missed
+	a.syncNow()
+	if got := receive(t, r.config, "a reload after the change back"); got != env {
+		t.Fatalf("reloaded %v", got)
+	}
+}
