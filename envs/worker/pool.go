@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,7 +55,6 @@ type Pool struct {
 	refillDelay  time.Duration
 	afterRun     bool
 
-	ready   chan *Worker
 	wake    chan struct{}
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -62,7 +62,15 @@ type Pool struct {
 	begun   atomic.Bool // read by every Get
 	stopped bool
 
-	mu          sync.Mutex
+	mu sync.Mutex
+	// ready holds the warm workers; Get takes the last. A returned worker
+	// goes last, so a lone client keeps reusing one warm worker instead
+	// of alternating between all of them (each switch costs the other
+	// worker's cold caches and a wake-up); a spawned one goes first, so
+	// spawns are handed out oldest first.
+	ready       []*Worker
+	avail       chan struct{} // signalled when ready gains a worker
+	capacity    int           // kept workers and every spawn in flight
 	spawning    int
 	failures    int64 // spawns that failed, ever
 	streak      int   // consecutive failures, for back-off
@@ -98,7 +106,8 @@ func NewPool(log *slog.Logger, cfg PoolConfig, spawn SpawnFunc) *Pool {
 	p := &Pool{
 		log: log, spawn: spawn, size: size, keep: keep, startTimeout: cfg.StartTimeout, lend: cfg.Lend, refillDelay: refillDelay,
 		maxSpawning: max(size, 2*runtime.NumCPU()),
-		ready:       make(chan *Worker, keep+max(size, 2*runtime.NumCPU())), // kept workers and every spawn in flight
+		capacity:    keep + max(size, 2*runtime.NumCPU()),
+		avail:       make(chan struct{}, 1),
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		failed:      make(chan struct{}),
@@ -155,12 +164,10 @@ func (p *Pool) Get(ctx context.Context) (*Worker, error) {
 		return nil, ErrNotStarted
 	}
 	// A warm worker at hand: no waiting, no demand.
-	select {
-	case w := <-p.ready:
+	if w, ok := p.pop(); ok {
 		if w, ok := p.take(w); ok {
 			return w, nil
 		}
-	default:
 	}
 	// Waiting counts as demand: the pool spawns for waiters too, not only to
 	// refill its warm workers.
@@ -174,23 +181,66 @@ func (p *Pool) Get(ctx context.Context) (*Worker, error) {
 	}()
 	p.poke()
 	for {
-		p.mu.Lock()
-		failed, streak, lastErr := p.failed, p.streak, p.lastError
-		p.mu.Unlock()
-		if streak >= failStreak && len(p.ready) == 0 {
-			return nil, fmt.Errorf("no worker could be started (%d failures in a row): %s", streak, lastErr)
-		}
-		select {
-		case w := <-p.ready:
+		if w, ok := p.pop(); ok {
 			if w, ok := p.take(w); ok {
 				return w, nil
 			}
+			continue
+		}
+		p.mu.Lock()
+		failed, streak, lastErr := p.failed, p.streak, p.lastError
+		p.mu.Unlock()
+		if streak >= failStreak {
+			return nil, fmt.Errorf("no worker could be started (%d failures in a row): %s", streak, lastErr)
+		}
+		select {
+		case <-p.avail:
 		case <-failed:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-p.stop:
 			return nil, ErrClosed
 		}
+	}
+}
+
+// pop takes the last ready worker, if any.
+func (p *Pool) pop() (*Worker, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.ready)
+	if n == 0 {
+		return nil, false
+	}
+	w := p.ready[n-1]
+	p.ready[n-1] = nil
+	p.ready = p.ready[:n-1]
+	if n > 1 {
+		p.signal() // another waiter may take the next one
+	}
+	return w, true
+}
+
+// push adds a warm worker, last (taken next) or first (taken after all the
+// others), unless the pool holds limit already. It runs under p.mu.
+func (p *Pool) push(w *Worker, last bool, limit int) bool {
+	if len(p.ready) >= limit {
+		return false
+	}
+	if last {
+		p.ready = append(p.ready, w)
+	} else {
+		p.ready = slices.Insert(p.ready, 0, w)
+	}
+	p.signal()
+	return true
+}
+
+// signal wakes one waiter of Get; a signal already pending suffices.
+func (p *Pool) signal() {
+	select {
+	case p.avail <- struct{}{}:
+	default:
 	}
 }
 
@@ -252,10 +302,7 @@ func (p *Pool) Return(w *Worker, reusable bool) bool {
 		// Room among the warm slots; the queue itself also has room for
 		// every spawn in flight, so a landing spawn is never left with
 		// nowhere to go.
-		if reusable && !w.Dead() && len(p.ready) < p.keep {
-			p.ready <- w
-			kept = true
-		}
+		kept = reusable && !w.Dead() && p.push(w, true, p.keep)
 	}
 	if !kept {
 		time.AfterFunc(p.refillDelay, p.poke)
@@ -287,13 +334,12 @@ func (p *Pool) Stop(ctx context.Context) error {
 	go func() {
 		defer close(done)
 		p.wg.Wait()
-		for {
-			select {
-			case w := <-p.ready:
-				w.Close()
-			default:
-				return
-			}
+		p.mu.Lock()
+		ready := p.ready
+		p.ready = nil
+		p.mu.Unlock()
+		for _, w := range ready {
+			w.Close()
 		}
 	}()
 	select {
@@ -396,9 +442,7 @@ func (p *Pool) spawnOne() {
 		case <-p.stop:
 			surplus = w
 		default:
-			select {
-			case p.ready <- w:
-			default: // only if warm slots and every spawn are full: surplus
+			if !p.push(w, false, p.capacity) { // only if warm slots and every spawn are full
 				surplus = w
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -156,4 +157,58 @@ func TestLendingPoolKeepsWhatItGrew(t *testing.T) {
 	if n := spawns.Load() - before; n != 0 {
 		t.Errorf("%d spawns to serve 3 callers with 3 workers kept", n)
 	}
+}
+
+// TestLoneClientKeepsOneWorker: a lending pool hands out the worker
+// returned last, so one client served back to back keeps one warm worker
+// (it alternated between all of them, each switch waking a colder one),
+// while spawned workers are still handed out oldest first.
+func TestLoneClientKeepsOneWorker(t *testing.T) {
+	t.Parallel()
+	landed := make(chan struct{}, 8)
+	p := NewPool(slog.New(slog.NewTextHandler(io.Discard, nil)), PoolConfig{Size: 3, StartTimeout: 30 * time.Second, Lend: true},
+		func(ctx context.Context) (*Worker, error) { return idleWorker(t, ctx) })
+	p.landed = func() { landed <- struct{}{} }
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop(context.Background()) })
+	for range 3 {
+		receive(t, landed, "a spawn never landed")
+	}
+	if s := p.Stats(); s.Ready != 3 {
+		t.Fatalf("%+v, want 3 ready", s)
+	}
+	p.mu.Lock()
+	order := slices.Clone(p.ready) // the oldest spawn last
+	p.mu.Unlock()
+	first, err := p.Get(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != order[len(order)-1] {
+		t.Fatal("the first Get did not hand out the oldest spawn")
+	}
+	for i := range 5 {
+		if !p.Return(first, true) {
+			t.Fatal("Return refused a live worker")
+		}
+		w, err := p.Get(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w != first {
+			t.Fatalf("Get %d handed out another worker than the one just returned", i+2)
+		}
+	}
+	// Control: with that worker lent, the others are still handed out.
+	other, err := p.Get(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other == first || other != order[len(order)-2] {
+		t.Fatal("a second client did not get the next oldest spawn")
+	}
+	p.Return(other, true)
+	p.Return(first, true)
 }
