@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/worker"
 )
 
@@ -41,9 +42,9 @@ type Config struct {
 	// StartTimeoutMs bounds an interpreter's warm-up; slower ones are replaced.
 	StartTimeoutMs int `json:"startTimeoutMs"`
 	// Sandbox says which isolation layers hold each interpreter.
-	Sandbox worker.SandboxConfig `json:"sandbox"`
+	Sandbox module.SandboxConfig `json:"sandbox"`
 	// Limits are each execution's resource limits.
-	Limits worker.LimitsConfig `json:"limits"`
+	Limits module.LimitsConfig `json:"limits"`
 }
 
 func defaultConfig() Config {
@@ -55,8 +56,8 @@ func defaultConfig() Config {
 		SitePackages:   true,
 		Fork:           true,
 		StartTimeoutMs: 10000,
-		Sandbox:        worker.DefaultSandbox,
-		Limits:         worker.DefaultLimits,
+		Sandbox:        module.DefaultSandbox,
+		Limits:         module.DefaultLimits,
 	}
 }
 

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"text/template"
 
-	"github.com/cyrnel/cyrnel/envs/worker"
+	"github.com/cyrnel/cyrnel/envs/module"
 )
 
 // guideFacts is what the guide says of the active configuration: each
@@ -17,7 +17,7 @@ type guideFacts struct {
 	Site     bool // site-packages on sys.path
 	Network  bool
 	Sandbox  bool
-	Limits   worker.LimitsConfig
+	Limits   module.LimitsConfig
 	Plotting bool // matplotlib is installed
 }
 

@@ -314,7 +314,7 @@ const sessionGrace = 2 * time.Second
 // keeps its globals between executions and survives an interrupted program:
 // forked from the template as a session's child where interpreters are
 // forked, else spawned.
-func (e *Env) StartSession(ctx context.Context) (*worker.Session, error) {
+func (e *Env) StartSession(ctx context.Context) (module.Session, error) {
 	e.mu.Lock()
 	launcher := e.sessionLaunch
 	e.mu.Unlock()
@@ -393,7 +393,7 @@ func (e *Env) Status() map[string]any {
 }
 
 // Workers counts the pool's workers and the template's restarts.
-func (e *Env) Workers() worker.Counts {
+func (e *Env) Workers() module.WorkerCounts {
 	e.mu.Lock()
 	r, forking := e.runner, e.forking
 	e.mu.Unlock()

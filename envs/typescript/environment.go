@@ -31,10 +31,10 @@ type Config struct {
 	Concurrency int `json:"concurrency"`
 	// PoolSize is how many warm workers wait for work.
 	PoolSize int                  `json:"poolSize"`
-	Sandbox  worker.SandboxConfig `json:"sandbox"`
+	Sandbox  module.SandboxConfig `json:"sandbox"`
 	// Limits hold each worker process: a memory bomb or a runaway built-in
 	// ends that worker, never the host.
-	Limits worker.LimitsConfig `json:"limits"`
+	Limits module.LimitsConfig `json:"limits"`
 }
 
 // Configuration defaults.
@@ -115,7 +115,7 @@ func (e *Environment) Info() module.Info {
 func ParseConfig(raw map[string]any) (Config, error) {
 	cfg := Config{
 		TimeoutMs: module.DefaultTimeoutMs, Concurrency: DefaultConcurrency, PoolSize: DefaultPoolSize,
-		Sandbox: worker.DefaultSandbox, Limits: worker.DefaultLimits,
+		Sandbox: module.DefaultSandbox, Limits: module.DefaultLimits,
 	}
 	if len(raw) > 0 {
 		b, err := json.Marshal(raw)
@@ -203,7 +203,7 @@ func (e *Environment) Setup(ctx context.Context, sc module.SetupContext) error {
 // per worker); GOMEMLIMIT, below the worker's memory limit, makes the
 // collector work harder as a program's heap nears it instead of letting the
 // larger target run into the limit (docs/typescript.md).
-func workerEnv(l worker.LimitsConfig) []string {
+func workerEnv(l module.LimitsConfig) []string {
 	return []string{"GOGC=400", fmt.Sprintf("GOMEMLIMIT=%dMiB", l.MemoryMB*7/8)}
 }
 
@@ -240,7 +240,7 @@ func (e *Environment) Teardown(ctx context.Context) error {
 }
 
 // Workers counts the pool's workers.
-func (e *Environment) Workers() worker.Counts {
+func (e *Environment) Workers() module.WorkerCounts {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.runner.Counts()

@@ -611,7 +611,7 @@ func TestInfoAndConfig(t *testing.T) {
 	}
 
 	cfg, err := ParseConfig(nil)
-	if err != nil || cfg != (Config{TimeoutMs: module.DefaultTimeoutMs, Concurrency: DefaultConcurrency, PoolSize: DefaultPoolSize, Sandbox: worker.DefaultSandbox, Limits: worker.DefaultLimits}) {
+	if err != nil || cfg != (Config{TimeoutMs: module.DefaultTimeoutMs, Concurrency: DefaultConcurrency, PoolSize: DefaultPoolSize, Sandbox: module.DefaultSandbox, Limits: module.DefaultLimits}) {
 		t.Errorf("defaults = %+v, %v", cfg, err)
 	}
 	for _, bad := range []map[string]any{{"concurrency": 0.0}, {"timeoutMs": -1.0}, {"limits": map[string]any{"memoryMb": 1.0}}, {"concurrency": 1.5}, {"timeoutMs": "x"}} {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/sandbox"
-	"github.com/cyrnel/cyrnel/envs/worker"
 )
 
 // TestCgroupsOff: with cgroups turned off (as on a machine without cgroup
@@ -82,7 +81,7 @@ console.log("allocated", a.length * 16, "MiB");`, 4*limitMB/16)
 func TestWorkerEnv(t *testing.T) {
 	t.Parallel()
 	for mb, want := range map[int64]string{512: "GOMEMLIMIT=448MiB", 128: "GOMEMLIMIT=112MiB"} {
-		got := workerEnv(worker.LimitsConfig{MemoryMB: mb})
+		got := workerEnv(module.LimitsConfig{MemoryMB: mb})
 		if !slices.Equal(got, []string{"GOGC=400", want}) {
 			t.Errorf("%d MiB: %q", mb, got)
 		}

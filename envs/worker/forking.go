@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/sandbox"
 )
 
@@ -33,15 +34,15 @@ type Forking struct {
 // sandbox config asks for the full sandbox and the machine can hold forked
 // children as tightly as spawned ones; otherwise nil and the reason, for
 // GET /environment.
-func ChooseForking(log *slog.Logger, s SandboxConfig, l LimitsConfig, readPaths []string, argv, env []string) (*Forking, string) {
+func ChooseForking(log *slog.Logger, s module.SandboxConfig, l module.LimitsConfig, readPaths []string, argv, env []string) (*Forking, string) {
 	if !s.Enabled {
 		return nil, "the sandbox is disabled"
 	}
-	if why := sandbox.TemplateUnavailable(s.relax()); why != "" {
+	if why := sandbox.TemplateUnavailable(relaxOf(s)); why != "" {
 		return nil, why
 	}
 	return &Forking{log: log, spec: sandbox.TemplateSpec{
-		Argv: argv, Env: env, ReadPaths: readPaths, Limits: l.sandbox(), Network: s.Network,
+		Argv: argv, Env: env, ReadPaths: readPaths, Limits: limitsOf(l), Network: s.Network,
 		Stderr: slogWriter{log}, Logger: log,
 	}}, ""
 }

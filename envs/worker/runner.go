@@ -180,20 +180,13 @@ func (r *Runner) Status() map[string]any {
 	return map[string]any{"running": r.running, "queued": r.waiting - r.running, "concurrency": r.cfg.Concurrency, "pool": r.pool.Stats()}
 }
 
-// Counts are an environment's workers by state, and how often its template
-// was started again (the host's metrics).
-type Counts struct {
-	Ready, Starting, Busy int
-	TemplateRestarts      int64
-}
-
 // Counts reports the pool's workers by state.
-func (r *Runner) Counts() Counts {
+func (r *Runner) Counts() module.WorkerCounts {
 	if r == nil {
-		return Counts{}
+		return module.WorkerCounts{}
 	}
 	st := r.pool.Stats()
-	return Counts{Ready: st.Ready, Starting: st.Spawning, Busy: st.Lent}
+	return module.WorkerCounts{Ready: st.Ready, Starting: st.Spawning, Busy: st.Lent}
 }
 
 // Stop kills what still runs, waits for it and its workers, and empties

@@ -4,40 +4,11 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/envs/sandbox"
 )
 
-// SandboxConfig turns sandbox layers on and off, as environments expose it in
-// their module config. Every layer is on by default; a machine that lacks
-// one refuses to run (naming it) unless that layer is turned off.
-type SandboxConfig struct {
-	// Enabled false runs workers as plain child processes: nothing is
-	// isolated. Only for trusted code.
-	Enabled    bool `json:"enabled"`
-	Network    bool `json:"network"` // true lets programs use the network
-	Namespaces bool `json:"namespaces"`
-	Landlock   bool `json:"landlock"`
-	Seccomp    bool `json:"seccomp"`
-	Cgroups    bool `json:"cgroups"`
-}
-
-// LimitsConfig are per-worker resource limits.
-type LimitsConfig struct {
-	MemoryMB   int64 `json:"memoryMb"`
-	CPUSeconds int64 `json:"cpuSeconds"`
-	Processes  int64 `json:"processes"`
-	FileSizeMB int64 `json:"fileSizeMb"`
-	OpenFiles  int64 `json:"openFiles"`
-	TmpMB      int64 `json:"tmpMb"`
-}
-
-// DefaultSandbox keeps every layer.
-var DefaultSandbox = SandboxConfig{Enabled: true, Namespaces: true, Landlock: true, Seccomp: true, Cgroups: true}
-
-// DefaultLimits are the documented defaults.
-var DefaultLimits = LimitsConfig{MemoryMB: 512, CPUSeconds: 60, Processes: 128, FileSizeMB: 64, OpenFiles: 256, TmpMB: 64}
-
-// SandboxSchema is the JSON Schema of SandboxConfig and LimitsConfig, as
+// SandboxSchema is the JSON Schema of module.SandboxConfig and module.LimitsConfig, as
 // "sandbox" and "limits" properties of a module config schema.
 const SandboxSchema = `"sandbox": {
       "type": "object",
@@ -66,29 +37,11 @@ const SandboxSchema = `"sandbox": {
       }
     }`
 
-// Weakened names, by their JSON names, the settings of s that give up
-// isolation DefaultSandbox keeps.
-func (s SandboxConfig) Weakened() []string {
-	var out []string
-	for _, f := range []struct {
-		name string
-		weak bool
-	}{
-		{"enabled", !s.Enabled}, {"network", s.Network}, {"namespaces", !s.Namespaces},
-		{"landlock", !s.Landlock}, {"seccomp", !s.Seccomp}, {"cgroups", !s.Cgroups},
-	} {
-		if f.weak {
-			out = append(out, f.name)
-		}
-	}
-	return out
-}
-
-func (s SandboxConfig) relax() sandbox.Relax {
+func relaxOf(s module.SandboxConfig) sandbox.Relax {
 	return sandbox.Relax{Network: s.Network, Namespaces: !s.Namespaces, Landlock: !s.Landlock, Seccomp: !s.Seccomp, Cgroups: !s.Cgroups}
 }
 
-func (l LimitsConfig) sandbox() sandbox.Limits {
+func limitsOf(l module.LimitsConfig) sandbox.Limits {
 	return sandbox.Limits{
 		MemoryBytes: l.MemoryMB << 20, CPUSeconds: l.CPUSeconds, Procs: l.Processes,
 		FileSizeBytes: l.FileSizeMB << 20, OpenFiles: l.OpenFiles, TmpBytes: l.TmpMB << 20,
@@ -99,16 +52,16 @@ func (l LimitsConfig) sandbox() sandbox.Limits {
 // config asks for, refusing when the machine lacks one of them; or, only
 // when the config says so, as plain processes. It also describes what is in
 // force, for GET /environment.
-func ChooseLauncher(log *slog.Logger, s SandboxConfig, l LimitsConfig, readPaths []string) (Launcher, map[string]any, error) {
+func ChooseLauncher(log *slog.Logger, s module.SandboxConfig, l module.LimitsConfig, readPaths []string) (Launcher, map[string]any, error) {
 	if !s.Enabled {
 		log.Warn("the sandbox is disabled by config: programs run as plain processes with the host's privileges")
 		return Plain{}, map[string]any{"enabled": false}, nil
 	}
 	support := sandbox.Probe()
-	relax := s.relax()
+	relax := relaxOf(s)
 	if err := support.Check(relax); err != nil {
 		return nil, nil, fmt.Errorf("refusing to run without the sandbox: %w (to run anyway, start the server with --allow-unsandboxed and turn the missing layers off in the module's sandbox config)", err)
 	}
-	return Sandboxed{ReadPaths: readPaths, Limits: l.sandbox(), Relax: relax, Log: log},
+	return Sandboxed{ReadPaths: readPaths, Limits: limitsOf(l), Relax: relax, Log: log},
 		map[string]any{"enabled": true, "layers": support.Layers(relax), "limits": l}, nil
 }

@@ -8,37 +8,9 @@ import (
 	"github.com/cyrnel/cyrnel/envs/module"
 )
 
-// Display is one rich display a runtime recorded: a MIME bundle (text, or
-// base64 for binary types) shown by the program or its final expression.
-type Display struct {
-	Kind string            `json:"kind"`
-	Data map[string]string `json:"data"`
-}
-
-// The kinds of a Display.
-const (
-	DisplayShown  = "display" // cyrnel.display(obj), or a figure left open
-	DisplayResult = "result"  // the value of the program's final expression
-)
-
-// DisplaySink receives the displays of an execution; bindings without it
-// drop them.
-type DisplaySink interface {
-	EmitDisplay(eid int64, d Display)
-}
-
-// FileSink receives the files a one-shot program left in its workspace;
-// bindings without it drop them. The runtime is untrusted: the sink caps
-// what it keeps.
-type FileSink interface {
-	// EmitFile passes a file, or with appended the next part of the file
-	// passed last (a file travels in parts, each within a message's limit).
-	EmitFile(eid int64, path string, data []byte, appended bool)
-}
-
 // Session is one worker that serves many executions, one at a time, keeping
-// the runtime's state between them (a session's interpreter). Its owner
-// runs executions in it and closes it.
+// the runtime's state between them (a session's interpreter): the
+// module.Session of worker-based environments.
 type Session struct {
 	*Worker
 	b     module.Bindings
@@ -72,3 +44,5 @@ func (s *Session) Call(ctx context.Context, method string, params, out any) erro
 	}
 	return json.Unmarshal(raw, out)
 }
+
+var _ module.Session = (*Session)(nil)

@@ -335,22 +335,22 @@ func (w *Worker) Handle(_ context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Re
 		return
 	case "display":
 		e := w.cur.Load()
-		sink, ok := DisplaySink(nil), false
+		sink, ok := module.DisplaySink(nil), false
 		if e != nil {
-			sink, ok = e.b.(DisplaySink)
+			sink, ok = e.b.(module.DisplaySink)
 		}
-		var p Display
+		var p module.Display
 		if !ok || params == nil || json.Unmarshal(params, &p) != nil || p.Data == nil ||
-			(p.Kind != DisplayShown && p.Kind != DisplayResult) {
+			(p.Kind != module.DisplayShown && p.Kind != module.DisplayResult) {
 			return
 		}
 		sink.EmitDisplay(e.eid, p)
 		return
 	case "file":
 		e := w.cur.Load()
-		sink, ok := FileSink(nil), false
+		sink, ok := module.FileSink(nil), false
 		if e != nil {
-			sink, ok = e.b.(FileSink)
+			sink, ok = e.b.(module.FileSink)
 		}
 		var p struct {
 			Path   string `json:"path"`

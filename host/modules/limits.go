@@ -4,23 +4,23 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/cyrnel/cyrnel/envs/worker"
+	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/schema"
 )
 
 // CheckLimits refuses a module config whose "limits" ask for more than m
-// has (worker.LimitsConfig.Beyond), whoever asks: no key may raise them past
+// has (module.LimitsConfig.Beyond), whoever asks: no key may raise them past
 // the machine. A zero m checks nothing.
-func CheckLimits(cfg map[string]any, m worker.Machine) error {
+func CheckLimits(cfg map[string]any, m module.Machine) error {
 	raw, ok := cfg["limits"]
-	if !ok || m == (worker.Machine{}) {
+	if !ok || m == (module.Machine{}) {
 		return nil
 	}
 	b, err := json.Marshal(raw)
 	if err != nil {
 		return fmt.Errorf("limits config: %w", err)
 	}
-	l := worker.DefaultLimits
+	l := module.DefaultLimits
 	if err := json.Unmarshal(b, &l); err != nil {
 		return fmt.Errorf("limits config: %w", err)
 	}

@@ -3,17 +3,15 @@ package modules
 import (
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 
-	"github.com/cyrnel/cyrnel/envs/sandbox"
-	"github.com/cyrnel/cyrnel/envs/worker"
+	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/schema"
 )
 
 func TestCheckLimits(t *testing.T) {
 	t.Parallel()
-	m := worker.Machine{MemoryBytes: 4 << 30, Processes: 32768, OpenFiles: 1 << 20}
+	m := module.Machine{MemoryBytes: 4 << 30, Processes: 32768, OpenFiles: 1 << 20}
 	for _, c := range []struct {
 		limits map[string]any
 		fields []string
@@ -48,38 +46,7 @@ func TestCheckLimits(t *testing.T) {
 		}
 	}
 	// Unknown figures check nothing.
-	if err := CheckLimits(map[string]any{"limits": map[string]any{"memoryMb": 1 << 20}}, worker.Machine{}); err != nil {
+	if err := CheckLimits(map[string]any{"limits": map[string]any{"memoryMb": 1 << 20}}, module.Machine{}); err != nil {
 		t.Error(err)
-	}
-}
-
-func TestCheckHostSandbox(t *testing.T) {
-	t.Parallel()
-	ok := sandbox.CgroupSupport{Version: 2, Dir: "/sys/fs/cgroup/x"}
-	gone := sandbox.CgroupSupport{Err: "no cgroup mount"}
-	for _, c := range []struct {
-		memory, pids sandbox.CgroupSupport
-		missing      []string
-	}{
-		{ok, ok, nil},
-		{gone, ok, []string{"memory cgroup"}},
-		{ok, gone, []string{"pids cgroup"}},
-		{gone, gone, []string{"memory cgroup", "pids cgroup"}},
-	} {
-		s := sandbox.Support{Memory: c.memory, Pids: c.pids}
-		h, err := CheckHostSandbox(s, false)
-		if (err == nil) != (c.missing == nil) || h.Cgroups != (c.missing == nil) || len(h.Missing) != len(c.missing) {
-			t.Errorf("%+v: %+v %v", c, h, err)
-		}
-		for _, m := range c.missing {
-			if err == nil || !strings.Contains(err.Error(), m+": no cgroup mount") || !strings.Contains(err.Error(), "--allow-unsandboxed") {
-				t.Errorf("%+v: %v, want it to name %s and the flag", c, err, m)
-			}
-		}
-		// The operator's flag lets the host start, saying what is missing.
-		h, err = CheckHostSandbox(s, true)
-		if err != nil || !h.AllowUnsandboxed || len(h.Missing) != len(c.missing) {
-			t.Errorf("%+v allowed: %+v %v", c, h, err)
-		}
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
-	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/lifecycle"
 	"github.com/cyrnel/cyrnel/host/schema"
@@ -95,7 +94,7 @@ type Options struct {
 	AllowUnsandboxed bool
 	// Machine is what this machine has (read at start-up): configs whose
 	// limits ask for more are refused. Zero: not checked.
-	Machine worker.Machine
+	Machine module.Machine
 	// Others are modules that are not environments (adapters), listed and
 	// configurable.
 	Others []module.Info
@@ -495,12 +494,12 @@ func (r *Registry) Status() (active *EnvStatus, draining []EnvStatus, setupErr s
 }
 
 // pooled is an environment with warm workers.
-type pooled interface{ Workers() worker.Counts }
+type pooled interface{ Workers() module.WorkerCounts }
 
 // EnvWorkers are an environment instance's workers.
 type EnvWorkers struct {
 	Module string
-	worker.Counts
+	module.WorkerCounts
 }
 
 // Workers counts the workers of the active and draining environments, by
@@ -521,7 +520,7 @@ func (r *Registry) Workers() []EnvWorkers {
 		c := p.Workers()
 		i := slices.IndexFunc(out, func(w EnvWorkers) bool { return w.Module == in.id })
 		if i < 0 {
-			out = append(out, EnvWorkers{Module: in.id, Counts: c})
+			out = append(out, EnvWorkers{Module: in.id, WorkerCounts: c})
 			continue
 		}
 		out[i].Ready += c.Ready

@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/cyrnel/cyrnel/envs/sandbox"
-	"github.com/cyrnel/cyrnel/envs/worker"
+	"github.com/cyrnel/cyrnel/envs/module"
 )
 
 // ErrUnsandboxed: a config weakens the sandbox and the operator did not
@@ -45,7 +44,7 @@ func CheckSandbox(cfg map[string]any, allow bool) error {
 	if err != nil {
 		return fmt.Errorf("sandbox config: %w", err)
 	}
-	sc := worker.DefaultSandbox
+	sc := module.DefaultSandbox
 	if err := json.Unmarshal(b, &sc); err != nil {
 		return fmt.Errorf("sandbox config: %w", err)
 	}
@@ -72,7 +71,8 @@ func (e *UndeclaredError) Error() string { return e.Module + ": " + e.Field + ":
 func (e *UndeclaredError) Unwrap() error { return e.Err }
 
 // HostSandbox is what this machine gives every sandbox, decided once at
-// start-up: GET /environment reports it.
+// start-up (by the server, which probes the sandbox): GET /environment
+// reports it.
 type HostSandbox struct {
 	// AllowUnsandboxed: the operator started the server with
 	// --allow-unsandboxed.
@@ -82,23 +82,4 @@ type HostSandbox struct {
 	Cgroups bool
 	// Missing names the layers this machine lacks, and why.
 	Missing []string
-}
-
-// CheckHostSandbox refuses to start a host on a machine where no memory or
-// no pids cgroup is usable, naming which and why, unless the operator
-// allowed running without (allow): a program's memory and processes would
-// then be bounded only per process. It reports what is in force.
-func CheckHostSandbox(s sandbox.Support, allow bool) (HostSandbox, error) {
-	h := HostSandbox{AllowUnsandboxed: allow, Cgroups: s.Memory.OK() && s.Pids.OK(), Missing: []string{}}
-	if !s.Memory.OK() {
-		h.Missing = append(h.Missing, "memory cgroup: "+s.Memory.Err)
-	}
-	if !s.Pids.OK() {
-		h.Missing = append(h.Missing, "pids cgroup: "+s.Pids.Err)
-	}
-	if len(h.Missing) > 0 && !allow {
-		return h, fmt.Errorf("refusing to start: this machine lacks sandbox layers (%s), without which a program's memory and processes are bounded only per process; give the server a usable cgroup hierarchy (e.g. mount /sys/fs/cgroup, or delegate a subtree with systemd Delegate=yes), or start it with --allow-unsandboxed (CYRNEL_ALLOW_UNSANDBOXED=1) to run without them",
-			strings.Join(h.Missing, "; "))
-	}
-	return h, nil
 }

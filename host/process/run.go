@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cyrnel/cyrnel/envs/module"
-	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/store"
 	"github.com/cyrnel/cyrnel/host/workspace"
 )
@@ -314,7 +313,7 @@ const maxDisplays = 100
 // EmitDisplay records a display. Past the cap (count, or the output cap in
 // bytes) displays are dropped, the output flagged truncated and a line
 // written to stderr, as for the structured output.
-func (m *Manager) EmitDisplay(eid int64, d worker.Display) {
+func (m *Manager) EmitDisplay(eid int64, d module.Display) {
 	r := m.lookup(eid)
 	if r == nil {
 		return

@@ -204,7 +204,7 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if err = cfg.packageSource().Check(); err != nil {
 		return nil, err
 	}
-	hostSandbox, err := modules.CheckHostSandbox(sandbox.Probe(), cfg.AllowUnsandboxed)
+	hostSandbox, err := checkHostSandbox(sandbox.Probe(), cfg.AllowUnsandboxed)
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
-	"github.com/cyrnel/cyrnel/envs/worker"
+	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/workspace"
 )
@@ -41,7 +41,7 @@ type File struct {
 
 // do runs op in the session's goroutine, in order with its executions, if
 // the caller ctx carries may see the session (Get).
-func (m *Manager) do(ctx context.Context, id string, op func(context.Context, *worker.Session) error) error {
+func (m *Manager) do(ctx context.Context, id string, op func(context.Context, module.Session) error) error {
 	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
 	defer cancel()
 	if _, err := m.Get(ctx, id); err != nil {
@@ -99,7 +99,7 @@ func (m *Manager) PutFile(ctx context.Context, id, path string, data []byte) err
 	if len(data) > MaxFileBytes {
 		return &schema.FieldError{Field: "", Message: fmt.Sprintf("%d bytes, more than the limit of %d", len(data), MaxFileBytes)}
 	}
-	return m.do(ctx, id, func(ctx context.Context, ws *worker.Session) error {
+	return m.do(ctx, id, func(ctx context.Context, ws module.Session) error {
 		var out struct{}
 		if err := ws.Call(ctx, "writeFile", map[string]any{"path": path, "data": data}, &out); err != nil {
 			return fileError("path", err)
@@ -140,7 +140,7 @@ func (m *Manager) OpenFile(ctx context.Context, id, path string) (io.Reader, int
 
 // fill reads the next chunk; the file must not change between chunks.
 func (r *fileReader) fill() error {
-	return r.m.do(r.ctx, r.id, func(ctx context.Context, ws *worker.Session) error {
+	return r.m.do(r.ctx, r.id, func(ctx context.Context, ws module.Session) error {
 		var out struct {
 			Data    string `json:"data"`
 			Size    int64  `json:"size"`
@@ -185,7 +185,7 @@ func (m *Manager) DeleteFile(ctx context.Context, id, path string) error {
 	if err := workspace.ValidPath("path", path); err != nil {
 		return err
 	}
-	return m.do(ctx, id, func(ctx context.Context, ws *worker.Session) error {
+	return m.do(ctx, id, func(ctx context.Context, ws module.Session) error {
 		var out struct{}
 		if err := ws.Call(ctx, "deleteFile", map[string]any{"path": path}, &out); err != nil {
 			return fileError("path", err)
@@ -197,7 +197,7 @@ func (m *Manager) DeleteFile(ctx context.Context, id, path string) error {
 // ListFiles lists the files of the session's workspace (at most 1000).
 func (m *Manager) ListFiles(ctx context.Context, id string) ([]File, error) {
 	var files []File
-	err := m.do(ctx, id, func(ctx context.Context, ws *worker.Session) error {
+	err := m.do(ctx, id, func(ctx context.Context, ws module.Session) error {
 		var out struct {
 			Items []struct {
 				Path       string  `json:"path"`

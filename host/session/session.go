@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
-	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/caller"
 	"github.com/cyrnel/cyrnel/host/lifecycle"
 	"github.com/cyrnel/cyrnel/host/schema"
@@ -59,9 +58,10 @@ var (
 	ErrNotOwner = errors.New("only the key that started a session runs code in it")
 )
 
-// Starter is an environment that can start a session's interpreter.
+// Starter is an environment that can start a session's interpreter,
+// outside its pool.
 type Starter interface {
-	StartSession(ctx context.Context) (*worker.Session, error)
+	StartSession(ctx context.Context) (module.Session, error)
 }
 
 // Environments gives the active environment (the module registry).
@@ -275,8 +275,8 @@ func (l *live) snapshot() store.Session {
 type job struct {
 	ctx   context.Context
 	in    module.ExecutionInput
-	op    func(context.Context, *worker.Session) error // a file request instead of an execution
-	state atomic.Int32                                 // jobWaiting, then jobClaimed (by the session) or jobDropped (by its caller)
+	op    func(context.Context, module.Session) error // a file request instead of an execution
+	state atomic.Int32                                // jobWaiting, then jobClaimed (by the session) or jobDropped (by its caller)
 	res   module.Result
 	err   error
 	done  chan struct{}
@@ -288,8 +288,18 @@ const (
 	jobDropped
 )
 
+// ended reports whether a session's interpreter has ended.
+func ended(ws module.Session) bool {
+	select {
+	case <-ws.Done():
+		return true
+	default:
+		return false
+	}
+}
+
 // own runs a session's executions until it ends, then closes its interpreter.
-func (m *Manager) own(l *live, ws *worker.Session) {
+func (m *Manager) own(l *live, ws module.Session) {
 	defer m.wg.Done()
 	defer close(l.done)
 	row := l.snapshot()
@@ -306,7 +316,7 @@ func (m *Manager) own(l *live, ws *worker.Session) {
 			}
 			if j.op != nil {
 				j.finish(module.Result{}, j.op(j.ctx, ws))
-				if ws.Dead() {
+				if ended(ws) {
 					reason = EndCrashed
 				}
 				idle.Reset(time.Duration(row.IdleTimeoutMs) * time.Millisecond)
@@ -375,7 +385,7 @@ func (j *job) finish(res module.Result, err error) {
 
 // run runs one execution and says why the session ends because of it ("":
 // it does not).
-func (m *Manager) run(l *live, ws *worker.Session, j *job) string {
+func (m *Manager) run(l *live, ws module.Session, j *job) string {
 	l.mu.Lock()
 	l.row.State, l.row.LastUsedAt = string(Busy), time.Now().UTC()
 	row := l.row
