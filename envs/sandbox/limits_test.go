@@ -36,7 +36,7 @@ func TestForkBombContained(t *testing.T) {
 
 func forkBomb(t *testing.T, relax Relax) {
 	needLayers(t, relax)
-	if Probe().Layers(relax).Procs == "none" {
+	if Probe().Layers(relax).Procs == KindNone {
 		cannotSandbox(t, "no process limit on this machine")
 	}
 	marker := newMarker()
@@ -80,7 +80,7 @@ while True:
 	if left := hostProcsWith(marker); len(left) > 0 {
 		t.Errorf("%d bomb processes survived Kill", len(left))
 	}
-	if strings.HasPrefix(p.Layers().Procs, "cgroup") && !exit.ProcLimit {
+	if p.Layers().Procs.Cgroup() && !exit.ProcLimit {
 		t.Errorf("exit %+v does not say the process limit was hit", exit)
 	}
 }
@@ -140,7 +140,7 @@ func TestUnprivilegedParent(t *testing.T) {
 	if err := sup.Check(Relax{}); err != nil {
 		cannotSandbox(t, fmt.Sprintf("kernel forbids a layer to an unprivileged process: %v", err))
 	}
-	if l := sup.Layers(Relax{}); l.Procs != "rlimit" {
+	if l := sup.Layers(Relax{}); l.Procs != KindRlimit {
 		t.Errorf("process limit as nobody: %q, want rlimit", l.Procs)
 	}
 	defer func() {
@@ -252,7 +252,7 @@ except MemoryError:
 		needLayers(t, Relax{})
 		spec := pySpec(t, chunks)
 		spec.Limits.MemoryBytes = 64 << 20
-		if !strings.HasPrefix(Probe().Layers(spec.Relax).Memory, "cgroup") {
+		if !Probe().Layers(spec.Relax).Memory.Cgroup() {
 			cannotSandbox(t, "no memory cgroup on this machine")
 		}
 		res := run(t, spec)
@@ -263,7 +263,7 @@ except MemoryError:
 	t.Run("rlimit", func(t *testing.T) {
 		relax := Relax{Cgroups: true}
 		needLayers(t, relax)
-		if m := Probe().Layers(relax).Memory; m != "rlimit" {
+		if m := Probe().Layers(relax).Memory; m != KindRlimit {
 			t.Fatalf("memory held by %q with cgroups relaxed, want rlimit", m)
 		}
 		for _, c := range []struct{ name, code string }{
@@ -310,7 +310,7 @@ func TestMemoryLimitGoProgram(t *testing.T) {
 	t.Parallel()
 	relax := Relax{Cgroups: true}
 	needLayers(t, relax)
-	if m := Probe().Layers(relax).Memory; m != "rlimit" {
+	if m := Probe().Layers(relax).Memory; m != KindRlimit {
 		t.Fatalf("memory held by %q with cgroups relaxed, want rlimit", m)
 	}
 	exe, err := os.Executable()
@@ -383,7 +383,7 @@ func TestCPULimitTreeWide(t *testing.T) {
 		needLayers(t, Relax{})
 		spec := pySpec(t, envtest.ForkBurn)
 		spec.Limits.CPUSeconds = 1
-		if Probe().Layers(spec.Relax).CPU == "rlimit" {
+		if Probe().Layers(spec.Relax).CPU == KindRlimit {
 			cannotSandbox(t, "no CPU accounting cgroup on this machine")
 		}
 		p := start(t, spec)
@@ -493,7 +493,7 @@ sys.stdin.read()
 func TestUsageReset(t *testing.T) {
 	t.Parallel()
 	needLayers(t, Relax{})
-	if Probe().Layers(Relax{}).CPU == "rlimit" {
+	if Probe().Layers(Relax{}).CPU == KindRlimit {
 		cannotSandbox(t, "no CPU accounting cgroup on this machine")
 	}
 	const code = `

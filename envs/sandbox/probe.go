@@ -60,15 +60,15 @@ type Layers struct {
 	Network     bool `json:"network"`
 	LandlockABI int  `json:"landlockAbi"` // 0: Landlock off
 	Seccomp     bool `json:"seccomp"`
-	// Memory is how memory is limited: "cgroup v1", "cgroup v2" or "rlimit".
-	Memory string `json:"memory"`
-	// Procs is how processes are limited: "cgroup v1", "cgroup v2",
-	// "rlimit", or "none" (uid 0 without a pids cgroup).
-	Procs string `json:"procs"`
-	// CPU is how CPU time is limited: "cgroup v1" or "cgroup v2" (the
-	// whole sandbox's time, counted by the cgroup and enforced by the
-	// host), or "rlimit" (RLIMIT_CPU, per process).
-	CPU string `json:"cpu"`
+	// Memory is how memory is limited: a cgroup or an rlimit.
+	Memory LayerKind `json:"memory"`
+	// Procs is how processes are limited: a cgroup, an rlimit, or none
+	// (uid 0 without a pids cgroup).
+	Procs LayerKind `json:"procs"`
+	// CPU is how CPU time is limited: a cgroup (the whole sandbox's time,
+	// counted by the cgroup and enforced by the host), or an rlimit
+	// (RLIMIT_CPU, per process).
+	CPU LayerKind `json:"cpu"`
 	// CPUQuota: a CFS bandwidth quota caps the sandbox's CPU share.
 	CPUQuota bool `json:"cpuQuota"`
 	// ProcSubset: /proc shows only the sandbox's own processes.
@@ -79,6 +79,29 @@ type Layers struct {
 	UID  int      `json:"uid"`
 	UIDs *IDRange `json:"uids,omitempty"`
 }
+
+// LayerKind says how a sandbox's memory, processes or CPU time are limited,
+// as GET /environment reports it.
+type LayerKind string
+
+const (
+	KindCgroupV1 LayerKind = "cgroup v1"
+	KindCgroupV2 LayerKind = "cgroup v2"
+	KindRlimit   LayerKind = "rlimit" // per process
+	KindNone     LayerKind = "none"   // not limited
+)
+
+// cgroupKind is the kind of a limit held by a cgroup of version v.
+func cgroupKind(v int) LayerKind {
+	if v == 1 {
+		return KindCgroupV1
+	}
+	return KindCgroupV2
+}
+
+// Cgroup reports whether a cgroup holds the limit: the whole sandbox's,
+// not each process's.
+func (k LayerKind) Cgroup() bool { return k == KindCgroupV1 || k == KindCgroupV2 }
 
 // namespaces reports whether every namespace a sandbox needs is available.
 func (s Support) namespaces(network bool) bool {
@@ -113,13 +136,13 @@ func (s Support) Layers(r Relax) Layers {
 		Namespaces: !r.Namespaces && s.namespaces(r.Network),
 		Network:    r.Network,
 		Seccomp:    !r.Seccomp && s.Seccomp,
-		Memory:     "rlimit",
-		Procs:      "rlimit",
-		CPU:        "rlimit",
+		Memory:     KindRlimit,
+		Procs:      KindRlimit,
+		CPU:        KindRlimit,
 		UID:        os.Geteuid(),
 	}
 	if !r.Cgroups && s.CPUAcct.OK() {
-		l.CPU = fmt.Sprintf("cgroup v%d", s.CPUAcct.Version)
+		l.CPU = cgroupKind(s.CPUAcct.Version)
 	}
 	l.CPUQuota = !r.Cgroups && s.CPU.OK()
 	if l.Namespaces {
@@ -133,13 +156,13 @@ func (s Support) Layers(r Relax) Layers {
 		l.LandlockABI = s.LandlockABI
 	}
 	if !r.Cgroups && s.Memory.OK() {
-		l.Memory = fmt.Sprintf("cgroup v%d", s.Memory.Version)
+		l.Memory = cgroupKind(s.Memory.Version)
 	}
 	switch {
 	case !r.Cgroups && s.Pids.OK():
-		l.Procs = fmt.Sprintf("cgroup v%d", s.Pids.Version)
+		l.Procs = cgroupKind(s.Pids.Version)
 	case s.RootUID && !l.Namespaces:
-		l.Procs = "none"
+		l.Procs = KindNone
 	}
 	return l
 }

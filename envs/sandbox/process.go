@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -150,7 +149,7 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		ReadPaths:  readPaths,
 		TmpBytes:   limits.TmpBytes,
 		ExtraFiles: len(spec.ExtraFiles),
-		ExecStage:  !strings.HasPrefix(p.layers.Memory, "cgroup") || !strings.HasPrefix(p.layers.Procs, "cgroup"),
+		ExecStage:  !p.layers.Memory.Cgroup() || !p.layers.Procs.Cgroup(),
 	}
 	var flags uintptr
 	workDir := sandboxTmp
@@ -175,8 +174,8 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		ReadPaths:    readPaths,
 		WritePaths:   writePaths,
 		Limits:       limits,
-		MemoryRlimit: p.layers.Memory == "rlimit",
-		CPURlimit:    p.layers.CPU == "rlimit",
+		MemoryRlimit: p.layers.Memory == KindRlimit,
+		CPURlimit:    p.layers.CPU == KindRlimit,
 		Landlock:     p.layers.LandlockABI > 0,
 		Seccomp:      p.layers.Seccomp,
 		Network:      spec.Relax.Network,
@@ -198,7 +197,7 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.layers.CPU != "rlimit" {
+	if p.layers.CPU != KindRlimit {
 		go p.watchCPU()
 	}
 	return p, nil
@@ -653,7 +652,7 @@ func (p *Process) exitInfo(state *os.ProcessState, waitErr error, r *exitReport,
 	p.mu.Lock()
 	info.CPULimit = p.cpuOver
 	p.mu.Unlock()
-	if p.layers.CPU == "rlimit" {
+	if p.layers.CPU == KindRlimit {
 		info.CPULimit = info.Signal == syscall.SIGXCPU ||
 			(info.Signal == syscall.SIGKILL && p.cpuLimit > 0 && info.CPUTime >= p.cpuLimit)
 	}

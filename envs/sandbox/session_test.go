@@ -86,7 +86,7 @@ func TestTemplateSessionChild(t *testing.T) {
 	if strings.Join(session.Env, " ") != strings.Join(oneShot.Env, " ") {
 		t.Errorf("a session's environment %v differs from a one-shot child's %v", session.Env, oneShot.Env)
 	}
-	if tpl.Layers().CPU == "rlimit" {
+	if tpl.Layers().CPU == KindRlimit {
 		if session.CPU != 1 {
 			t.Errorf("no cgroup counts CPU here, yet a session's RLIMIT_CPU is %d, want 1", session.CPU)
 		}

@@ -184,7 +184,7 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 		return nil, err
 	}
 	cfg := templateConfig{
-		SandboxID: sandboxID, Network: spec.Network, Limits: t.limits, CPURlimit: t.layers.CPU == "rlimit", ReadPaths: readPaths,
+		SandboxID: sandboxID, Network: spec.Network, Limits: t.limits, CPURlimit: t.layers.CPU == KindRlimit, ReadPaths: readPaths,
 		Landlock: landlockFor(sup.LandlockABI, spec.Network), Seccomp: progs, TemplateSeccomp: tplProgs,
 	}
 	env := environ(sandboxTmp, append([]string{
@@ -482,7 +482,7 @@ func (t *Template) fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 		if err != nil {
 			return nil, err
 		}
-		if p.layers.CPU != "rlimit" {
+		if p.layers.CPU != KindRlimit {
 			go p.watchCPU()
 		}
 		return p, nil

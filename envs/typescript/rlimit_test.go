@@ -28,7 +28,7 @@ func TestCgroupsOff(t *testing.T) {
 		}
 		t.Fatalf("kernel forbids a layer: %v; set CYRNEL_TEST_NO_SANDBOX=<why> on a machine that cannot sandbox", err)
 	}
-	if m := sandbox.Probe().Layers(relax).Memory; m != "rlimit" {
+	if m := sandbox.Probe().Layers(relax).Memory; m != sandbox.KindRlimit {
 		t.Fatalf("memory held by %q with cgroups off, want rlimit", m)
 	}
 	// The default limit, except under the race detector, whose shadow
