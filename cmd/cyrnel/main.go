@@ -126,95 +126,60 @@ Environment variables (a flag, when given, wins over its variable):
                        OpenTelemetry tracing, off unless one of the first two is set (docs/operating.md)
 `
 
-func serve(args []string) error {
+// serveFlags are serve's flags. Most are read with cli.Setting, which
+// falls back to the environment variable each names.
+type serveFlags struct {
+	fs           *flag.FlagSet
+	pythons      cli.Strings
+	packageHosts cli.Strings
+	insecure     *bool
+	unsandboxed  *bool
+}
+
+func newServeFlags() *serveFlags {
+	f := &serveFlags{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.String("addr", "", "listen address (env CYRNEL_ADDR, default 127.0.0.1:9371)")
 	fs.String("data-dir", "", "data directory (env CYRNEL_DATA_DIR, default ./cyrnel-data)")
 	fs.String("db-url", "", "database URL (env CYRNEL_DB_URL, default SQLite in the data directory)")
 	fs.String("log-level", "", "log level (env CYRNEL_LOG_LEVEL, default info)")
-	var pythons cli.Strings
-	fs.Var(&pythons, "python", "a Python interpreter module configs may name, a name on PATH or a path; repeatable, the first is the default; no other runs (env CYRNEL_PYTHON, ':'-separated; default python3)")
+	fs.Var(&f.pythons, "python", "a Python interpreter module configs may name, a name on PATH or a path; repeatable, the first is the default; no other runs (env CYRNEL_PYTHON, ':'-separated; default python3)")
 	fs.String("log-format", "", "log format: text or json lines (env CYRNEL_LOG_FORMAT, default text)")
 	fs.String("metrics-addr", "", "also serve GET /metrics, without authentication, on this address (env CYRNEL_METRICS_ADDR)")
 	fs.String("package-index", "", "a PEP 503 simple index the Python environment's declared packages (config packages) are fetched from, wheels only (env CYRNEL_PACKAGE_INDEX)")
-	var packageHosts cli.Strings
-	fs.Var(&packageHosts, "package-host", "an origin (https://files.example.org, http://10.0.0.5:8080) the package index may link wheels at besides its own; repeatable; a build reaches the index's origin and these only (env CYRNEL_PACKAGE_HOSTS, comma-separated)")
+	fs.Var(&f.packageHosts, "package-host", "an origin (https://files.example.org, http://10.0.0.5:8080) the package index may link wheels at besides its own; repeatable; a build reaches the index's origin and these only (env CYRNEL_PACKAGE_HOSTS, comma-separated)")
 	fs.String("find-links", "", "a directory of wheels the Python environment's declared packages come from instead of an index (env CYRNEL_FIND_LINKS)")
 	fs.String("max-sessions", "", "sessions (long-lived interpreters) this host runs at once; more are refused with 429 (env CYRNEL_MAX_SESSIONS, default 16)")
 	fs.String("allowed-hosts", "", "comma-separated host names (or addresses) requests may name in Host and a browser's Origin, besides the loopback names and the listen address's; * allows any (env CYRNEL_ALLOWED_HOSTS)")
 	fs.String("advertise-addr", "", "with PostgreSQL: the address (host:port or an http(s) URL) the other hosts reach this one at, to forward requests for its sessions (env CYRNEL_ADVERTISE_ADDR, default the bound listen address)")
-	insecure := fs.Bool("insecure", false, "allow listening on a non-loopback address without CYRNEL_API_KEY")
+	f.insecure = fs.Bool("insecure", false, "allow listening on a non-loopback address without CYRNEL_API_KEY")
 	fs.String("sandbox-uids", "", "FIRST:COUNT host uids (and gids) a root host gives its sandboxes, one each (env CYRNEL_SANDBOX_UIDS, default "+
 		fmt.Sprintf("%d:%d", sandbox.DefaultIDRange.First, sandbox.DefaultIDRange.Count)+")")
-	unsandboxed := fs.Bool("allow-unsandboxed", false, "let module configs turn the sandbox or any of its layers off (env CYRNEL_ALLOW_UNSANDBOXED=1); also what a machine lacking a layer needs")
+	f.unsandboxed = fs.Bool("allow-unsandboxed", false, "let module configs turn the sandbox or any of its layers off (env CYRNEL_ALLOW_UNSANDBOXED=1); also what a machine lacking a layer needs")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cyrnel serve [flags]\n\nFlags:\n")
 		fs.PrintDefaults()
 		fmt.Fprint(fs.Output(), serveHelp)
 	}
-	if err := cli.Parse(fs, args); err != nil {
+	f.fs = fs
+	return f
+}
+
+func serve(args []string) error {
+	f := newServeFlags()
+	if err := cli.Parse(f.fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	if f.fs.NArg() > 0 {
+		return fmt.Errorf("serve takes no arguments, got %q", f.fs.Args())
 	}
-	log, err := cli.NewLogger(cli.Setting(fs, "log-level", "CYRNEL_LOG_LEVEL", "info"), cli.Setting(fs, "log-format", "CYRNEL_LOG_FORMAT", "text"))
+	log, err := cli.NewLogger(cli.Setting(f.fs, "log-level", "CYRNEL_LOG_LEVEL", "info"), cli.Setting(f.fs, "log-format", "CYRNEL_LOG_FORMAT", "text"))
 	if err != nil {
 		return err
 	}
-	secretsKey := os.Getenv("CYRNEL_SECRETS_KEY")
-	if f := os.Getenv("CYRNEL_SECRETS_KEY_FILE"); f != "" && secretsKey == "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("CYRNEL_SECRETS_KEY_FILE: %w", err)
-		}
-		secretsKey = strings.TrimSpace(string(b))
-	}
-	var leaseTTL time.Duration
-	if v := os.Getenv("CYRNEL_LEASE_TTL"); v != "" {
-		if leaseTTL, err = time.ParseDuration(v); err != nil || leaseTTL < time.Second {
-			return fmt.Errorf("CYRNEL_LEASE_TTL: want a duration of at least 1s, got %q", v)
-		}
-	}
-	gov, err := governanceFromEnv()
+	cfg, err := serveConfig(f)
 	if err != nil {
 		return err
-	}
-	if err := cli.SetSandboxUIDs(cli.Setting(fs, "sandbox-uids", "CYRNEL_SANDBOX_UIDS", "")); err != nil {
-		return err
-	}
-	maxSessions, err := strconv.Atoi(cli.Setting(fs, "max-sessions", "CYRNEL_MAX_SESSIONS", "16"))
-	if err != nil || maxSessions < 1 {
-		return fmt.Errorf("--max-sessions (CYRNEL_MAX_SESSIONS): want a positive number")
-	}
-	limits := process.DefaultLimits()
-	if limits.Keep, err = retentionFromEnv(limits.Keep); err != nil {
-		return err
-	}
-	if len(packageHosts) == 0 {
-		packageHosts = splitList(os.Getenv("CYRNEL_PACKAGE_HOSTS"))
-	}
-	cfg := server.Config{
-		Sessions:         session.Config{MaxSessions: maxSessions},
-		Governance:       gov,
-		Addr:             cli.Setting(fs, "addr", "CYRNEL_ADDR", "127.0.0.1:9371"),
-		DataDir:          cli.Setting(fs, "data-dir", "CYRNEL_DATA_DIR", "./cyrnel-data"),
-		DBURL:            cli.Setting(fs, "db-url", "CYRNEL_DB_URL", ""),
-		APIKey:           os.Getenv("CYRNEL_API_KEY"),
-		SecretsKey:       secretsKey,
-		LeaseTTL:         leaseTTL,
-		Python:           cli.Interpreters(pythons),
-		PackageIndex:     cli.Setting(fs, "package-index", "CYRNEL_PACKAGE_INDEX", ""),
-		FindLinks:        cli.Setting(fs, "find-links", "CYRNEL_FIND_LINKS", ""),
-		PackageHosts:     packageHosts,
-		Insecure:         *insecure,
-		AdvertiseAddr:    cli.Setting(fs, "advertise-addr", "CYRNEL_ADVERTISE_ADDR", ""),
-		AllowedHosts:     splitList(cli.Setting(fs, "allowed-hosts", "CYRNEL_ALLOWED_HOSTS", "")),
-		AllowUnsandboxed: *unsandboxed || os.Getenv("CYRNEL_ALLOW_UNSANDBOXED") == "1",
-		Version:          version,
-		Limits:           limits,
-		Announce:         true,
-		MetricsAddr:      cli.Setting(fs, "metrics-addr", "CYRNEL_METRICS_ADDR", ""),
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -228,6 +193,88 @@ func serve(args []string) error {
 		return err
 	}
 	return srv.Serve(ctx, nil)
+}
+
+// serveConfig is the server's config from serve's flags and the
+// environment.
+func serveConfig(f *serveFlags) (server.Config, error) {
+	fs := f.fs
+	secretsKey, err := secretsKeyFromEnv()
+	if err != nil {
+		return server.Config{}, err
+	}
+	leaseTTL, err := leaseTTLFromEnv()
+	if err != nil {
+		return server.Config{}, err
+	}
+	gov, err := governanceFromEnv()
+	if err != nil {
+		return server.Config{}, err
+	}
+	if err := cli.SetSandboxUIDs(cli.Setting(fs, "sandbox-uids", "CYRNEL_SANDBOX_UIDS", "")); err != nil {
+		return server.Config{}, err
+	}
+	maxSessions, err := strconv.Atoi(cli.Setting(fs, "max-sessions", "CYRNEL_MAX_SESSIONS", "16"))
+	if err != nil || maxSessions < 1 {
+		return server.Config{}, fmt.Errorf("--max-sessions (CYRNEL_MAX_SESSIONS): want a positive number")
+	}
+	limits := process.DefaultLimits()
+	if limits.Keep, err = retentionFromEnv(limits.Keep); err != nil {
+		return server.Config{}, err
+	}
+	packageHosts := f.packageHosts
+	if len(packageHosts) == 0 {
+		packageHosts = splitList(os.Getenv("CYRNEL_PACKAGE_HOSTS"))
+	}
+	return server.Config{
+		Sessions:         session.Config{MaxSessions: maxSessions},
+		Governance:       gov,
+		Addr:             cli.Setting(fs, "addr", "CYRNEL_ADDR", "127.0.0.1:9371"),
+		DataDir:          cli.Setting(fs, "data-dir", "CYRNEL_DATA_DIR", "./cyrnel-data"),
+		DBURL:            cli.Setting(fs, "db-url", "CYRNEL_DB_URL", ""),
+		APIKey:           os.Getenv("CYRNEL_API_KEY"),
+		SecretsKey:       secretsKey,
+		LeaseTTL:         leaseTTL,
+		Python:           cli.Interpreters(f.pythons),
+		PackageIndex:     cli.Setting(fs, "package-index", "CYRNEL_PACKAGE_INDEX", ""),
+		FindLinks:        cli.Setting(fs, "find-links", "CYRNEL_FIND_LINKS", ""),
+		PackageHosts:     packageHosts,
+		Insecure:         *f.insecure,
+		AdvertiseAddr:    cli.Setting(fs, "advertise-addr", "CYRNEL_ADVERTISE_ADDR", ""),
+		AllowedHosts:     splitList(cli.Setting(fs, "allowed-hosts", "CYRNEL_ALLOWED_HOSTS", "")),
+		AllowUnsandboxed: *f.unsandboxed || os.Getenv("CYRNEL_ALLOW_UNSANDBOXED") == "1",
+		Version:          version,
+		Limits:           limits,
+		Announce:         true,
+		MetricsAddr:      cli.Setting(fs, "metrics-addr", "CYRNEL_METRICS_ADDR", ""),
+	}, nil
+}
+
+// secretsKeyFromEnv is CYRNEL_SECRETS_KEY, or the content of the file
+// CYRNEL_SECRETS_KEY_FILE names.
+func secretsKeyFromEnv() (string, error) {
+	secretsKey := os.Getenv("CYRNEL_SECRETS_KEY")
+	if f := os.Getenv("CYRNEL_SECRETS_KEY_FILE"); f != "" && secretsKey == "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("CYRNEL_SECRETS_KEY_FILE: %w", err)
+		}
+		secretsKey = strings.TrimSpace(string(b))
+	}
+	return secretsKey, nil
+}
+
+// leaseTTLFromEnv is CYRNEL_LEASE_TTL (0: the cluster's default).
+func leaseTTLFromEnv() (time.Duration, error) {
+	v := os.Getenv("CYRNEL_LEASE_TTL")
+	if v == "" {
+		return 0, nil
+	}
+	leaseTTL, err := time.ParseDuration(v)
+	if err != nil || leaseTTL < time.Second {
+		return 0, fmt.Errorf("CYRNEL_LEASE_TTL: want a duration of at least 1s, got %q", v)
+	}
+	return leaseTTL, nil
 }
 
 func printSpec(w io.Writer, args []string) error {

@@ -42,150 +42,192 @@ func Conformance(t *testing.T, factory Factory, p Programs) {
 	rec.Tools["echo.fail"] = func(map[string]any) (any, error) { return nil, errors.New("upstream said no") }
 	env := factory(t, rec)
 	t.Cleanup(func() { env.Teardown(context.Background()) })
-	var eid int64
-	var mu sync.Mutex
-	next := func() int64 {
-		mu.Lock()
-		defer mu.Unlock()
-		eid++
-		return eid
+	s := &suite{env: env, rec: rec, p: p}
+	// Each case is a method of suite, named in this table.
+	for _, c := range []struct {
+		name string
+		run  func(*suite, *testing.T)
+	}{
+		{"print", (*suite).print},
+		{"output is a merge patch", (*suite).output},
+		{"throw", (*suite).throw},
+		{"syntax error", (*suite).syntax},
+		{"timeout is timeout", (*suite).timeout},
+		{"kill is canceled", (*suite).kill},
+		{"top-level await", (*suite).await},
+		{"nothing leaks between executions", (*suite).noLeaks},
+		{"tools", (*suite).tools},
+		{"output limit", (*suite).outputLimit},
+		{"unicode", (*suite).unicode},
+		{"concurrent executions", (*suite).concurrent},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.run(s, t) })
 	}
-	exec := func(t *testing.T, code string, timeoutMs int64) (int64, module.Result, Run) {
-		t.Helper()
-		id := next()
-		res, err := env.Execute(context.Background(), module.ExecutionInput{
-			EID: id, Code: code, Options: module.Options{TimeoutMs: timeoutMs, OutputLimitBytes: 64 << 10},
-		})
-		if err != nil {
-			t.Fatalf("execute: %v", err)
-		}
-		return id, res, rec.Get(id)
-	}
-	expect := func(t *testing.T, res module.Result, exit module.ExitState, reason module.Reason, r Run) {
-		t.Helper()
-		if res.Exit != exit || (reason != "" && res.Reason != reason) {
-			t.Fatalf("got %s/%s, want %s/%s; errors %q stdout %q stderr %q", res.Exit, res.Reason, exit, reason, r.Errors, r.Stdout, r.Stderr)
-		}
-	}
+}
 
-	t.Run("print", func(t *testing.T) {
-		_, res, r := exec(t, p.Print, 10000)
-		expect(t, res, module.ExitSuccess, module.ReasonCompleted, r)
-		if string(r.Stdout) != "hi\n" || string(r.Stderr) != "warn\n" {
-			t.Fatalf("stdout %q stderr %q", r.Stdout, r.Stderr)
-		}
-		if len(r.States) == 0 || r.States[len(r.States)-1] != module.StateRunning {
-			t.Fatalf("states %v: running not reported", r.States)
-		}
+// suite is one environment under test and what its bindings recorded.
+type suite struct {
+	env module.Environment
+	rec *Recorder
+	p   Programs
+	mu  sync.Mutex
+	eid int64
+}
+
+func (s *suite) next() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.eid++
+	return s.eid
+}
+
+func (s *suite) exec(t *testing.T, code string, timeoutMs int64) (int64, module.Result, Run) {
+	t.Helper()
+	id := s.next()
+	res, err := s.env.Execute(context.Background(), module.ExecutionInput{
+		EID: id, Code: code, Options: module.Options{TimeoutMs: timeoutMs, OutputLimitBytes: 64 << 10},
 	})
-	t.Run("output is a merge patch", func(t *testing.T) {
-		_, res, r := exec(t, p.Output, 10000)
-		expect(t, res, module.ExitSuccess, "", r)
-		if r.Output["a"] != 1.0 || r.Output["b"] != 2.0 || r.Output["c"] != "x" {
-			t.Fatalf("output %v", r.Output)
+	if err != nil {
+		t.Fatalf("execute: %v", err)
+	}
+	return id, res, s.rec.Get(id)
+}
+
+func expect(t *testing.T, res module.Result, exit module.ExitState, reason module.Reason, r Run) {
+	t.Helper()
+	if res.Exit != exit || (reason != "" && res.Reason != reason) {
+		t.Fatalf("got %s/%s, want %s/%s; errors %q stdout %q stderr %q", res.Exit, res.Reason, exit, reason, r.Errors, r.Stdout, r.Stderr)
+	}
+}
+
+func (s *suite) print(t *testing.T) {
+	_, res, r := s.exec(t, s.p.Print, 10000)
+	expect(t, res, module.ExitSuccess, module.ReasonCompleted, r)
+	if string(r.Stdout) != "hi\n" || string(r.Stderr) != "warn\n" {
+		t.Fatalf("stdout %q stderr %q", r.Stdout, r.Stderr)
+	}
+	if len(r.States) == 0 || r.States[len(r.States)-1] != module.StateRunning {
+		t.Fatalf("states %v: running not reported", r.States)
+	}
+}
+
+func (s *suite) output(t *testing.T) {
+	_, res, r := s.exec(t, s.p.Output, 10000)
+	expect(t, res, module.ExitSuccess, "", r)
+	if r.Output["a"] != 1.0 || r.Output["b"] != 2.0 || r.Output["c"] != "x" {
+		t.Fatalf("output %v", r.Output)
+	}
+}
+
+func (s *suite) throw(t *testing.T) {
+	_, res, r := s.exec(t, s.p.Throw, 10000)
+	expect(t, res, module.ExitFailed, module.ReasonException, r)
+	if len(r.Errors) != 1 || !strings.Contains(r.Errors[0], "boom") || len(r.Stderr) == 0 {
+		t.Fatalf("errors %q stderr %q", r.Errors, r.Stderr)
+	}
+}
+
+func (s *suite) syntax(t *testing.T) {
+	_, res, r := s.exec(t, s.p.Syntax, 10000)
+	expect(t, res, module.ExitFailed, "", r)
+	if len(r.Errors) != 1 || !strings.Contains(strings.ToLower(r.Errors[0]), "syntax") {
+		t.Fatalf("errors %q", r.Errors)
+	}
+}
+
+func (s *suite) timeout(t *testing.T) {
+	_, res, r := s.exec(t, s.p.Loop, 200)
+	expect(t, res, module.ExitTimeout, module.ReasonTimeout, r)
+}
+
+func (s *suite) kill(t *testing.T) {
+	id := s.next()
+	done := make(chan module.Result, 1)
+	go func() {
+		res, err := s.env.Execute(context.Background(), module.ExecutionInput{EID: id, Code: s.p.Block, Options: module.Options{TimeoutMs: 30000}})
+		if err != nil {
+			t.Error(err)
 		}
-	})
-	t.Run("throw", func(t *testing.T) {
-		_, res, r := exec(t, p.Throw, 10000)
-		expect(t, res, module.ExitFailed, module.ReasonException, r)
-		if len(r.Errors) != 1 || !strings.Contains(r.Errors[0], "boom") || len(r.Stderr) == 0 {
-			t.Fatalf("errors %q stderr %q", r.Errors, r.Stderr)
-		}
-	})
-	t.Run("syntax error", func(t *testing.T) {
-		_, res, r := exec(t, p.Syntax, 10000)
-		expect(t, res, module.ExitFailed, "", r)
-		if len(r.Errors) != 1 || !strings.Contains(strings.ToLower(r.Errors[0]), "syntax") {
-			t.Fatalf("errors %q", r.Errors)
-		}
-	})
-	t.Run("timeout is timeout", func(t *testing.T) {
-		_, res, r := exec(t, p.Loop, 200)
-		expect(t, res, module.ExitTimeout, module.ReasonTimeout, r)
-	})
-	t.Run("kill is canceled", func(t *testing.T) {
-		id := next()
-		done := make(chan module.Result, 1)
+		done <- res
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.rec.WaitFor(ctx, id, func(r Run) bool { return string(r.Stdout) == "started\n" }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.env.Kill(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-done:
+		expect(t, res, module.ExitCanceled, module.ReasonKilled, s.rec.Get(id))
+	case <-ctx.Done():
+		t.Fatal("execution did not end after Kill")
+	}
+	if err := s.env.Kill(context.Background(), 1<<60); err != nil {
+		t.Fatalf("kill of an unknown eid: %v", err)
+	}
+}
+
+func (s *suite) await(t *testing.T) {
+	_, res, r := s.exec(t, s.p.Await, 10000)
+	expect(t, res, module.ExitSuccess, "", r)
+	if string(r.Stdout) != "awaited\n" {
+		t.Fatalf("stdout %q", r.Stdout)
+	}
+}
+
+func (s *suite) noLeaks(t *testing.T) {
+	_, res, r := s.exec(t, s.p.SetGlobal, 10000)
+	expect(t, res, module.ExitSuccess, "", r)
+	_, res, r = s.exec(t, s.p.ReadGlobal, 10000)
+	expect(t, res, module.ExitSuccess, "", r)
+	if string(r.Stdout) != "clean\n" {
+		t.Fatalf("stdout %q", r.Stdout)
+	}
+}
+
+func (s *suite) tools(t *testing.T) {
+	_, res, r := s.exec(t, s.p.Tool, 10000)
+	expect(t, res, module.ExitSuccess, "", r)
+	if got, _ := r.Output["r"].(map[string]any); got["value"] != 42.0 {
+		t.Fatalf("output %v", r.Output)
+	}
+	_, res, r = s.exec(t, s.p.ToolError, 10000)
+	expect(t, res, module.ExitSuccess, "", r)
+	if !strings.Contains(string(r.Stdout), "upstream said no") {
+		t.Fatalf("stdout %q", r.Stdout)
+	}
+}
+
+func (s *suite) outputLimit(t *testing.T) {
+	_, res, r := s.exec(t, s.p.Flood, 20000)
+	expect(t, res, module.ExitFailed, module.ReasonOutputLimit, r)
+	if len(r.Stdout) > 64<<10 {
+		t.Fatalf("emitted %d bytes past a %d limit", len(r.Stdout), 64<<10)
+	}
+}
+
+func (s *suite) unicode(t *testing.T) {
+	_, res, r := s.exec(t, s.p.Unicode, 10000)
+	expect(t, res, module.ExitSuccess, "", r)
+	if string(r.Stdout) != "héllo €\n" {
+		t.Fatalf("stdout %q", r.Stdout)
+	}
+}
+
+func (s *suite) concurrent(t *testing.T) {
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Add(1)
 		go func() {
-			res, err := env.Execute(context.Background(), module.ExecutionInput{EID: id, Code: p.Block, Options: module.Options{TimeoutMs: 30000}})
-			if err != nil {
-				t.Error(err)
+			defer wg.Done()
+			id := s.next()
+			res, err := s.env.Execute(context.Background(), module.ExecutionInput{EID: id, Code: s.p.Print, Options: module.Options{TimeoutMs: 20000}})
+			if r := s.rec.Get(id); err != nil || res.Exit != module.ExitSuccess || string(r.Stdout) != "hi\n" {
+				t.Errorf("eid %d: %v %+v stdout %q", id, err, res, r.Stdout)
 			}
-			done <- res
 		}()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := rec.WaitFor(ctx, id, func(r Run) bool { return string(r.Stdout) == "started\n" }); err != nil {
-			t.Fatal(err)
-		}
-		if err := env.Kill(context.Background(), id); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case res := <-done:
-			expect(t, res, module.ExitCanceled, module.ReasonKilled, rec.Get(id))
-		case <-ctx.Done():
-			t.Fatal("execution did not end after Kill")
-		}
-		if err := env.Kill(context.Background(), 1<<60); err != nil {
-			t.Fatalf("kill of an unknown eid: %v", err)
-		}
-	})
-	t.Run("top-level await", func(t *testing.T) {
-		_, res, r := exec(t, p.Await, 10000)
-		expect(t, res, module.ExitSuccess, "", r)
-		if string(r.Stdout) != "awaited\n" {
-			t.Fatalf("stdout %q", r.Stdout)
-		}
-	})
-	t.Run("nothing leaks between executions", func(t *testing.T) {
-		_, res, r := exec(t, p.SetGlobal, 10000)
-		expect(t, res, module.ExitSuccess, "", r)
-		_, res, r = exec(t, p.ReadGlobal, 10000)
-		expect(t, res, module.ExitSuccess, "", r)
-		if string(r.Stdout) != "clean\n" {
-			t.Fatalf("stdout %q", r.Stdout)
-		}
-	})
-	t.Run("tools", func(t *testing.T) {
-		_, res, r := exec(t, p.Tool, 10000)
-		expect(t, res, module.ExitSuccess, "", r)
-		if got, _ := r.Output["r"].(map[string]any); got["value"] != 42.0 {
-			t.Fatalf("output %v", r.Output)
-		}
-		_, res, r = exec(t, p.ToolError, 10000)
-		expect(t, res, module.ExitSuccess, "", r)
-		if !strings.Contains(string(r.Stdout), "upstream said no") {
-			t.Fatalf("stdout %q", r.Stdout)
-		}
-	})
-	t.Run("output limit", func(t *testing.T) {
-		_, res, r := exec(t, p.Flood, 20000)
-		expect(t, res, module.ExitFailed, module.ReasonOutputLimit, r)
-		if len(r.Stdout) > 64<<10 {
-			t.Fatalf("emitted %d bytes past a %d limit", len(r.Stdout), 64<<10)
-		}
-	})
-	t.Run("unicode", func(t *testing.T) {
-		_, res, r := exec(t, p.Unicode, 10000)
-		expect(t, res, module.ExitSuccess, "", r)
-		if string(r.Stdout) != "héllo €\n" {
-			t.Fatalf("stdout %q", r.Stdout)
-		}
-	})
-	t.Run("concurrent executions", func(t *testing.T) {
-		var wg sync.WaitGroup
-		for range 6 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				id := next()
-				res, err := env.Execute(context.Background(), module.ExecutionInput{EID: id, Code: p.Print, Options: module.Options{TimeoutMs: 20000}})
-				if r := rec.Get(id); err != nil || res.Exit != module.ExitSuccess || string(r.Stdout) != "hi\n" {
-					t.Errorf("eid %d: %v %+v stdout %q", id, err, res, r.Stdout)
-				}
-			}()
-		}
-		wg.Wait()
-	})
+	}
+	wg.Wait()
 }

@@ -255,22 +255,32 @@ func (c *converter) inline(s *openapi3.Schema, d deps) any {
 		return *s.Always
 	}
 	m := map[string]any{}
-	list := func(refs openapi3.SchemaRefs) []any {
-		out := make([]any, 0, len(refs))
-		for _, r := range refs {
-			out = append(out, c.schema(r, d))
-		}
-		return out
+	types := typesOf(s)
+	switch len(types) {
+	case 0:
+	case 1:
+		m["type"] = types[0]
+	default:
+		m["type"] = types
 	}
-	boolSchema := func(key string, b openapi3.BoolSchema) {
-		switch {
-		case b.Has != nil:
-			m[key] = *b.Has
-		case b.Schema != nil:
-			m[key] = c.schema(b.Schema, d)
-		}
-	}
+	annotations(m, s)
+	numberKeywords(m, s)
+	stringKeywords(m, s)
+	c.arrayKeywords(m, s, d)
+	c.objectKeywords(m, s, d)
+	c.composition(m, s, d)
 
+	// OpenAPI 3.0 "nullable" without a type of its own (a composition or an
+	// enum): null is one more alternative.
+	if s.Nullable && len(types) == 0 && (s.AllOf != nil || s.AnyOf != nil || s.OneOf != nil || s.Enum != nil) {
+		return map[string]any{"anyOf": []any{m, map[string]any{"type": "null"}}}
+	}
+	return m
+}
+
+// typesOf is the schema's JSON types, with null added when OpenAPI 3.0's
+// nullable says so.
+func typesOf(s *openapi3.Schema) []any {
 	var types []any
 	if s.Type != nil {
 		for _, t := range *s.Type {
@@ -282,14 +292,11 @@ func (c *converter) inline(s *openapi3.Schema, d deps) any {
 	if s.Nullable && len(types) > 0 && !slices.Contains(types, any("null")) {
 		types = append(types, "null")
 	}
-	switch len(types) {
-	case 0:
-	case 1:
-		m["type"] = types[0]
-	default:
-		m["type"] = types
-	}
+	return types
+}
 
+// annotations copies the keywords that describe any schema.
+func annotations(m map[string]any, s *openapi3.Schema) {
 	if s.Title != "" {
 		m["title"] = s.Title
 	}
@@ -328,9 +335,11 @@ func (c *converter) inline(s *openapi3.Schema, d deps) any {
 	if s.WriteOnly {
 		m["writeOnly"] = true
 	}
+}
 
-	// Numbers. OpenAPI 3.0 writes exclusive bounds as booleans next to
-	// minimum/maximum; 2020-12 as numbers of their own.
+// numberKeywords copies the bounds of numbers. OpenAPI 3.0 writes exclusive
+// bounds as booleans next to minimum/maximum; 2020-12 as numbers of their own.
+func numberKeywords(m map[string]any, s *openapi3.Schema) {
 	if s.Min != nil {
 		m["minimum"] = *s.Min
 	}
@@ -352,8 +361,10 @@ func (c *converter) inline(s *openapi3.Schema, d deps) any {
 	if s.MultipleOf != nil {
 		m["multipleOf"] = *s.MultipleOf
 	}
+}
 
-	// Strings.
+// stringKeywords copies the constraints on strings.
+func stringKeywords(m map[string]any, s *openapi3.Schema) {
 	if s.MinLength > 0 {
 		m["minLength"] = s.MinLength
 	}
@@ -369,13 +380,15 @@ func (c *converter) inline(s *openapi3.Schema, d deps) any {
 	if s.ContentEncoding != "" {
 		m["contentEncoding"] = s.ContentEncoding
 	}
+}
 
-	// Arrays.
+// arrayKeywords converts the keywords on arrays.
+func (c *converter) arrayKeywords(m map[string]any, s *openapi3.Schema, d deps) {
 	if s.Items != nil {
 		m["items"] = c.schema(s.Items, d)
 	}
 	if len(s.PrefixItems) > 0 {
-		m["prefixItems"] = list(s.PrefixItems)
+		m["prefixItems"] = c.list(s.PrefixItems, d)
 	}
 	if s.MinItems > 0 {
 		m["minItems"] = s.MinItems
@@ -395,20 +408,18 @@ func (c *converter) inline(s *openapi3.Schema, d deps) any {
 	if s.MaxContains != nil {
 		m["maxContains"] = *s.MaxContains
 	}
-	boolSchema("unevaluatedItems", s.UnevaluatedItems)
+	c.boolSchema(m, "unevaluatedItems", s.UnevaluatedItems, d)
+}
 
-	// Objects.
+// objectKeywords converts the keywords on objects.
+func (c *converter) objectKeywords(m map[string]any, s *openapi3.Schema, d deps) {
 	if len(s.Properties) > 0 {
-		props := make(map[string]any, len(s.Properties))
-		for name, p := range s.Properties {
-			props[name] = c.schema(p, d)
-		}
-		m["properties"] = props
+		m["properties"] = c.schemas(s.Properties, d)
 	}
 	if req := c.required(s); len(req) > 0 {
 		m["required"] = req
 	}
-	boolSchema("additionalProperties", s.AdditionalProperties)
+	c.boolSchema(m, "additionalProperties", s.AdditionalProperties, d)
 	if s.MinProps > 0 {
 		m["minProperties"] = s.MinProps
 	}
@@ -416,18 +427,10 @@ func (c *converter) inline(s *openapi3.Schema, d deps) any {
 		m["maxProperties"] = *s.MaxProps
 	}
 	if len(s.PatternProperties) > 0 {
-		pp := make(map[string]any, len(s.PatternProperties))
-		for k, p := range s.PatternProperties {
-			pp[k] = c.schema(p, d)
-		}
-		m["patternProperties"] = pp
+		m["patternProperties"] = c.schemas(s.PatternProperties, d)
 	}
 	if len(s.DependentSchemas) > 0 {
-		ds := make(map[string]any, len(s.DependentSchemas))
-		for k, p := range s.DependentSchemas {
-			ds[k] = c.schema(p, d)
-		}
-		m["dependentSchemas"] = ds
+		m["dependentSchemas"] = c.schemas(s.DependentSchemas, d)
 	}
 	if len(s.DependentRequired) > 0 {
 		m["dependentRequired"] = s.DependentRequired
@@ -435,17 +438,19 @@ func (c *converter) inline(s *openapi3.Schema, d deps) any {
 	if s.PropertyNames != nil {
 		m["propertyNames"] = c.schema(s.PropertyNames, d)
 	}
-	boolSchema("unevaluatedProperties", s.UnevaluatedProperties)
+	c.boolSchema(m, "unevaluatedProperties", s.UnevaluatedProperties, d)
+}
 
-	// Composition.
+// composition converts the keywords that combine schemas.
+func (c *converter) composition(m map[string]any, s *openapi3.Schema, d deps) {
 	if len(s.AllOf) > 0 {
-		m["allOf"] = list(s.AllOf)
+		m["allOf"] = c.list(s.AllOf, d)
 	}
 	if len(s.AnyOf) > 0 {
-		m["anyOf"] = list(s.AnyOf)
+		m["anyOf"] = c.list(s.AnyOf, d)
 	}
 	if len(s.OneOf) > 0 {
-		m["oneOf"] = list(s.OneOf)
+		m["oneOf"] = c.list(s.OneOf, d)
 	}
 	if s.Not != nil {
 		m["not"] = c.schema(s.Not, d)
@@ -459,13 +464,32 @@ func (c *converter) inline(s *openapi3.Schema, d deps) any {
 	if s.Else != nil {
 		m["else"] = c.schema(s.Else, d)
 	}
+}
 
-	// OpenAPI 3.0 "nullable" without a type of its own (a composition or an
-	// enum): null is one more alternative.
-	if s.Nullable && len(types) == 0 && (s.AllOf != nil || s.AnyOf != nil || s.OneOf != nil || s.Enum != nil) {
-		return map[string]any{"anyOf": []any{m, map[string]any{"type": "null"}}}
+func (c *converter) list(refs openapi3.SchemaRefs, d deps) []any {
+	out := make([]any, 0, len(refs))
+	for _, r := range refs {
+		out = append(out, c.schema(r, d))
 	}
-	return m
+	return out
+}
+
+func (c *converter) schemas(refs openapi3.Schemas, d deps) map[string]any {
+	out := make(map[string]any, len(refs))
+	for k, r := range refs {
+		out[k] = c.schema(r, d)
+	}
+	return out
+}
+
+// boolSchema converts a keyword that is either a boolean or a schema.
+func (c *converter) boolSchema(m map[string]any, key string, b openapi3.BoolSchema, d deps) {
+	switch {
+	case b.Has != nil:
+		m[key] = *b.Has
+	case b.Schema != nil:
+		m[key] = c.schema(b.Schema, d)
+	}
 }
 
 // required drops the properties OpenAPI says are not required on this side
