@@ -36,7 +36,7 @@ type job struct {
 	ctx   context.Context
 	in    module.ExecutionInput
 	op    func(context.Context, module.Session) error // a file request instead of an execution
-	state atomic.Int32                                 // jobWaiting, then jobClaimed (by the session) or jobDropped (by its caller)
+	state atomic.Int32                                // jobWaiting, then jobClaimed (by the session) or jobDropped (by its caller)
 	res   module.Result
 	err   error
 	done  chan struct{}
