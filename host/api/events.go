@@ -28,10 +28,10 @@ type (
 		Patch map[string]any `json:"patch" doc:"A patch merged into the structured output (on replay: the whole output so far)."`
 	}
 	exitEvent struct {
-		process.Process
+		Process
 	}
 	displayEvent struct {
-		process.Display
+		Display
 	}
 	// approvalEvent: a tool call of the process waits on this approval.
 	approvalEvent struct {
@@ -110,11 +110,11 @@ func payload(ev process.Event) any {
 	case process.EventOutput:
 		return outputEvent{Patch: ev.Output}
 	case process.EventDisplay:
-		return displayEvent{*ev.Display}
+		return displayEvent{displayOf(*ev.Display)}
 	case process.EventApproval:
 		if a, ok := ev.Approval.(*approval.Approval); ok {
 			return approvalEvent{*a}
 		}
 	}
-	return exitEvent{*ev.Process}
+	return exitEvent{*processOf(ev.Process)}
 }

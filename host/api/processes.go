@@ -14,7 +14,7 @@ import (
 )
 
 type processBody struct {
-	Body *process.Process
+	Body *Process
 }
 
 type pidPath struct {
@@ -41,7 +41,7 @@ type inputFile struct {
 
 type processFileList struct {
 	Body struct {
-		Items []process.OutputFile `json:"items" nullable:"false"`
+		Items []OutputFile `json:"items" nullable:"false"`
 	}
 }
 
@@ -52,7 +52,7 @@ type processFilePath struct {
 
 type displayList struct {
 	Body struct {
-		Items []process.Display `json:"items" nullable:"false"`
+		Items []Display `json:"items" nullable:"false"`
 	}
 }
 
@@ -66,9 +66,9 @@ type listProcessesInput struct {
 
 type processList struct {
 	Body struct {
-		Items      []process.ProcessSummary `json:"items" nullable:"false"`
-		NextCursor *string                  `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
-		HasMore    bool                     `json:"hasMore"`
+		Items      []ProcessSummary `json:"items" nullable:"false"`
+		NextCursor *string          `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
+		HasMore    bool             `json:"hasMore"`
 	}
 }
 
@@ -120,7 +120,7 @@ func (s *server) registerProcesses(api huma.API) {
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}
-		return &processBody{v}, nil
+		return &processBody{processOf(v)}, nil
 	})
 
 	huma.Register(api, huma.Operation{
@@ -136,7 +136,7 @@ func (s *server) registerProcesses(api huma.API) {
 			return nil, s.problem(ctx, err)
 		}
 		out := &processList{}
-		out.Body.Items, out.Body.HasMore = orEmpty(items), more
+		out.Body.Items, out.Body.HasMore = processSummariesOf(items), more
 		if more {
 			c := encodeCursor(items[len(items)-1].PID)
 			out.Body.NextCursor = &c
@@ -152,7 +152,7 @@ func (s *server) registerProcesses(api huma.API) {
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}
-		return &processBody{v}, nil
+		return &processBody{processOf(v)}, nil
 	})
 
 	huma.Register(api, huma.Operation{
@@ -163,9 +163,16 @@ func (s *server) registerProcesses(api huma.API) {
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}
-		return &processBody{v}, nil
+		return &processBody{processOf(v)}, nil
 	})
 
+	s.registerProcessResults(api)
+	s.registerProcessControl(api)
+}
+
+// registerProcessResults registers what a process produced: its output,
+// streams, code, files and displays.
+func (s *server) registerProcessResults(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "getProcessOutput", Method: http.MethodGet, Path: "/processes/{pid}/output", Tags: []string{"processes"},
 		Summary: "Get a process's structured output", Description: "The merged cyrnel.output() object itself.",
@@ -205,7 +212,7 @@ func (s *server) registerProcesses(api huma.API) {
 			return nil, s.problem(ctx, err)
 		}
 		out := &processFileList{}
-		out.Body.Items = files
+		out.Body.Items = outputFilesOf(files)
 		return out, nil
 	})
 
@@ -232,10 +239,15 @@ func (s *server) registerProcesses(api huma.API) {
 			return nil, s.problem(ctx, err)
 		}
 		out := &displayList{}
-		out.Body.Items = ds
+		out.Body.Items = displaysOf(ds)
 		return out, nil
 	})
 
+}
+
+// registerProcessControl registers what changes an existing process: kill,
+// run again, delete.
+func (s *server) registerProcessControl(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "killProcess", Method: http.MethodPost, Path: "/processes/{pid}/kill", Tags: []string{"processes"},
 		Summary: "Kill a process", Errors: []int{http.StatusConflict},
@@ -245,7 +257,7 @@ func (s *server) registerProcesses(api huma.API) {
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}
-		return &processBody{v}, nil
+		return &processBody{processOf(v)}, nil
 	})
 
 	huma.Register(api, huma.Operation{
@@ -258,7 +270,7 @@ func (s *server) registerProcesses(api huma.API) {
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}
-		return &processBody{v}, nil
+		return &processBody{processOf(v)}, nil
 	})
 
 	huma.Register(api, huma.Operation{

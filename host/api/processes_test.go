@@ -21,7 +21,7 @@ import (
 func TestCreateProcessPassesTheRequestOn(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	var p process.Process
+	var p Process
 	wantStatus(t, f.api.Post("/processes", map[string]any{"code": "print(1)", "ref": "r", "timeoutMs": 5000, "waitMs": 250}), http.StatusCreated, &p)
 	in := f.procs.created
 	if in.Code != "print(1)" || in.Ref != "r" || in.TimeoutMs != 5000 || !in.Autorun || in.Wait != 250*time.Millisecond {
@@ -103,9 +103,9 @@ func TestListProcessesPages(t *testing.T) {
 		wantStatus(t, f.api.Post("/processes", map[string]any{"code": "x", "ref": "a"}), http.StatusCreated, nil)
 	}
 	type page struct {
-		Items      []process.ProcessSummary `json:"items"`
-		NextCursor *string                  `json:"nextCursor"`
-		HasMore    bool                     `json:"hasMore"`
+		Items      []ProcessSummary `json:"items"`
+		NextCursor *string          `json:"nextCursor"`
+		HasMore    bool             `json:"hasMore"`
 	}
 	var pids []int64
 	path := "/processes?limit=2&ref=a&state=idle"

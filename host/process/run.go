@@ -301,9 +301,9 @@ func (m *Manager) EmitOutput(eid int64, patch map[string]json.RawMessage) {
 // base64 for binary types) and whether the program showed it or it is the
 // value of its final expression.
 type Display struct {
-	Index int               `json:"index" doc:"Position among the process's displays, from 0."`
-	Kind  string            `json:"kind" enum:"display,result" doc:"display: cyrnel.display() or a figure left open; result: the value of the final expression."`
-	Data  map[string]string `json:"data" doc:"The MIME bundle: text types as text, binary types (image/png, ...) as base64."`
+	Index int
+	Kind  string
+	Data  map[string]string
 }
 
 // maxDisplays bounds how many displays one execution keeps; their bytes
@@ -409,9 +409,9 @@ func (r *run) dropFileLocked(path string, size int64, appended bool, why string)
 
 // OutputFile is one file a process left in its workspace.
 type OutputFile struct {
-	Path       string    `json:"path"`
-	Size       int64     `json:"size"`
-	ModifiedAt time.Time `json:"modifiedAt"`
+	Path       string
+	Size       int64
+	ModifiedAt time.Time
 }
 
 // Files lists the files the process's latest execution left.

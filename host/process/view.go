@@ -6,40 +6,41 @@ import (
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
-// ProcessSummary is a process as listings show it: without its code and streams.
+// ProcessSummary is a process without its code and streams, as listings
+// need it. host/api maps it to the wire shape.
 type ProcessSummary struct {
-	PID             int64          `json:"pid" doc:"Process id: positive, unique, never reused."`
-	Ref             string         `json:"ref" doc:"Client-chosen label, for filtering."`
-	State           State          `json:"state" enum:"idle,queued,running,suspended,terminating" doc:"Host state."`
-	ExitState       *string        `json:"exitState" enum:"success,failed,timeout,canceled" nullable:"true" doc:"How the latest execution ended; null before the first."`
-	Reason          *string        `json:"reason" enum:"completed,exception,timeout,killed,memory_limit,cpu_limit,output_limit,environment_error,host_restart,host_shutdown,host_lost,session_ended" nullable:"true" doc:"Why the latest execution ended; null before the first."`
-	Error           string         `json:"error" doc:"Why the latest execution failed (e.g. 'ValueError: boom'); empty otherwise."`
-	TimeoutMs       int64          `json:"timeoutMs" doc:"Effective timeout of an execution, in milliseconds."`
-	EnvConfig       map[string]any `json:"envConfig" nullable:"true" doc:"Per-execution environment configuration, as submitted."`
-	Environment     string         `json:"environment" doc:"Module id of the environment that ran the latest execution."`
-	Runs            int64          `json:"runs" doc:"How many times the process was started."`
-	StdoutTruncated bool           `json:"stdoutTruncated" doc:"stdout went past its cap and was cut."`
-	StderrTruncated bool           `json:"stderrTruncated" doc:"stderr went past its cap and was cut."`
-	OutputTruncated bool           `json:"outputTruncated" doc:"The structured output went past its cap: keys that would have grown it further were dropped."`
-	CreatedAt       time.Time      `json:"createdAt"`
-	StartedAt       *time.Time     `json:"startedAt" nullable:"true" doc:"When the latest execution started running."`
-	FinishedAt      *time.Time     `json:"finishedAt" nullable:"true" doc:"When the latest execution ended."`
-	DurationMs      *int64         `json:"durationMs" nullable:"true" doc:"Running time of the latest execution."`
-	HostID          string         `json:"hostId" doc:"The host that runs or ran the latest execution (the host that stored the process, before it first runs)."`
-	CPUMs           *int64         `json:"cpuMs" nullable:"true" doc:"CPU time the latest execution's whole process tree used, in milliseconds, as the host measured it; null when unknown or before it ends."`
-	Session         string         `json:"session,omitempty" doc:"The session the process runs in (POST /sessions); absent: an interpreter of its own."`
-	PeakMemoryBytes *int64         `json:"peakMemoryBytes" nullable:"true" doc:"Peak memory of the latest execution's whole process tree, in bytes, as the host measured it; null when unknown or before it ends."`
-	Owner           string         `json:"owner,omitempty" doc:"The id of the API key that created the process; a runner key sees only its own. Absent when no key did (a server without authentication)."`
-	TraceID         string         `json:"traceId,omitempty" doc:"The OpenTelemetry trace (32 hex digits) of the latest execution: the caller's when its request carried a traceparent header. Absent when tracing is off."`
+	PID             int64
+	Ref             string
+	State           State
+	ExitState       *string
+	Reason          *string
+	Error           string
+	TimeoutMs       int64
+	EnvConfig       map[string]any
+	Environment     string
+	Runs            int64
+	StdoutTruncated bool
+	StderrTruncated bool
+	OutputTruncated bool
+	CreatedAt       time.Time
+	StartedAt       *time.Time
+	FinishedAt      *time.Time
+	DurationMs      *int64
+	HostID          string
+	CPUMs           *int64
+	Session         string
+	PeakMemoryBytes *int64
+	Owner           string
+	TraceID         string
 }
 
 // Process is a process with what its latest execution produced.
 type Process struct {
 	ProcessSummary
-	Output map[string]any `json:"output" doc:"Structured output: the merge of every cyrnel.output() patch."`
-	Stdout string         `json:"stdout" doc:"Captured standard output, decoded as UTF-8."`
-	Stderr string         `json:"stderr" doc:"Captured standard error, decoded as UTF-8."`
-	Code   string         `json:"-"`
+	Output map[string]any
+	Stdout string
+	Stderr string
+	Code   string
 }
 
 func viewOf(p *store.Process) *Process {
@@ -59,3 +60,6 @@ func viewOf(p *store.Process) *Process {
 	}
 	return v
 }
+
+// States are every host state, in the order the API's spec lists them.
+var States = []State{Idle, Queued, Running, Suspended, Terminating}
