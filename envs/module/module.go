@@ -29,6 +29,9 @@ const (
 	TypeAdapter     Type = "adapter"
 )
 
+// Types are every module type, in the order the API's spec lists them.
+var Types = []Type{TypeEnvironment, TypeAdapter}
+
 // ExecState is what an environment may report through Bindings.SetState.
 // The host adds idle and terminating on top; environments never report them.
 type ExecState string
@@ -47,6 +50,9 @@ const (
 	ExitTimeout  ExitState = "timeout"
 	ExitCanceled ExitState = "canceled"
 )
+
+// ExitStates are every exit state, in the order the API's spec lists them.
+var ExitStates = []ExitState{ExitSuccess, ExitFailed, ExitTimeout, ExitCanceled}
 
 // Valid reports whether s is one of the four exit states.
 func (s ExitState) Valid() bool {

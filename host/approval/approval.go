@@ -30,6 +30,9 @@ const (
 	Expired  = "expired"
 )
 
+// States are every approval state, in the order the API's spec lists them.
+var States = []string{Pending, Approved, Denied, Expired}
+
 // Errors the API maps to statuses.
 var (
 	ErrNotFound = errors.New("approval not found")

@@ -25,6 +25,9 @@ const (
 	TransportError = "transport_error"
 )
 
+// Outcomes are every outcome, in the order the API's spec lists them.
+var Outcomes = []string{Success, Invalid, Blocked, Denied, UpstreamError, TransportError}
+
 // Store is what the writer needs of the database.
 type Store interface {
 	InsertToolCalls(ctx context.Context, calls []store.ToolCall) error

@@ -24,6 +24,9 @@ const (
 	Block Decision = "block"
 )
 
+// Decisions are every decision, in the order the API's spec lists them.
+var Decisions = []Decision{Allow, Ask, Block}
+
 // Valid reports whether d is one of the three decisions.
 func (d Decision) Valid() bool { return d == Allow || d == Ask || d == Block }
 

@@ -32,6 +32,9 @@ const (
 	Ended    State = store.SessionEnded
 )
 
+// States are every session state, in the order the API's spec lists them.
+var States = []State{Starting, Ready, Busy, Ended}
+
 // Reasons a session ended.
 const (
 	EndDeleted     = "deleted"

@@ -1,0 +1,110 @@
+package api
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cyrnel/cyrnel/envs/module"
+	"github.com/cyrnel/cyrnel/envs/worker"
+	"github.com/cyrnel/cyrnel/host/approval"
+	"github.com/cyrnel/cyrnel/host/audit"
+	"github.com/cyrnel/cyrnel/host/caller"
+	"github.com/cyrnel/cyrnel/host/policy"
+	"github.com/cyrnel/cyrnel/host/process"
+	"github.com/cyrnel/cyrnel/host/session"
+)
+
+func words[T ~string](vs []T) []any {
+	out := make([]any, len(vs))
+	for i, v := range vs {
+		out[i] = string(v)
+	}
+	return out
+}
+
+// TestSpecEnumsAreTheDomains: every enum the spec publishes (properties,
+// array items and query parameters) equals the list its domain package
+// declares, in order, so a state, reason or role added to a domain cannot
+// be missing from the spec or the other way round. An enum the table does
+// not know fails too: a new one needs its domain list named here.
+func TestSpecEnumsAreTheDomains(t *testing.T) {
+	t.Parallel()
+	states, exits, reasons := words(process.States), words(module.ExitStates), words(module.Reasons)
+	decisions, outcomes := words(policy.Decisions), words(audit.Outcomes)
+	approvals, roles, sessions := words(approval.States), words(caller.Roles), words(session.States)
+	want := map[string][]any{
+		"state": states, "exitState": exits, "reason": reasons,
+		"Approval.state": approvals, "ApprovalEvent.state": approvals, "GET /approvals state": approvals,
+		"Session.state": sessions, "GET /sessions state": sessions,
+		"outcome": outcomes, "policy": decisions, "decision": decisions, "default": decisions,
+		"roles": roles, "kind": {worker.DisplayShown, worker.DisplayResult}, "ModuleView.type": words(module.Types),
+		// The API's own words, with no domain behind them.
+		"Call.source": {"code", "api"}, "HealthBodyBody.status": {"ok"}, "ReadyBodyBody.status": {"ready"},
+		"GET /tools enabled": {"true", "false"},
+	}
+	raw, err := Spec("json", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Parameters []struct {
+				Name   string
+				Schema *enumSchema
+			}
+		}
+		Components struct{ Schemas map[string]*enumSchema }
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	check := func(where, field string, got []any) {
+		if i := slices.Index(got, nil); i >= 0 {
+			got = slices.Delete(slices.Clone(got), i, i+1) // nullEnums' null
+		}
+		w, ok := want[where]
+		if !ok {
+			w, ok = want[field]
+		}
+		if !ok {
+			t.Errorf("%s: enum %v has no domain list in this test", where, got)
+			return
+		}
+		if !slices.Equal(got, w) {
+			t.Errorf("%s: spec enum %v, domain list %v", where, got, w)
+		}
+	}
+	n := 0
+	for name, s := range doc.Components.Schemas {
+		for field, p := range s.Properties {
+			if p.Items != nil {
+				p = p.Items
+			}
+			if len(p.Enum) > 0 {
+				n++
+				check(name+"."+field, field, p.Enum)
+			}
+		}
+	}
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			for _, p := range op.Parameters {
+				if p.Schema != nil && len(p.Schema.Enum) > 0 {
+					n++
+					check(strings.ToUpper(method)+" "+path+" "+p.Name, p.Name, p.Schema.Enum)
+				}
+			}
+		}
+	}
+	if n < 30 {
+		t.Errorf("only %d enums seen", n)
+	}
+}
+
+type enumSchema struct {
+	Enum       []any                  `json:"enum"`
+	Items      *enumSchema            `json:"items"`
+	Properties map[string]*enumSchema `json:"properties"`
+}
