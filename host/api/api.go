@@ -118,6 +118,8 @@ func New(d Deps) (http.Handler, huma.API) {
 	api := humachi.New(r, Config())
 	s.registerHealth(api)
 	s.registerProcesses(api)
+	s.registerProcessResults(api)
+	s.registerProcessControl(api)
 	s.registerEvents(api)
 	s.registerEnvironment(api)
 	s.registerModuleSettings(api)
@@ -126,10 +128,13 @@ func New(d Deps) (http.Handler, huma.API) {
 	s.registerServices(api)
 	s.registerSettings(api, "/services", "Service", " (the adapter is given the new state).", d.Services)
 	s.registerTools(api)
-	s.registerGovernance(api)
+	s.registerToolPolicies(api)
+	s.registerApprovals(api)
+	s.registerAudit(api)
 	s.registerSessions(api)
 	s.registerSessionFiles(api)
 	s.registerKeys(api)
+	s.registerChanges(api)
 	if d.MCP != nil {
 		r.Handle("/mcp", d.MCP)
 	}

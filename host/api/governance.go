@@ -73,7 +73,8 @@ func badCursor(c string) error {
 	return huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{Location: "query.cursor", Message: "not a cursor from this API", Value: c})
 }
 
-func (s *server) registerGovernance(api huma.API) {
+// registerToolPolicies registers reading and replacing the tool policies.
+func (s *server) registerToolPolicies(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "getToolPolicies", Method: http.MethodGet, Path: "/tool-policies", Tags: []string{"tools"},
 		Summary: "Get the tool policies",
@@ -95,6 +96,10 @@ func (s *server) registerGovernance(api huma.API) {
 		return &policyBody{set}, nil
 	})
 
+}
+
+// registerApprovals registers the listing and deciding of approvals.
+func (s *server) registerApprovals(api huma.API) {
 	tags := []string{"approvals"}
 	huma.Register(api, huma.Operation{
 		OperationID: "listApprovals", Method: http.MethodGet, Path: "/approvals", Tags: tags, Summary: "List approvals, newest first",
@@ -144,6 +149,10 @@ func (s *server) registerGovernance(api huma.API) {
 		})
 	}
 
+}
+
+// registerAudit registers the audit of tool calls, whole or per process.
+func (s *server) registerAudit(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "listToolCalls", Method: http.MethodGet, Path: "/tool-calls", Tags: []string{"tools"},
 		Summary: "The audit of tool calls, newest first",

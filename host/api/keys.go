@@ -117,6 +117,10 @@ func (s *server) registerKeys(api huma.API) {
 		return nil, nil
 	})
 
+}
+
+// registerChanges registers the record of configuration changes.
+func (s *server) registerChanges(api huma.API) {
 	huma.Register(api, huma.Operation{
 		OperationID: "listChanges", Method: http.MethodGet, Path: "/changes", Tags: []string{"changes"},
 		Summary:     "The record of configuration changes, newest first",

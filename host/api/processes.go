@@ -166,8 +166,6 @@ func (s *server) registerProcesses(api huma.API) {
 		return &processBody{processOf(v)}, nil
 	})
 
-	s.registerProcessResults(api)
-	s.registerProcessControl(api)
 }
 
 // registerProcessResults registers what a process produced: its output,

@@ -82,36 +82,7 @@ func (s *server) registerTools(api huma.API) {
 	tags := []string{"tools"}
 	huma.Register(api, huma.Operation{
 		OperationID: "listTools", Method: http.MethodGet, Path: "/tools", Tags: tags, Summary: "List and search tools",
-	}, func(ctx context.Context, in *listToolsInput) (*toolList, error) {
-		var enabled *bool
-		if in.Enabled != "" {
-			v := in.Enabled == "true"
-			enabled = &v
-		}
-		if store.HasTerms(in.Q) {
-			return s.searchTools(ctx, in, enabled)
-		}
-		after, ok := decodeToolCursor(in.Cursor)
-		if !ok {
-			return nil, badCursor(in.Cursor)
-		}
-		items, more, err := s.Tools.Tools(ctx, services.ToolListInput{ServiceID: in.ServiceID, Enabled: enabled, After: after, Limit: in.Limit})
-		if err != nil {
-			return nil, s.problem(ctx, err)
-		}
-		out := &toolList{}
-		out.Body.HasMore = more
-		out.Body.Items = make([]toolItem, 0, len(items))
-		for _, it := range items {
-			out.Body.Items = append(out.Body.Items, toolItem{ToolSummary: it, Policy: s.Policies.Decide(it.ServiceID, it.ID)})
-		}
-		if more {
-			last := items[len(items)-1]
-			c := base64.RawURLEncoding.EncodeToString([]byte(last.ServiceID + "\x00" + last.ID))
-			out.Body.NextCursor = &c
-		}
-		return out, nil
-	})
+	}, s.listTools)
 
 	huma.Register(api, huma.Operation{
 		OperationID: "getTool", Method: http.MethodGet, Path: "/tools/{serviceId}/{toolId}", Tags: tags,
@@ -171,6 +142,38 @@ func (s *server) registerTools(api huma.API) {
 		out.Body.Result = res
 		return out, nil
 	})
+}
+
+// listTools pages through the tools, or searches them when the query has terms.
+func (s *server) listTools(ctx context.Context, in *listToolsInput) (*toolList, error) {
+	var enabled *bool
+	if in.Enabled != "" {
+		v := in.Enabled == "true"
+		enabled = &v
+	}
+	if store.HasTerms(in.Q) {
+		return s.searchTools(ctx, in, enabled)
+	}
+	after, ok := decodeToolCursor(in.Cursor)
+	if !ok {
+		return nil, badCursor(in.Cursor)
+	}
+	items, more, err := s.Tools.Tools(ctx, services.ToolListInput{ServiceID: in.ServiceID, Enabled: enabled, After: after, Limit: in.Limit})
+	if err != nil {
+		return nil, s.problem(ctx, err)
+	}
+	out := &toolList{}
+	out.Body.HasMore = more
+	out.Body.Items = make([]toolItem, 0, len(items))
+	for _, it := range items {
+		out.Body.Items = append(out.Body.Items, toolItem{ToolSummary: it, Policy: s.Policies.Decide(it.ServiceID, it.ID)})
+	}
+	if more {
+		last := items[len(items)-1]
+		c := base64.RawURLEncoding.EncodeToString([]byte(last.ServiceID + "\x00" + last.ID))
+		out.Body.NextCursor = &c
+	}
+	return out, nil
 }
 
 func decodeToolCursor(c string) ([2]string, bool) {
