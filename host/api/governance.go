@@ -9,7 +9,6 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/cyrnel/cyrnel/host/approval"
-	"github.com/cyrnel/cyrnel/host/audit"
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -63,9 +62,9 @@ type processToolCallsInput struct {
 
 type toolCallList struct {
 	Body struct {
-		Items      []audit.Call `json:"items" nullable:"false"`
-		NextCursor *string      `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
-		HasMore    bool         `json:"hasMore"`
+		Items      []Call  `json:"items" nullable:"false"`
+		NextCursor *string `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
+		HasMore    bool    `json:"hasMore"`
 	}
 }
 
@@ -188,7 +187,7 @@ func (s *server) toolCalls(ctx context.Context, cursor string, f store.ToolCallF
 		return nil, s.problem(ctx, err)
 	}
 	out := &toolCallList{}
-	out.Body.Items, out.Body.HasMore = orEmpty(items), more
+	out.Body.Items, out.Body.HasMore = callsOf(items), more
 	if more {
 		c := base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(items[len(items)-1].ID, 10)))
 		out.Body.NextCursor = &c

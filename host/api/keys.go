@@ -23,11 +23,11 @@ type createKeyInput struct {
 }
 
 type createdKeyBody struct {
-	Body *keys.CreatedKey
+	Body *CreatedKey
 }
 
 type keyBody struct {
-	Body *keys.Key
+	Body *Key
 }
 
 type keyPath struct {
@@ -41,9 +41,9 @@ type listKeysInput struct {
 
 type keyList struct {
 	Body struct {
-		Items      []keys.Key `json:"items" nullable:"false"`
-		NextCursor *string    `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
-		HasMore    bool       `json:"hasMore"`
+		Items      []Key   `json:"items" nullable:"false"`
+		NextCursor *string `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
+		HasMore    bool    `json:"hasMore"`
 	}
 }
 
@@ -54,9 +54,9 @@ type listChangesInput struct {
 
 type changeList struct {
 	Body struct {
-		Items      []changes.Change `json:"items" nullable:"false"`
-		NextCursor *string          `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
-		HasMore    bool             `json:"hasMore"`
+		Items      []Change `json:"items" nullable:"false"`
+		NextCursor *string  `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
+		HasMore    bool     `json:"hasMore"`
 	}
 }
 
@@ -71,7 +71,7 @@ func (s *server) registerKeys(api huma.API) {
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}
-		return &createdKeyBody{k}, nil
+		return &createdKeyBody{&CreatedKey{Key: *keyOf(&k.Key), Secret: k.Secret}}, nil
 	})
 
 	huma.Register(api, huma.Operation{
@@ -87,7 +87,7 @@ func (s *server) registerKeys(api huma.API) {
 			return nil, s.problem(ctx, err)
 		}
 		out := &keyList{}
-		out.Body.Items, out.Body.HasMore = orEmpty(items), more
+		out.Body.Items, out.Body.HasMore = keysOf(items), more
 		if more {
 			c := base64.RawURLEncoding.EncodeToString([]byte(items[len(items)-1].ID))
 			out.Body.NextCursor = &c
@@ -102,7 +102,7 @@ func (s *server) registerKeys(api huma.API) {
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}
-		return &keyBody{k}, nil
+		return &keyBody{keyOf(k)}, nil
 	})
 
 	huma.Register(api, huma.Operation{
@@ -143,7 +143,7 @@ func (s *server) registerChanges(api huma.API) {
 			return nil, s.problem(ctx, err)
 		}
 		out := &changeList{}
-		out.Body.Items, out.Body.HasMore = orEmpty(items), more
+		out.Body.Items, out.Body.HasMore = changesOf(items), more
 		if more {
 			c := base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(items[len(items)-1].ID, 10)))
 			out.Body.NextCursor = &c

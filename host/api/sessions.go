@@ -203,9 +203,16 @@ func (s *server) streamDownload(p string, size int64, r io.Reader, owner ...any)
 	}}
 }
 
+// File is one file of a session's workspace.
+type File struct {
+	Path       string    `json:"path"`
+	Size       int64     `json:"size"`
+	ModifiedAt time.Time `json:"modifiedAt"`
+}
+
 type fileList struct {
 	Body struct {
-		Items []session.File `json:"items" nullable:"false"`
+		Items []File `json:"items" nullable:"false"`
 	}
 }
 
@@ -220,7 +227,10 @@ func (s *server) registerSessionFiles(api huma.API) {
 			return nil, s.problemAt(ctx, err, inPath)
 		}
 		out := &fileList{}
-		out.Body.Items = append([]session.File{}, files...)
+		out.Body.Items = make([]File, len(files))
+		for i, f := range files {
+			out.Body.Items[i] = File{Path: f.Path, Size: f.Size, ModifiedAt: f.ModifiedAt}
+		}
 		return out, nil
 	})
 

@@ -218,21 +218,21 @@ func (w *Writer) write(batch []store.ToolCall) {
 
 func (w *Writer) prune() { w.opts.Apply(w.log, "tool call records", w.st.PruneToolCalls) }
 
-// Call is an audit record as the API shows it.
+// Call is an audit record.
 type Call struct {
-	ID         int64          `json:"id"`
-	At         time.Time      `json:"at" doc:"When the call was made."`
-	PID        *int64         `json:"pid,omitempty" doc:"The calling process; absent for calls from the API or MCP."`
-	ServiceID  string         `json:"serviceId"`
-	ToolID     string         `json:"toolId"`
-	Policy     string         `json:"policy" enum:"allow,ask,block" doc:"The policy decision the call met."`
-	ApprovalID *string        `json:"approvalId,omitempty" doc:"The approval the call waited on."`
-	Outcome    string         `json:"outcome" enum:"success,invalid,blocked,denied,upstream_error,transport_error"`
-	Status     *int           `json:"status,omitempty" doc:"The upstream's HTTP status, when it answered."`
-	DurationMs float64        `json:"durationMs" doc:"From the call reaching the host to its answer, approval wait included."`
-	Source     string         `json:"source" enum:"code,api" doc:"Where the call came from: a program (run over HTTP or MCP) or POST /tools/{serviceId}/{toolId}/invoke."`
-	Parameters map[string]any `json:"parameters" doc:"The parameters, secret-bearing fields redacted."`
-	KeyID      string         `json:"keyId,omitempty" doc:"The API key behind the call: for a call from a program, the key that owns its process; for POST /tools/{serviceId}/{toolId}/invoke, the caller's. Absent when no key did (a server without authentication)."`
+	ID         int64
+	At         time.Time
+	PID        *int64
+	ServiceID  string
+	ToolID     string
+	Policy     string
+	ApprovalID *string
+	Outcome    string
+	Status     *int
+	DurationMs float64
+	Source     string
+	Parameters map[string]any
+	KeyID      string
 }
 
 // Lister reads records.

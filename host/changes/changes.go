@@ -20,14 +20,14 @@ import (
 // own (a server without authentication, start-up).
 const HostActor = "host"
 
-// Change is a change as the API shows it.
+// Change is a recorded configuration change.
 type Change struct {
-	ID     int64          `json:"id"`
-	At     time.Time      `json:"at"`
-	KeyID  string         `json:"keyId" doc:"The key that made the change (bootstrap: the operator's key; host: the host itself)."`
-	Action string         `json:"action" doc:"What was done: module.config, module.secrets, module.enable, module.disable, environment.switch, service.create, service.delete, service.config, service.secrets, service.enable, service.disable, service.refresh, tool.enable, tool.disable, policies.set, key.create, key.revoke."`
-	Target string         `json:"target" doc:"What it was done to: a module, service or key id, serviceId.toolId for a tool, tool-policies."`
-	Detail map[string]any `json:"detail" doc:"What was set: a config, the names of the secrets set (never their values), the enabled flag, the environment's module, a key's name and roles."`
+	ID     int64
+	At     time.Time
+	KeyID  string
+	Action string
+	Target string
+	Detail map[string]any
 }
 
 // ListInput pages through changes, newest first.

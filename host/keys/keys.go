@@ -43,20 +43,20 @@ var (
 	ErrExpired = errors.New("the API key has expired")
 )
 
-// Key is a key as the API shows it: never the key itself.
+// Key is a key without its secret.
 type Key struct {
-	ID         string        `json:"id" doc:"Opaque id (key_…), or bootstrap for the operator's key."`
-	Name       string        `json:"name"`
-	Roles      []caller.Role `json:"roles" nullable:"false" enum:"runner,approver,admin"`
-	CreatedAt  time.Time     `json:"createdAt"`
-	ExpiresAt  *time.Time    `json:"expiresAt,omitempty" doc:"After this the key is refused."`
-	LastUsedAt *time.Time    `json:"lastUsedAt,omitempty" doc:"When the key last authenticated a request, to within a minute."`
+	ID         string
+	Name       string
+	Roles      []caller.Role
+	CreatedAt  time.Time
+	ExpiresAt  *time.Time
+	LastUsedAt *time.Time
 }
 
 // CreatedKey is a new key with its secret, which is shown this once.
 type CreatedKey struct {
 	Key
-	Secret string `json:"key" doc:"The key to send as Authorization: Bearer <key>. Shown only in this answer: the host keeps its hash."`
+	Secret string
 }
 
 // CreateInput is a new key.

@@ -34,9 +34,9 @@ const (
 
 // File is one file of a workspace.
 type File struct {
-	Path       string    `json:"path"`
-	Size       int64     `json:"size"`
-	ModifiedAt time.Time `json:"modifiedAt"`
+	Path       string
+	Size       int64
+	ModifiedAt time.Time
 }
 
 // do runs op in the session's goroutine, in order with its executions, if
