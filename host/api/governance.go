@@ -13,12 +13,40 @@ import (
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
+// Rule and Set are the wire shape of policy.Rule and policy.Set.
+type Rule struct {
+	Pattern  string          `json:"pattern" minLength:"1" maxLength:"200" doc:"Glob on serviceId.toolId, e.g. github.* or *.delete*."`
+	Decision policy.Decision `json:"decision" enum:"allow,ask,block" doc:"What a matching call gets."`
+}
+
+// Set is the whole policy: rules in order, then the default.
+type Set struct {
+	Default policy.Decision `json:"default" enum:"allow,ask,block" doc:"The decision when no rule matches."`
+	Rules   []Rule          `json:"rules" nullable:"false" maxItems:"1000" doc:"Tried in order; the first match wins."`
+}
+
+func setOf(p *policy.Set) *Set {
+	out := &Set{Default: p.Default, Rules: make([]Rule, len(p.Rules))}
+	for i, r := range p.Rules {
+		out.Rules[i] = Rule(r)
+	}
+	return out
+}
+
+func (s Set) domain() policy.Set {
+	out := policy.Set{Default: s.Default, Rules: make([]policy.Rule, len(s.Rules))}
+	for i, r := range s.Rules {
+		out.Rules[i] = policy.Rule(r)
+	}
+	return out
+}
+
 type policyBody struct {
-	Body *policy.Set
+	Body *Set
 }
 
 type putPolicyInput struct {
-	Body policy.Set
+	Body Set
 }
 
 type listApprovalsInput struct {
@@ -78,7 +106,7 @@ func (s *server) registerToolPolicies(api huma.API) {
 		OperationID: "getToolPolicies", Method: http.MethodGet, Path: "/tool-policies", Tags: []string{"tools"},
 		Summary: "Get the tool policies",
 	}, func(ctx context.Context, _ *struct{}) (*policyBody, error) {
-		return &policyBody{s.Policies.Get()}, nil
+		return &policyBody{setOf(s.Policies.Get())}, nil
 	})
 
 	huma.Register(api, huma.Operation{
@@ -88,11 +116,11 @@ func (s *server) registerToolPolicies(api huma.API) {
 			"(`allow`, `ask`: the call waits on a human approval, `block`); calls no rule matches get `default`. " +
 			"An invalid list changes nothing. Hint: OpenAPI GET operations are read-only, so `allow` suits them where others `ask`.",
 	}, func(ctx context.Context, in *putPolicyInput) (*policyBody, error) {
-		set, err := s.Policies.Put(ctx, in.Body)
+		set, err := s.Policies.Put(ctx, in.Body.domain())
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}
-		return &policyBody{set}, nil
+		return &policyBody{setOf(set)}, nil
 	})
 
 }

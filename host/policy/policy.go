@@ -33,14 +33,15 @@ func (d Decision) Valid() bool { return d == Allow || d == Ask || d == Block }
 // Rule matches tools by a glob on "serviceId.toolId" (path.Match syntax:
 // *, ?, [...]; ids hold no '/', so * spans the whole key).
 type Rule struct {
-	Pattern  string   `json:"pattern" minLength:"1" maxLength:"200" doc:"Glob on serviceId.toolId, e.g. github.* or *.delete*."`
-	Decision Decision `json:"decision" enum:"allow,ask,block" doc:"What a matching call gets."`
+	Pattern  string   `json:"pattern"`
+	Decision Decision `json:"decision"`
 }
 
-// Set is the whole policy: rules in order, then the default.
+// Set is the whole policy: rules in order, then the default. Its JSON
+// names are how the store keeps it; host/api has the wire shape.
 type Set struct {
-	Default Decision `json:"default" enum:"allow,ask,block" doc:"The decision when no rule matches."`
-	Rules   []Rule   `json:"rules" nullable:"false" maxItems:"1000" doc:"Tried in order; the first match wins."`
+	Default Decision `json:"default"`
+	Rules   []Rule   `json:"rules"`
 }
 
 // MaxRules bounds a policy set.
