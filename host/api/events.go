@@ -35,7 +35,7 @@ type (
 	}
 	// approvalEvent: a tool call of the process waits on this approval.
 	approvalEvent struct {
-		approval.Approval
+		Approval
 	}
 )
 
@@ -113,7 +113,7 @@ func payload(ev process.Event) any {
 		return displayEvent{displayOf(*ev.Display)}
 	case process.EventApproval:
 		if a, ok := ev.Approval.(*approval.Approval); ok {
-			return approvalEvent{*a}
+			return approvalEvent{*approvalOf(a)}
 		}
 	}
 	return exitEvent{*processOf(ev.Process)}

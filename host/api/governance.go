@@ -58,9 +58,9 @@ type listApprovalsInput struct {
 
 type approvalList struct {
 	Body struct {
-		Items      []approval.Approval `json:"items" nullable:"false"`
-		NextCursor *string             `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
-		HasMore    bool                `json:"hasMore"`
+		Items      []Approval `json:"items" nullable:"false"`
+		NextCursor *string    `json:"nextCursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last."`
+		HasMore    bool       `json:"hasMore"`
 	}
 }
 
@@ -69,7 +69,7 @@ type approvalPath struct {
 }
 
 type approvalBody struct {
-	Body *approval.Approval
+	Body *Approval
 }
 
 type listToolCallsInput struct {
@@ -140,7 +140,7 @@ func (s *server) registerApprovals(api huma.API) {
 			return nil, s.problem(ctx, err)
 		}
 		out := &approvalList{}
-		out.Body.Items, out.Body.HasMore = orEmpty(items), more
+		out.Body.Items, out.Body.HasMore = approvalsOf(items), more
 		if more {
 			c := base64.RawURLEncoding.EncodeToString([]byte(items[len(items)-1].ID))
 			out.Body.NextCursor = &c
@@ -155,7 +155,7 @@ func (s *server) registerApprovals(api huma.API) {
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}
-		return &approvalBody{a}, nil
+		return &approvalBody{approvalOf(a)}, nil
 	})
 
 	for _, d := range []struct {
@@ -172,7 +172,7 @@ func (s *server) registerApprovals(api huma.API) {
 			if err != nil {
 				return nil, s.problem(ctx, err)
 			}
-			return &approvalBody{a}, nil
+			return &approvalBody{approvalOf(a)}, nil
 		})
 	}
 

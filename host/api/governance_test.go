@@ -41,8 +41,8 @@ func TestApprovals(t *testing.T) {
 		f.approvals.items = append(f.approvals.items, approval.Approval{ID: id, State: "pending", ServiceID: "a", ToolID: "x"})
 	}
 	var pg struct {
-		Items      []approval.Approval `json:"items"`
-		NextCursor *string             `json:"nextCursor"`
+		Items      []Approval `json:"items"`
+		NextCursor *string    `json:"nextCursor"`
 	}
 	wantStatus(t, f.api.Get("/approvals?limit=2&state=pending&pid=4"), http.StatusOK, &pg)
 	if l := f.approvals.listed; l.State != "pending" || l.PID != 4 || l.Limit != 2 || len(pg.Items) != 2 || pg.NextCursor == nil {
@@ -53,7 +53,7 @@ func TestApprovals(t *testing.T) {
 		t.Errorf("second page %+v", pg)
 	}
 	wantProblem(t, f.api.Get("/approvals?cursor=%21"), http.StatusUnprocessableEntity, "query.cursor")
-	var a approval.Approval
+	var a Approval
 	wantStatus(t, f.api.Post("/approvals/apr_2/approve"), http.StatusOK, &a)
 	if a.State != "approved" {
 		t.Errorf("approve answered %+v", a)

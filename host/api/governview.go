@@ -3,6 +3,7 @@ package api
 import (
 	"time"
 
+	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/audit"
 	"github.com/cyrnel/cyrnel/host/caller"
 	"github.com/cyrnel/cyrnel/host/changes"
@@ -80,6 +81,34 @@ func changesOf(cs []changes.Change) []Change {
 	out := make([]Change, len(cs))
 	for i, c := range cs {
 		out[i] = Change{ID: c.ID, At: c.At, KeyID: c.KeyID, Action: c.Action, Target: c.Target, Detail: c.Detail}
+	}
+	return out
+}
+
+// Approval is an approval as the API shows it.
+type Approval struct {
+	ID         string         `json:"id" doc:"Opaque id (apr_…)."`
+	State      string         `json:"state" enum:"pending,approved,denied,expired"`
+	PID        *int64         `json:"pid,omitempty" doc:"The process whose call waits; absent for calls from the API or MCP."`
+	ServiceID  string         `json:"serviceId"`
+	ToolID     string         `json:"toolId"`
+	Parameters map[string]any `json:"parameters" doc:"The call's parameters, secret-bearing fields redacted."`
+	CreatedAt  time.Time      `json:"createdAt"`
+	ExpiresAt  time.Time      `json:"expiresAt"`
+	DecidedAt  *time.Time     `json:"decidedAt,omitempty"`
+	KeyID      string         `json:"keyId,omitempty" doc:"The API key that owns the execution that asked; it cannot decide this approval. Absent when no key did (a server without authentication)."`
+	DecidedBy  string         `json:"decidedBy,omitempty" doc:"The API key that approved or denied it; absent while pending, when it expired, or on a server without authentication."`
+}
+
+func approvalOf(a *approval.Approval) *Approval {
+	v := Approval(*a)
+	return &v
+}
+
+func approvalsOf(as []approval.Approval) []Approval {
+	out := make([]Approval, len(as))
+	for i := range as {
+		out[i] = *approvalOf(&as[i])
 	}
 	return out
 }

@@ -42,19 +42,19 @@ var (
 	ErrOwnExecution = errors.New("an approval cannot be decided by the key that owns the execution that asked for it")
 )
 
-// Approval is an approval as the API shows it.
+// Approval is an approval; host/api and host/mcp map it to their wire shapes.
 type Approval struct {
-	ID         string         `json:"id" doc:"Opaque id (apr_…)."`
-	State      string         `json:"state" enum:"pending,approved,denied,expired"`
-	PID        *int64         `json:"pid,omitempty" doc:"The process whose call waits; absent for calls from the API or MCP."`
-	ServiceID  string         `json:"serviceId"`
-	ToolID     string         `json:"toolId"`
-	Parameters map[string]any `json:"parameters" doc:"The call's parameters, secret-bearing fields redacted."`
-	CreatedAt  time.Time      `json:"createdAt"`
-	ExpiresAt  time.Time      `json:"expiresAt"`
-	DecidedAt  *time.Time     `json:"decidedAt,omitempty"`
-	KeyID      string         `json:"keyId,omitempty" doc:"The API key that owns the execution that asked; it cannot decide this approval. Absent when no key did (a server without authentication)."`
-	DecidedBy  string         `json:"decidedBy,omitempty" doc:"The API key that approved or denied it; absent while pending, when it expired, or on a server without authentication."`
+	ID         string
+	State      string
+	PID        *int64
+	ServiceID  string
+	ToolID     string
+	Parameters map[string]any
+	CreatedAt  time.Time
+	ExpiresAt  time.Time
+	DecidedAt  *time.Time
+	KeyID      string
+	DecidedBy  string
 }
 
 func view(a *store.Approval) *Approval {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/schema"
 )
@@ -207,7 +208,7 @@ func (d Deps) untilApproval(ctx context.Context, pid int64, limit time.Duration)
 	var pending []any
 	for _, ev := range replay {
 		if ev.Type == process.EventApproval {
-			pending = append(pending, ev.Approval)
+			pending = append(pending, pendingOf(ev.Approval))
 		}
 	}
 	if len(pending) > 0 || next == nil {
@@ -230,7 +231,7 @@ func (d Deps) untilApproval(ctx context.Context, pid int64, limit time.Duration)
 				return nil, errors.New("lost track of the process")
 			}
 			if ev.Type == process.EventApproval {
-				return []any{ev.Approval}, nil
+				return []any{pendingOf(ev.Approval)}, nil
 			}
 		case <-timer.C:
 			return nil, errors.New("the process did not end in time")
@@ -238,6 +239,30 @@ func (d Deps) untilApproval(ctx context.Context, pid int64, limit time.Duration)
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// pendingApproval is an approval as run_code shows it, under the HTTP API's
+// names.
+type pendingApproval struct {
+	ID         string         `json:"id"`
+	State      string         `json:"state"`
+	PID        *int64         `json:"pid,omitempty"`
+	ServiceID  string         `json:"serviceId"`
+	ToolID     string         `json:"toolId"`
+	Parameters map[string]any `json:"parameters"`
+	CreatedAt  time.Time      `json:"createdAt"`
+	ExpiresAt  time.Time      `json:"expiresAt"`
+	DecidedAt  *time.Time     `json:"decidedAt,omitempty"`
+	KeyID      string         `json:"keyId,omitempty"`
+	DecidedBy  string         `json:"decidedBy,omitempty"`
+}
+
+// pendingOf maps an approval event's payload (an *approval.Approval).
+func pendingOf(v any) any {
+	if a, ok := v.(*approval.Approval); ok {
+		return pendingApproval(*a)
+	}
+	return v
 }
 
 func pendingText(pid int64, pending []any) string {
