@@ -11,7 +11,7 @@ import (
 )
 
 type serviceBody struct {
-	Body *services.Service
+	Body *Service
 }
 
 type serviceIDPath struct {
@@ -42,14 +42,14 @@ type patchServiceInput struct {
 
 type serviceList struct {
 	Body struct {
-		Items      []*services.Service `json:"items" nullable:"false"`
-		NextCursor *string             `json:"nextCursor" nullable:"true" doc:"Always null: every service fits one page."`
-		HasMore    bool                `json:"hasMore"`
+		Items      []*Service `json:"items" nullable:"false"`
+		NextCursor *string    `json:"nextCursor" nullable:"true" doc:"Always null: every service fits one page."`
+		HasMore    bool       `json:"hasMore"`
 	}
 }
 
 type refreshBody struct {
-	Body *services.RefreshResult
+	Body *RefreshResult
 }
 
 func (s *server) registerServices(api huma.API) {
@@ -66,7 +66,7 @@ func (s *server) registerServices(api huma.API) {
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}
-		return &serviceBody{v}, nil
+		return &serviceBody{serviceOf(v)}, nil
 	})
 
 	huma.Register(api, huma.Operation{
@@ -77,7 +77,7 @@ func (s *server) registerServices(api huma.API) {
 			return nil, s.problem(ctx, err)
 		}
 		out := &serviceList{}
-		out.Body.Items = orEmpty(vs)
+		out.Body.Items = servicesOf(vs)
 		return out, nil
 	})
 
@@ -88,7 +88,7 @@ func (s *server) registerServices(api huma.API) {
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}
-		return &serviceBody{v}, nil
+		return &serviceBody{serviceOf(v)}, nil
 	})
 
 	huma.Register(api, huma.Operation{
@@ -99,7 +99,7 @@ func (s *server) registerServices(api huma.API) {
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}
-		return &serviceBody{v}, nil
+		return &serviceBody{serviceOf(v)}, nil
 	})
 
 	huma.Register(api, huma.Operation{
@@ -120,7 +120,7 @@ func (s *server) registerServices(api huma.API) {
 		if err != nil {
 			return nil, s.problemAt(ctx, err, notInRequest)
 		}
-		return &refreshBody{r}, nil
+		return &refreshBody{refreshResultOf(r)}, nil
 	})
 
 }

@@ -26,7 +26,7 @@ type listToolsInput struct {
 
 // toolItem is a tool in a listing with its effective policy.
 type toolItem struct {
-	services.ToolSummary
+	ToolSummary
 	Policy policy.Decision `json:"policy" enum:"allow,ask,block" doc:"What the tool policies decide for calls of this tool."`
 	Score  *float64        `json:"score,omitempty" doc:"With q: the relevance to the query (higher is better, comparable within one query)."`
 }
@@ -46,7 +46,7 @@ type toolPath struct {
 
 // toolDetail is a tool with its schemas and effective policy.
 type toolDetail struct {
-	*services.Tool
+	*Tool
 	Policy policy.Decision `json:"policy" enum:"allow,ask,block" doc:"What the tool policies decide for calls of this tool."`
 }
 
@@ -55,7 +55,7 @@ type toolBody struct {
 }
 
 func (s *server) toolBody(t *services.Tool) *toolBody {
-	return &toolBody{toolDetail{t, s.Policies.Decide(t.ServiceID, t.ID)}}
+	return &toolBody{toolDetail{toolOf(t), s.Policies.Decide(t.ServiceID, t.ID)}}
 }
 
 type patchToolInput struct {
@@ -166,7 +166,7 @@ func (s *server) listTools(ctx context.Context, in *listToolsInput) (*toolList, 
 	out.Body.HasMore = more
 	out.Body.Items = make([]toolItem, 0, len(items))
 	for _, it := range items {
-		out.Body.Items = append(out.Body.Items, toolItem{ToolSummary: it, Policy: s.Policies.Decide(it.ServiceID, it.ID)})
+		out.Body.Items = append(out.Body.Items, toolItem{ToolSummary: toolSummaryOf(it), Policy: s.Policies.Decide(it.ServiceID, it.ID)})
 	}
 	if more {
 		last := items[len(items)-1]
@@ -213,7 +213,7 @@ func (s *server) searchTools(ctx context.Context, in *listToolsInput, enabled *b
 	out.Body.Items = make([]toolItem, 0, len(items))
 	for _, it := range items {
 		score := it.Score
-		out.Body.Items = append(out.Body.Items, toolItem{ToolSummary: it.ToolSummary, Policy: s.Policies.Decide(it.ServiceID, it.ID), Score: &score})
+		out.Body.Items = append(out.Body.Items, toolItem{ToolSummary: toolSummaryOf(it.ToolSummary), Policy: s.Policies.Decide(it.ServiceID, it.ID), Score: &score})
 	}
 	if more {
 		c := base64.RawURLEncoding.EncodeToString([]byte("#" + strconv.Itoa(offset+len(items))))

@@ -14,32 +14,32 @@ import (
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
-// ToolSummary is a tool as listings show it.
+// ToolSummary is a tool without its schemas.
 type ToolSummary struct {
-	ServiceID   string `json:"serviceId"`
-	ID          string `json:"id"`
-	Name        string `json:"name"`
-	Description string `json:"description"`
-	Enabled     bool   `json:"enabled"`
+	ServiceID   string
+	ID          string
+	Name        string
+	Description string
+	Enabled     bool
 }
 
-// Service is a service as the API shows it.
+// Service is a service with its settings (never its secrets).
 type Service struct {
-	ID            string          `json:"id"`
-	Adapter       string          `json:"adapter"`
-	Name          string          `json:"name"`
-	Description   string          `json:"description"`
-	SourceURL     string          `json:"sourceUrl,omitempty" doc:"Where the description was read from; absent for inline content."`
-	Hash          string          `json:"hash" doc:"Hash of the service definition; changes when a refresh changes it."`
-	Enabled       bool            `json:"enabled" doc:"Whether its tools are callable."`
-	ConfigSchema  json.RawMessage `json:"configSchema"`
-	SecretsSchema json.RawMessage `json:"secretsSchema"`
-	Config        map[string]any  `json:"config"`
-	SecretsSet    []string        `json:"secretsSet" doc:"Which secrets are set (never their values)."`
-	ToolCount     int             `json:"toolCount"`
-	Tools         []ToolSummary   `json:"tools,omitempty" doc:"The service's tools (not in listings)."`
-	CreatedAt     time.Time       `json:"createdAt"`
-	UpdatedAt     time.Time       `json:"updatedAt"`
+	ID            string
+	Adapter       string
+	Name          string
+	Description   string
+	SourceURL     string
+	Hash          string
+	Enabled       bool
+	ConfigSchema  json.RawMessage
+	SecretsSchema json.RawMessage
+	Config        map[string]any
+	SecretsSet    []string
+	ToolCount     int
+	Tools         []ToolSummary
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }
 
 func (m *Manager) get(ctx context.Context, id string) (*store.Service, error) {
@@ -169,9 +169,9 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 
 // RefreshResult says what a refresh changed.
 type RefreshResult struct {
-	Service *Service `json:"service"`
-	Added   []string `json:"added" doc:"Ids of tools that are new."`
-	Removed []string `json:"removed" doc:"Ids of tools that are gone."`
+	Service *Service
+	Added   []string
+	Removed []string
 }
 
 // Refresh re-reads the service's source; tools that survive keep their

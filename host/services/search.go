@@ -9,7 +9,7 @@ import (
 // ScoredTool is a tool a search found, with its relevance.
 type ScoredTool struct {
 	ToolSummary
-	Score float64 `json:"score" doc:"Relevance to the query: higher is better, comparable within one query."`
+	Score float64
 }
 
 // SearchInput is a ranked search over tools.

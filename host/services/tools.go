@@ -15,8 +15,8 @@ import (
 // Tool is a tool with its schemas.
 type Tool struct {
 	ToolSummary
-	InputSchema  json.RawMessage `json:"inputSchema"`
-	OutputSchema json.RawMessage `json:"outputSchema"`
+	InputSchema  json.RawMessage
+	OutputSchema json.RawMessage
 }
 
 // ToolListInput filters and pages tools.
