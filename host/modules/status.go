@@ -10,9 +10,9 @@ import (
 
 // EnvStatus describes an environment instance.
 type EnvStatus struct {
-	Module   string         `json:"module"`
-	InFlight int            `json:"inFlight"`
-	Status   map[string]any `json:"status,omitempty"`
+	Module   string
+	InFlight int
+	Status   map[string]any
 }
 
 // Status reports the active environment (nil when none; then err says why)
