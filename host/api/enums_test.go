@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/cyrnel/cyrnel/envs/module"
-	"github.com/cyrnel/cyrnel/envs/worker"
 	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/audit"
 	"github.com/cyrnel/cyrnel/host/caller"
@@ -39,7 +38,7 @@ func TestSpecEnumsAreTheDomains(t *testing.T) {
 		"Approval.state": approvals, "ApprovalEvent.state": approvals, "GET /approvals state": approvals,
 		"Session.state": sessions, "GET /sessions state": sessions,
 		"outcome": outcomes, "policy": decisions, "decision": decisions, "default": decisions,
-		"roles": roles, "kind": {worker.DisplayShown, worker.DisplayResult}, "ModuleView.type": words(module.Types),
+		"roles": roles, "kind": {module.DisplayShown, module.DisplayResult}, "ModuleView.type": words(module.Types),
 		// The API's own words, with no domain behind them.
 		"Call.source": {"code", "api"}, "HealthBodyBody.status": {"ok"}, "ReadyBodyBody.status": {"ready"},
 		"GET /tools enabled": {"true", "false"},
