@@ -417,7 +417,8 @@ func (m *Manager) launch(p *store.Process, files []module.File, span trace.Span)
 // waiters and followers. While the database cannot answer the write is
 // tried again (the result is kept through an outage); a row that cannot
 // take the result (a full disk) is finished as failed without it, so it
-// never stays looking alive.
+// never stays looking alive; so is one whose files met a full disk in the
+// spool, which shares the data directory's disk.
 func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	m.mu.Lock()
 	stopping := m.stopping
@@ -439,7 +440,13 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 			return err
 		}, files)
 	}
-	if err := write(p); err != nil {
+	r.mu.Lock()
+	werr := r.spoolFull
+	r.mu.Unlock()
+	if werr == nil {
+		werr = write(p)
+	}
+	if err := werr; err != nil {
 		m.log.ErrorContext(sctx, "record process result", "pid", r.pid, "err", err)
 		failed := string(module.ExitFailed)
 		p.ExitState, p.Reason, p.Error = &failed, string(module.ReasonEnvironmentError), "the host could not store the result: "+clean(err.Error())

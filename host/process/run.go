@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -49,6 +50,7 @@ type run struct {
 	files         []store.ProcessFile // left in the workspace (one-shot), written with the final row
 	fileSize      int64
 	spool         fileSpool // the files' content
+	spoolFull     error     // a file found no room in the spool: the result cannot be kept whole
 	err           string
 	killed        bool
 	ended         bool // Execute returned: the environment's reports are late
@@ -380,6 +382,12 @@ func (m *Manager) EmitFile(eid int64, path string, data []byte, appended bool) {
 		}
 		m.log.WarnContext(r.logContext(), "process file not kept", "pid", eid, "path", path, "err", err)
 		r.dropFileLocked(path, int64(len(data)), appended, "the host could not spool it")
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			// The spool shares the data directory's disk: the result
+			// would be stored without a file the program wrote, so it
+			// ends as the full disk it met (finish).
+			r.spoolFull = fmt.Errorf("%w: a file the program wrote found no room (%w)", store.ErrFull, err)
+		}
 		return
 	}
 	r.fileSize += int64(len(data))
