@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,7 +11,6 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -37,7 +35,7 @@ import (
 // reads its first request.
 //
 // The child side is implemented by the interpreter (python/cyrnel/_template.py);
-// this file starts the template and speaks its control protocol:
+// template*.go start the template and speak its control protocol:
 //
 //   - host → template, once: templateConfig (JSON); template → host:
 //     {"ready":true} or {"error":"…"}.
@@ -174,19 +172,41 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 	if t.logger == nil {
 		t.logger = discardLogger
 	}
-	progs, err := seccompPrograms(spec.Network)
+	cfg, err := t.config(spec.Network, readPaths)
 	if err != nil {
 		return nil, err
+	}
+	if err := t.launch(spec, readPaths); err != nil {
+		return nil, err
+	}
+	if err := t.handshake(ctx, cfg); err != nil {
+		t.Kill()
+		return nil, err
+	}
+	return t, nil
+}
+
+// config is what the template needs to lock each child down: the
+// children's seccomp filters, the template's own looser one, and Landlock.
+func (t *Template) config(network bool, readPaths []string) (templateConfig, error) {
+	progs, err := seccompPrograms(network)
+	if err != nil {
+		return templateConfig{}, err
 	}
 	looser := slices.DeleteFunc(slices.Clone(deniedSyscalls), func(n string) bool { return slices.Contains(templateAllowed, n) })
-	tplProgs, err := seccompProgramsDenying(looser, false, spec.Network)
+	tplProgs, err := seccompProgramsDenying(looser, false, network)
 	if err != nil {
-		return nil, err
+		return templateConfig{}, err
 	}
-	cfg := templateConfig{
-		SandboxID: sandboxID, Network: spec.Network, Limits: t.limits, CPURlimit: t.layers.CPU == KindRlimit, ReadPaths: readPaths,
-		Landlock: landlockFor(sup.LandlockABI, spec.Network), Seccomp: progs, TemplateSeccomp: tplProgs,
-	}
+	return templateConfig{
+		SandboxID: sandboxID, Network: network, Limits: t.limits, CPURlimit: t.layers.CPU == KindRlimit, ReadPaths: readPaths,
+		Landlock: landlockFor(t.support.LandlockABI, network), Seccomp: progs, TemplateSeccomp: tplProgs,
+	}, nil
+}
+
+// launch starts the template helper stage, sends it its spec and keeps the
+// control socket; on failure nothing of the template is left running.
+func (t *Template) launch(spec TemplateSpec, readPaths []string) error {
 	env := environ(sandboxTmp, append([]string{
 		// Preloaded libraries must not start threads in the template: a
 		// forked child would inherit their locks but not the threads.
@@ -195,17 +215,43 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 	}, spec.Env...))
 	ts, err := json.Marshal(templateSpec{ReadPaths: readPaths, Argv: spec.Argv, Env: env})
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: encode template spec: %w", err)
+		return fmt.Errorf("sandbox: encode template spec: %w", err)
 	}
 	hostEnd, childEnd, err := seqpacketPair()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	specR, specW, err := os.Pipe()
 	if err != nil {
 		closeAll(hostEnd, childEnd)
-		return nil, fmt.Errorf("sandbox: template spec pipe: %w", err)
+		return fmt.Errorf("sandbox: template spec pipe: %w", err)
 	}
+	started := make(chan error, 1)
+	go t.own(templateCmd(spec, specR, childEnd), started)
+	err = <-started
+	closeAll(specR, childEnd)
+	if err == nil {
+		_, err = specW.Write(ts)
+	}
+	_ = specW.Close()
+	if err != nil {
+		_ = hostEnd.Close()
+		t.Kill()
+		return fmt.Errorf("sandbox: start template: %w", err)
+	}
+	conn, err := net.FileConn(hostEnd)
+	_ = hostEnd.Close() // FileConn holds its own copy
+	if err != nil {
+		t.Kill()
+		return fmt.Errorf("sandbox: template control socket: %w", err)
+	}
+	t.ctl = conn.(*net.UnixConn)
+	return nil
+}
+
+// templateCmd is the command of the template helper stage, which reads its
+// spec from specR and gets the control socket's child end.
+func templateCmd(spec TemplateSpec, specR, childEnd *os.File) *exec.Cmd {
 	// Children with the network share the host's, and a clone keeps its
 	// parent's: the template then stays in the host's too (it holds no
 	// CAP_NET_*; decisions.md).
@@ -213,7 +259,7 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 	if !spec.Network {
 		flags |= syscall.CLONE_NEWNET
 	}
-	cmd := &exec.Cmd{
+	return &exec.Cmd{
 		Path:       helperExe(),
 		Args:       []string{"cyrnel-sandbox-template", argTemplate},
 		Env:        []string{},
@@ -227,31 +273,6 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 		},
 		WaitDelay: time.Second,
 	}
-	started := make(chan error, 1)
-	go t.own(cmd, started)
-	err = <-started
-	closeAll(specR, childEnd)
-	if err == nil {
-		_, err = specW.Write(ts)
-	}
-	_ = specW.Close()
-	if err != nil {
-		_ = hostEnd.Close()
-		t.Kill()
-		return nil, fmt.Errorf("sandbox: start template: %w", err)
-	}
-	conn, err := net.FileConn(hostEnd)
-	_ = hostEnd.Close() // FileConn holds its own copy
-	if err != nil {
-		t.Kill()
-		return nil, fmt.Errorf("sandbox: template control socket: %w", err)
-	}
-	t.ctl = conn.(*net.UnixConn)
-	if err := t.handshake(ctx, cfg); err != nil {
-		t.Kill()
-		return nil, err
-	}
-	return t, nil
 }
 
 // landlockFor is the best-effort Landlock configuration of the kernel's ABI,
@@ -398,293 +419,4 @@ func (t *Template) Drain() {
 	if t.ctl != nil {
 		_ = t.ctl.CloseWrite()
 	}
-}
-
-// Fork starts one sandboxed child whose fds 1 and 2 are stdout and stderr
-// and 3, 4, … the extra files, and returns once it is locked down and
-// serving them. ctx bounds the start only.
-func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*os.File) (*Process, error) {
-	return t.fork(ctx, stdout, stderr, extra, false)
-}
-
-// ForkSession is Fork for a child that serves a session: its runtime keeps
-// its state between executions (the fork request says so; nothing in the
-// child's environment does). Long-lived, it is held to its CPU limit per
-// execution by the CPU watch where a cgroup counts its time, not by an
-// RLIMIT_CPU that would count its whole life.
-func (t *Template) ForkSession(ctx context.Context, stdout, stderr *os.File, extra []*os.File) (*Process, error) {
-	return t.fork(ctx, stdout, stderr, extra, true)
-}
-
-func (t *Template) fork(ctx context.Context, stdout, stderr *os.File, extra []*os.File, session bool) (*Process, error) {
-	p := &Process{
-		layers:   t.layers,
-		cpuLimit: time.Duration(t.limits.CPUSeconds) * time.Second,
-		cpuRate:  int64(runtime.NumCPU()) * 1000,
-		logger:   t.logger,
-		done:     make(chan struct{}),
-		forked:   true,
-		pidfd:    -1,
-	}
-	if p.layers.CPUQuota {
-		p.cpuRate = min(p.cpuRate, t.limits.CPUMillicores)
-	}
-	// The child's own host uid: the template clones it with this
-	// effective uid, so its user namespace belongs to it, and maps
-	// sandboxID to it.
-	if err := p.takeID(); err != nil {
-		return nil, err
-	}
-	cg, err := t.cgroups.take()
-	if err != nil {
-		return nil, p.abort(fmt.Errorf("sandbox: %w", err))
-	}
-	p.cg, p.cgSlots = cg, t.cgroups
-	procs := cg.procs
-	hostEnd, childEnd, err := seqpacketPair()
-	if err != nil {
-		return nil, p.abort(err)
-	}
-	files := append(append([]*os.File{childEnd, stdout, stderr}, extra...), procs...)
-	fds := make([]int, len(files))
-	for i, f := range files {
-		fds[i] = int(f.Fd())
-	}
-	msg, _ := json.Marshal(forkRequest{Cgroups: len(procs), Extra: len(extra), UID: p.hostID, Session: session}) // plain data
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		closeAll(hostEnd, childEnd)
-		return nil, p.abort(errors.New("sandbox: template is closed"))
-	}
-	_, _, err = t.ctl.WriteMsgUnix(msg, unix.UnixRights(fds...), nil)
-	if err != nil && t.proc != nil {
-		// A template that cannot take requests is gone or broken.
-		t.closed = true
-		_ = t.proc.Kill()
-	}
-	t.mu.Unlock()
-	_ = childEnd.Close() // in flight: the template holds it now
-	if err != nil {
-		_ = hostEnd.Close()
-		return nil, p.abort(fmt.Errorf("sandbox: fork request: %w", err))
-	}
-	conn, err := net.FileConn(hostEnd)
-	_ = hostEnd.Close()
-	if err != nil {
-		p.cgSlots = nil // the template has the request: a child may join them yet
-		return nil, p.abort(fmt.Errorf("sandbox: status socket: %w", err))
-	}
-	started := make(chan error, 1)
-	go p.ownForked(conn.(*net.UnixConn), started)
-	select {
-	case err := <-started:
-		if err != nil {
-			return nil, err
-		}
-		if p.layers.CPU != KindRlimit {
-			go p.watchCPU()
-		}
-		return p, nil
-	case <-ctx.Done():
-		_ = p.Kill()
-		// A hung template never closes its end: closing ours ends the
-		// owner's wait; a child forked later finds nobody to report to,
-		// and Kill reached it once its pidfd arrived, if ever. Its uid
-		// stays taken until the template (and so the child) is gone.
-		// Its cgroups are not reused either: the template may still move
-		// a child into them.
-		p.mu.Lock()
-		p.idsAfter, p.cgSlots = t.done, nil
-		p.mu.Unlock()
-		_ = conn.Close()
-		<-p.done
-		return nil, fmt.Errorf("sandbox: fork: %w", ctx.Err())
-	}
-}
-
-// forkRequest asks the template for one child; the files travel beside it
-// (SCM_RIGHTS): the status socket, fds 1 and 2, Extra files, then Cgroups
-// cgroup.procs files.
-type forkRequest struct {
-	Cgroups int  `json:"cgroups"`
-	Extra   int  `json:"extra"`
-	UID     int  `json:"uid"`     // the child's host uid
-	Session bool `json:"session"` // the child's runtime serves a session
-}
-
-// forkReport is one message of a forked child's status socket.
-type forkReport struct {
-	report
-	Pid int `json:"pid"`
-}
-
-// ownForked follows one forked child through its status socket, which
-// reaches end-of-file once the template has reaped and reported it, then
-// cleans up.
-func (p *Process) ownForked(conn *net.UnixConn, started chan<- error) {
-	defer close(p.done)
-	defer conn.Close()
-	buf := make([]byte, 4096)
-	oob := make([]byte, unix.CmsgSpace(4))
-	var exit *exitReport
-	var startErr error
-	reported := false
-	tell := func(err error) {
-		if !reported {
-			reported = true
-			started <- err
-		}
-	}
-	for {
-		n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
-		if err != nil || n == 0 {
-			break
-		}
-		var r forkReport
-		if err := json.Unmarshal(buf[:n], &r); err != nil {
-			startErr = fmt.Errorf("sandbox: unreadable report %q", buf[:n])
-			break
-		}
-		if r.Pid != 0 {
-			p.adoptPidfd(oob[:oobn])
-		}
-		switch {
-		case r.Error != "":
-			startErr = errors.New(r.Error)
-			_ = p.Kill()
-		case r.Started:
-			tell(nil)
-		case r.Exit != nil:
-			exit = r.Exit
-		}
-	}
-	p.mu.Lock()
-	p.reaped = true
-	if p.pidfd >= 0 {
-		_ = unix.Close(p.pidfd)
-		p.pidfd = -1
-	}
-	p.mu.Unlock()
-	if !reported && startErr == nil {
-		startErr = fmt.Errorf("sandbox: the forked child ended before it was locked down (%+v)", exit)
-	}
-	tell(startErr)
-	p.exit = p.forkedExit(exit)
-	p.mu.Lock()
-	p.final, p.ended = p.usageLocked(), true
-	p.mu.Unlock()
-	p.cleanup()
-}
-
-// forkedExit says how a forked child ended: as the template reported, with
-// the cgroups' counters; without a report (the template died), only Kill
-// or the memory limit explain it.
-func (p *Process) forkedExit(r *exitReport) ExitInfo {
-	info := ExitInfo{Code: -1, MemoryLimit: p.cg.oomKilled(), ProcLimit: p.cg.forkRefused()}
-	p.mu.Lock()
-	killed, cpuOver := p.killed, p.cpuOver
-	p.mu.Unlock()
-	if r != nil {
-		info.Code = r.Code
-		info.Signal = syscall.Signal(r.Signal)
-		info.CPUTime = time.Duration(r.CPUNanos)
-		info.MaxRSS = r.MaxRSSKiB << 10
-		info.Killed = killed && info.Signal == syscall.SIGKILL
-	} else {
-		info.Killed = killed
-		if !killed && !info.MemoryLimit && !cpuOver {
-			info.Err = errors.New("sandbox: forked child ended without a report")
-		}
-	}
-	// The CPU watch (a CPU cgroup) or the child's own RLIMIT_CPU.
-	info.CPULimit = cpuOver || info.Signal == syscall.SIGXCPU ||
-		(info.Signal == syscall.SIGKILL && p.cpuLimit > 0 && info.CPUTime >= p.cpuLimit)
-	return info
-}
-
-// adoptPidfd keeps the pidfd of the forked program, through which Kill
-// reaches it without racing pid reuse; a Kill that came first is carried
-// out now.
-func (p *Process) adoptPidfd(oob []byte) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil || len(msgs) != 1 {
-		return
-	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.pidfd = fds[0]
-	if p.killed {
-		_ = unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0)
-	}
-}
-
-// templateTmpBytes bounds the template's own /tmp: what preloads cache there
-// (matplotlib's font list is ~50 KiB) and the mount points of read paths.
-const templateTmpBytes = 16 << 20
-
-// runTemplate is the template helper stage: PID 1 of the template's
-// namespaces, it builds the sandbox root once, keeps only the capabilities
-// the template needs to hand each child its uid, and execs the template.
-func runTemplate() int {
-	specFile := os.NewFile(3, "spec")
-	var s templateSpec
-	err := json.NewDecoder(specFile).Decode(&s)
-	_ = specFile.Close()
-	fail := func(err error) int {
-		fmt.Fprintf(os.Stderr, "sandbox template: %v\n", err)
-		return 125
-	}
-	if err != nil {
-		return fail(fmt.Errorf("read spec: %w", err))
-	}
-	// /proc stays the template's own: a child may mount its own /proc only
-	// where one is fully visible. /tmp is the template's; each child mounts
-	// its own over it.
-	if _, err := buildRoot(s.ReadPaths, templateTmpBytes); err != nil {
-		return fail(err)
-	}
-	// Children (their own uids) reach the read paths mirrored below the
-	// template's /tmp through it; they list nothing there. The template
-	// owns it: preloads that want a temporary, config or cache directory
-	// (matplotlib's font list) write there, under the same paths a child
-	// then finds in its own /tmp.
-	if err := os.Chown(sandboxTmp, os.Getuid(), os.Getgid()); err != nil {
-		return fail(fmt.Errorf("chown %s: %w", sandboxTmp, err))
-	}
-	if err := os.Chmod(sandboxTmp, 0o711); err != nil {
-		return fail(fmt.Errorf("chmod %s: %w", sandboxTmp, err))
-	}
-	// Writable, for each child to write its own uid and gid maps.
-	if err := unix.Mount("proc", "/proc", "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fail(fmt.Errorf("make /proc writable: %w", err))
-	}
-	// The control socket becomes fd 3; nothing else passes.
-	if err := unix.Dup3(4, 3, 0); err != nil {
-		return fail(fmt.Errorf("dup control socket: %w", err))
-	}
-	if err := unix.CloseRange(4, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		return fail(fmt.Errorf("close_range: %w", err))
-	}
-	keep := map[int]bool{unix.CAP_SETUID: true, unix.CAP_SETGID: true}
-	for c := range 64 {
-		if keep[c] {
-			continue
-		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
-			if errors.Is(err, unix.EINVAL) {
-				break
-			}
-			return fail(fmt.Errorf("drop bounding capability %d: %w", c, err))
-		}
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fail(fmt.Errorf("no_new_privs: %w", err))
-	}
-	err = syscall.Exec(s.Argv[0], s.Argv, s.Env)
-	return fail(fmt.Errorf("exec %s: %s: %w", s.Argv[0], strings.Join(s.Argv[1:2], " "), err))
 }
