@@ -16,7 +16,8 @@ type Workers struct {
 }
 
 // Gauges are read at each scrape, from the parts that hold the state; a
-// nil field is not exported.
+// nil field is not exported. The composition root registers them once the
+// parts exist (Gauges is a prometheus.Collector).
 type Gauges struct {
 	// Executions: this host's live executions by state (queued, running,
 	// suspended, terminating).
@@ -29,9 +30,6 @@ type Gauges struct {
 	// HostsAlive (PostgreSQL): hosts whose lease has not run out; ok false
 	// when the database could not say.
 	HostsAlive func() (n int, ok bool)
-	// ToolKnown says whether a tool exists in the configuration; calls to
-	// others are counted under "other".
-	ToolKnown func(service, tool string) bool
 }
 
 var (
@@ -43,43 +41,41 @@ var (
 	hostsDesc    = prometheus.NewDesc("cyrnel_hosts_alive", "PostgreSQL: hosts holding a lease.", nil, nil)
 )
 
-// gauges is the collector of Gauges.
-type gauges struct{ g Gauges }
-
-func (c gauges) Describe(ch chan<- *prometheus.Desc) {
+// Describe and Collect make Gauges a prometheus.Collector.
+func (g Gauges) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{execDesc, workersDesc, restartsDesc, sessionsDesc, pendingDesc} {
 		ch <- d
 	}
-	if c.g.HostsAlive != nil {
+	if g.HostsAlive != nil {
 		ch <- hostsDesc
 	}
 }
 
-func (c gauges) Collect(ch chan<- prometheus.Metric) {
+func (g Gauges) Collect(ch chan<- prometheus.Metric) {
 	byState := func(d *prometheus.Desc, counts map[string]int) {
 		for state, n := range counts {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(n), state)
 		}
 	}
-	if c.g.Executions != nil {
-		byState(execDesc, c.g.Executions())
+	if g.Executions != nil {
+		byState(execDesc, g.Executions())
 	}
-	if c.g.Sessions != nil {
-		byState(sessionsDesc, c.g.Sessions())
+	if g.Sessions != nil {
+		byState(sessionsDesc, g.Sessions())
 	}
-	if c.g.Workers != nil {
-		for _, w := range c.g.Workers() {
+	if g.Workers != nil {
+		for _, w := range g.Workers() {
 			for state, n := range map[string]int{"ready": w.Ready, "starting": w.Starting, "busy": w.Busy} {
 				ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(n), w.Environment, state)
 			}
 			ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(w.TemplateRestarts), w.Environment)
 		}
 	}
-	if c.g.ApprovalsPending != nil {
-		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(c.g.ApprovalsPending()))
+	if g.ApprovalsPending != nil {
+		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(g.ApprovalsPending()))
 	}
-	if c.g.HostsAlive != nil {
-		if n, ok := c.g.HostsAlive(); ok {
+	if g.HostsAlive != nil {
+		if n, ok := g.HostsAlive(); ok {
 			ch <- prometheus.MustNewConstMetric(hostsDesc, prometheus.GaugeValue, float64(n))
 		}
 	}

@@ -1,8 +1,12 @@
-// Package metrics is the host's Prometheus instrumentation (DESIGN §13): one
-// registry of its own (never the global one) holding the cyrnel_* metrics,
-// the Go and process collectors, and the exposition handler. Domain
-// packages report through the narrow observer interfaces they declare;
-// the Metrics type implements them.
+// Package metrics is the host's Prometheus instrumentation (DESIGN §13): a
+// registry of the host's own (never the global one) with the Go and process
+// collectors and the exposition handler, and the cyrnel_* collectors the
+// composition root registers on it as the parts they observe exist:
+// Metrics (executions, process writes, HTTP requests), ToolCalls (which
+// needs the services to tell known tools), NotificationLag (only with a
+// cluster) and Gauges (read from the parts at each scrape). Domain packages
+// report through the narrow observer interfaces they declare; these types
+// implement them.
 //
 // Every label's values are bounded by the host's configuration, never by
 // requests: environments are the configured modules, exit states and
@@ -37,10 +41,25 @@ var (
 	httpBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 )
 
-// Metrics holds the host's metrics.
-type Metrics struct {
-	reg *prometheus.Registry
+// Registry is the host's metrics registry: the Go and process collectors,
+// and what the composition root registers on it.
+type Registry struct{ *prometheus.Registry }
 
+// NewRegistry returns a registry with the Go and process collectors.
+func NewRegistry() *Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &Registry{reg}
+}
+
+// Handler serves the exposition of GET /metrics.
+func (r *Registry) Handler() http.Handler {
+	return promhttp.HandlerFor(r.Registry, promhttp.HandlerOpts{Registry: r.Registry})
+}
+
+// Metrics counts what the executions, the process writer and the HTTP API
+// report.
+type Metrics struct {
 	executions    *prometheus.CounterVec
 	execDuration  *prometheus.HistogramVec
 	execQueue     *prometheus.HistogramVec
@@ -48,16 +67,11 @@ type Metrics struct {
 	httpDuration  *prometheus.HistogramVec
 	writeBatch    prometheus.Histogram
 	writeDuration prometheus.Histogram
-	notifyLag     prometheus.Histogram
-	tools         *toolCalls
 }
 
-// New returns the host's metrics, registered with a registry of their own
-// together with the Go and process collectors; Watch adds the gauges read
-// at each scrape.
-func New() *Metrics {
+// New returns the metrics, registered on reg.
+func New(reg *Registry) *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
 		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cyrnel_executions_total", Help: "Executions ended, by environment, exit state and reason.",
 		}, []string{"environment", "exit_state", "reason"}),
@@ -79,34 +93,9 @@ func New() *Metrics {
 		writeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "cyrnel_process_write_seconds", Help: "How long one commit of process-row writes took.", Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30},
 		}),
-		notifyLag: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "cyrnel_cluster_notification_lag_seconds", Help: "PostgreSQL: from a host's NOTIFY to this host reading it (hosts' clocks included).", Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5},
-		}),
-		tools: newToolCalls(),
 	}
-	m.reg.MustRegister(m.executions, m.execDuration, m.execQueue, m.httpRequests, m.httpDuration,
-		m.writeBatch, m.writeDuration, m.tools,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(m.executions, m.execDuration, m.execQueue, m.httpRequests, m.httpDuration, m.writeBatch, m.writeDuration)
 	return m
-}
-
-// Watch registers the gauges g reads at each scrape and, with several
-// hosts (g.HostsAlive set), the notification lag. Call once, before
-// serving.
-func (m *Metrics) Watch(g Gauges) {
-	m.tools.known.Store(&g.ToolKnown)
-	m.reg.MustRegister(gauges{g})
-	if g.HostsAlive != nil {
-		m.reg.MustRegister(m.notifyLag)
-	}
-}
-
-// Registry is the metrics' registry (tests gather from it).
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
-
-// Handler serves the exposition of GET /metrics.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
 // ExecutionEnded counts an ended execution (host/process). queued is how
@@ -134,13 +123,21 @@ func (m *Metrics) Request(route string, code int, took time.Duration) {
 	m.httpDuration.WithLabelValues(route).Observe(took.Seconds())
 }
 
-// ToolCalled counts a tool call (host/gate).
-func (m *Metrics) ToolCalled(service, tool, outcome string, took time.Duration) {
-	m.tools.observe(service, tool, outcome, took)
+// NotificationLag is the histogram of how late cluster notifications
+// arrive, registered only on a host of several (PostgreSQL).
+type NotificationLag struct{ lag prometheus.Histogram }
+
+// NewNotificationLag returns the histogram, registered on reg.
+func NewNotificationLag(reg *Registry) NotificationLag {
+	l := NotificationLag{prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "cyrnel_cluster_notification_lag_seconds", Help: "PostgreSQL: from a host's NOTIFY to this host reading it (hosts' clocks included).", Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5},
+	})}
+	reg.MustRegister(l.lag)
+	return l
 }
 
 // NotificationLag records how late a cluster notification arrived
 // (host/cluster).
-func (m *Metrics) NotificationLag(d time.Duration) {
-	m.notifyLag.Observe(max(d, 0).Seconds())
+func (l NotificationLag) NotificationLag(d time.Duration) {
+	l.lag.Observe(max(d, 0).Seconds())
 }

@@ -2,21 +2,18 @@ package metrics
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// toolCalls counts tool calls by service, tool and outcome. A call is
+// ToolCalls counts tool calls by service, tool and outcome. A call is
 // labelled with its service and tool only when the configuration knows
 // them; the series of a tool that has gone (its service deleted, or
 // refreshed without it) are removed at the next scrape, so the series stay
 // as many as the tools configured.
-type toolCalls struct {
-	// known is set once by Metrics.Watch; until then (and when nil) no
-	// tool is known.
-	known    atomic.Pointer[func(service, tool string) bool]
+type ToolCalls struct {
+	known    func(service, tool string) bool
 	calls    *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 
@@ -24,8 +21,11 @@ type toolCalls struct {
 	seen map[[2]string]struct{} // the (service, tool) labels in use
 }
 
-func newToolCalls() *toolCalls {
-	return &toolCalls{
+// NewToolCalls returns the tool call metrics, registered on reg; known says
+// whether a tool exists in the configuration (the services).
+func NewToolCalls(reg *Registry, known func(service, tool string) bool) *ToolCalls {
+	t := &ToolCalls{
+		known: known,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cyrnel_tool_calls_total", Help: `Tool calls, by service, tool and outcome (service and tool "other" for what the configuration does not name).`,
 		}, []string{"service", "tool", "outcome"}),
@@ -34,15 +34,13 @@ func newToolCalls() *toolCalls {
 		}, []string{"service", "tool"}),
 		seen: map[[2]string]struct{}{},
 	}
+	reg.MustRegister(t)
+	return t
 }
 
-func (t *toolCalls) isKnown(service, tool string) bool {
-	known := t.known.Load()
-	return known != nil && *known != nil && (*known)(service, tool)
-}
-
-func (t *toolCalls) observe(service, tool, outcome string, took time.Duration) {
-	if !t.isKnown(service, tool) {
+// ToolCalled counts a tool call (host/gate).
+func (t *ToolCalls) ToolCalled(service, tool, outcome string, took time.Duration) {
+	if !t.known(service, tool) {
 		service, tool = Other, Other
 	}
 	// Under the lock: Collect must not remove the series between the
@@ -54,16 +52,17 @@ func (t *toolCalls) observe(service, tool, outcome string, took time.Duration) {
 	t.duration.WithLabelValues(service, tool).Observe(took.Seconds())
 }
 
-func (t *toolCalls) Describe(ch chan<- *prometheus.Desc) {
+// Describe and Collect make ToolCalls a prometheus.Collector.
+func (t *ToolCalls) Describe(ch chan<- *prometheus.Desc) {
 	t.calls.Describe(ch)
 	t.duration.Describe(ch)
 }
 
 // Collect first drops the series of tools that are gone.
-func (t *toolCalls) Collect(ch chan<- prometheus.Metric) {
+func (t *ToolCalls) Collect(ch chan<- prometheus.Metric) {
 	t.mu.Lock()
 	for k := range t.seen {
-		if k[0] == Other || t.isKnown(k[0], k[1]) {
+		if k[0] == Other || t.known(k[0], k[1]) {
 			continue
 		}
 		delete(t.seen, k)

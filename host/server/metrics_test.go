@@ -21,7 +21,7 @@ import (
 // returns every label value seen.
 func series(t *testing.T, s *Server) (map[string]int, map[string]bool) {
 	t.Helper()
-	families, err := s.metrics.Registry().Gather()
+	families, err := s.registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func total(counts map[string]int) int {
 // hits is the value of a counter series with the given labels.
 func hits(t *testing.T, s *Server, name string, labels map[string]string) float64 {
 	t.Helper()
-	families, err := s.metrics.Registry().Gather()
+	families, err := s.registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

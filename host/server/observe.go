@@ -14,14 +14,12 @@ import (
 	"github.com/cyrnel/cyrnel/host/metrics"
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/process"
-	"github.com/cyrnel/cyrnel/host/services"
 	"github.com/cyrnel/cyrnel/host/session"
 	"github.com/cyrnel/cyrnel/host/tracing"
 )
 
 // gauges are what the metrics read at each scrape.
-func gauges(procs *process.Manager, reg *modules.Registry, sessions *session.Manager, approvals *approval.Manager,
-	svcs *services.Manager, cl *cluster.Cluster) metrics.Gauges {
+func gauges(procs *process.Manager, reg *modules.Registry, sessions *session.Manager, approvals *approval.Manager, cl *cluster.Cluster) metrics.Gauges {
 	g := metrics.Gauges{
 		Executions: procs.Live,
 		Workers: func() []metrics.Workers {
@@ -40,7 +38,6 @@ func gauges(procs *process.Manager, reg *modules.Registry, sessions *session.Man
 			return counts
 		},
 		ApprovalsPending: approvals.Pending,
-		ToolKnown:        svcs.Has,
 	}
 	if cl != nil {
 		g.HostsAlive = cl.HostsAlive
@@ -89,7 +86,7 @@ func (s *Server) serveMetrics() (*metricsServer, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", s.metrics.Handler())
+	mux.Handle("GET /metrics", s.registry.Handler())
 	return &metricsServer{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
 }
 

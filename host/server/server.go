@@ -147,8 +147,11 @@ type Server struct {
 	keys    *keys.Manager
 	changes *changes.Log
 	mcp     *mcp.Handler
-	metrics *metrics.Metrics
-	tracing *tracing.Provider
+	// registry is the host's metrics registry: the parts' collectors are
+	// registered on it as the parts are built.
+	registry *metrics.Registry
+	metrics  *metrics.Metrics
+	tracing  *tracing.Provider
 
 	mu sync.Mutex
 	// requestsDone is closed when Serve's listener has finished its
@@ -211,7 +214,8 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	if len(hostSandbox.Missing) > 0 {
 		log.Warn("running without sandbox layers this machine lacks (--allow-unsandboxed)", "missing", hostSandbox.Missing)
 	}
-	s := &Server{log: log, stack: stack, tracing: cfg.Tracing, metrics: metrics.New(), hostSandbox: hostSandbox}
+	registry := metrics.NewRegistry()
+	s := &Server{log: log, stack: stack, tracing: cfg.Tracing, registry: registry, metrics: metrics.New(registry), hostSandbox: hostSandbox}
 	if err = s.openStorage(ctx, &cfg); err != nil {
 		return nil, err
 	}

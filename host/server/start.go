@@ -30,6 +30,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/keys"
 	"github.com/cyrnel/cyrnel/host/lifecycle"
 	"github.com/cyrnel/cyrnel/host/mcp"
+	"github.com/cyrnel/cyrnel/host/metrics"
 	"github.com/cyrnel/cyrnel/host/modules"
 	"github.com/cyrnel/cyrnel/host/origins"
 	"github.com/cyrnel/cyrnel/host/peer"
@@ -86,7 +87,7 @@ func (s *Server) openStorage(ctx context.Context, cfg *Config) (err error) {
 	}
 	// The lease is taken before anything runs, and given up once
 	// everything that ran has stopped.
-	s.cluster = cluster.New(s.log.With("component", "cluster"), cfg.DBURL, s.dir.HostID, s.store, cluster.Options{TTL: cfg.LeaseTTL, Observer: s.metrics})
+	s.cluster = cluster.New(s.log.With("component", "cluster"), cfg.DBURL, s.dir.HostID, s.store, cluster.Options{TTL: cfg.LeaseTTL, Observer: metrics.NewNotificationLag(s.registry)})
 	return s.stack.Start(ctx, "cluster", s.cluster)
 }
 
@@ -191,7 +192,7 @@ func (s *Server) startProcesses(ctx context.Context, cfg Config) (err error) {
 	if err = s.stack.Start(ctx, "processes", lifecycle.Func{OnStart: s.procs.Start, OnStop: s.stopProcesses}); err != nil {
 		return err
 	}
-	s.gate = &gate.Gate{Policies: s.policies, Approvals: s.approvals, Audit: s.audit, Processes: s.procs, Tools: s.services, Observer: s.metrics, Tracer: tracer}
+	s.gate = &gate.Gate{Policies: s.policies, Approvals: s.approvals, Audit: s.audit, Processes: s.procs, Tools: s.services, Observer: metrics.NewToolCalls(s.registry, s.services.Has), Tracer: tracer}
 	if err = s.stack.Start(ctx, "environment", s.modules.Activation(&bindings{Manager: s.procs, tools: s.services, gate: s.gate})); err != nil {
 		return err
 	}
@@ -243,10 +244,10 @@ func (s *Server) assembleHandler(cfg Config) {
 	if s.cluster != nil {
 		others = peers{s.store, s.dir.HostID}
 	}
-	s.metrics.Watch(gauges(s.procs, s.modules, s.sessions, s.approvals, s.services, s.cluster))
+	s.registry.MustRegister(gauges(s.procs, s.modules, s.sessions, s.approvals, s.cluster))
 	handler, _ := api.New(api.Deps{Log: s.log, Version: cfg.Version, Keys: s.keys, Changes: s.changes, Processes: s.procs, Environment: s.modules, Modules: s.modules, Services: s.services, Tools: s.services, Sessions: s.sessions, MCP: s.mcp, Hosts: s.hosts, Peers: others,
 		Policies: s.policies, Approvals: s.approvals, ToolCalls: toolCalls{s.audit, s.store}, Gate: s.gate, Ready: readiness{s.store, s.modules}, Sandbox: s.hostSandbox,
-		Metrics: s.metrics.Handler(), Requests: s.metrics, Tracing: requestTracing(cfg.Tracing)})
+		Metrics: s.registry.Handler(), Requests: s.metrics, Tracing: requestTracing(cfg.Tracing)})
 	// The console's assets and the API reference sit in front of the API
 	// (and its authentication): they hold no data.
 	s.handler = console.Handler(handler)
