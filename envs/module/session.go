@@ -1,6 +1,9 @@
 package module
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Display is one rich display a runtime recorded: a MIME bundle (text, or
 // base64 for binary types) shown by the program or its final expression.
@@ -37,16 +40,54 @@ type Session interface {
 	// Execute runs one program; clean says the runtime may serve again
 	// (when false the interpreter is spent and must be closed).
 	Execute(ctx context.Context, in ExecutionInput) (res Result, clean bool)
-	// Call sends a request to the runtime between executions (its file
-	// requests: writeFile, readFile, deleteFile, listFiles) and decodes the
-	// answer into out. The runtime is untrusted: the caller bounds ctx and
-	// checks what comes back.
-	Call(ctx context.Context, method string, params, out any) error
+	// The files of the session's workspace, between executions.
+	SessionFiles
 	// Done is closed when the interpreter has ended.
 	Done() <-chan struct{}
 	// Close kills the interpreter and waits for it.
 	Close()
 }
+
+// SessionFiles are the files of a session's workspace (the runtime's
+// working directory), reached between its executions. The runtime is
+// untrusted: the caller validates paths, bounds ctx and checks what comes
+// back (sizes, names). A request the runtime refuses fails with a
+// *FileError.
+type SessionFiles interface {
+	// WriteFile writes data to path, replacing what was there.
+	WriteFile(ctx context.Context, path string, data []byte) error
+	// ReadFile reads at most limit bytes of path from offset.
+	ReadFile(ctx context.Context, path string, offset int64, limit int) (FileChunk, error)
+	// DeleteFile removes path.
+	DeleteFile(ctx context.Context, path string) error
+	// ListFiles lists at most limit files of the workspace.
+	ListFiles(ctx context.Context, limit int) ([]FileInfo, error)
+}
+
+// FileChunk is part of a workspace file.
+type FileChunk struct {
+	Data []byte
+	// Size and ModifiedAt are the whole file's when the part was read.
+	Size       int64
+	ModifiedAt time.Time
+}
+
+// FileInfo is one file of a workspace.
+type FileInfo struct {
+	Path       string
+	Size       int64
+	ModifiedAt time.Time
+}
+
+// FileError is the runtime's refusal of a file request.
+type FileError struct {
+	// NotFound: no such file; else the request was invalid (a path
+	// outside the workspace, a directory).
+	NotFound bool
+	Message  string // the runtime's words: shown, never trusted
+}
+
+func (e *FileError) Error() string { return e.Message }
 
 // WorkerCounts are an environment's workers by state, and how often its
 // template was started again (the host's metrics).

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/module"
@@ -28,21 +27,6 @@ func NewSession(w *Worker, b module.Bindings, stubs ToolStubs, grace time.Durati
 // false the worker is spent and must be closed).
 func (s *Session) Execute(ctx context.Context, in module.ExecutionInput) (module.Result, bool) {
 	return s.Run(ctx, s.b, Request{Input: in, OutputLimit: in.Options.OutputLimitBytes, Reuse: true, Grace: s.grace, Stubs: s.stubs})
-}
-
-// Call sends a request to the session's runtime between executions (its
-// file requests) and decodes the answer into out. The runtime is untrusted:
-// the caller bounds ctx and checks what comes back.
-func (s *Session) Call(ctx context.Context, method string, params, out any) error {
-	var boxed json.RawMessage
-	if err := s.conn.Call(ctx, method, params, &boxed); err != nil {
-		return err
-	}
-	raw, err := unbox(boxed)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(raw, out)
 }
 
 var _ module.Session = (*Session)(nil)

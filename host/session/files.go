@@ -2,13 +2,10 @@ package session
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"time"
-
-	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/schema"
@@ -25,12 +22,6 @@ const (
 
 // ErrFileNotFound: no such file in the workspace (404).
 var ErrFileNotFound = errors.New("file not found")
-
-// The runtime's error codes for file requests (python/cyrnel/_files.py).
-const (
-	codeNotFound = 2
-	codeInvalid  = 3
-)
 
 // File is one file of a workspace.
 type File struct {
@@ -79,14 +70,12 @@ func (m *Manager) do(ctx context.Context, id string, op func(context.Context, mo
 // fileError turns the runtime's answer to a file request into the host's
 // errors; the runtime's words are only shown, never trusted.
 func fileError(field string, err error) error {
-	var rpcErr *jsonrpc2.Error
-	if errors.As(err, &rpcErr) {
-		switch rpcErr.Code {
-		case codeNotFound:
-			return fmt.Errorf("%w: %s", ErrFileNotFound, rpcErr.Message)
-		case codeInvalid:
-			return &schema.FieldError{Field: field, Message: rpcErr.Message}
+	var fe *module.FileError
+	if errors.As(err, &fe) {
+		if fe.NotFound {
+			return fmt.Errorf("%w: %s", ErrFileNotFound, fe.Message)
 		}
+		return &schema.FieldError{Field: field, Message: fe.Message}
 	}
 	return fmt.Errorf("workspace: %w", err)
 }
@@ -100,8 +89,7 @@ func (m *Manager) PutFile(ctx context.Context, id, path string, data []byte) err
 		return &schema.FieldError{Field: "", Message: fmt.Sprintf("%d bytes, more than the limit of %d", len(data), MaxFileBytes)}
 	}
 	return m.do(ctx, id, func(ctx context.Context, ws module.Session) error {
-		var out struct{}
-		if err := ws.Call(ctx, "writeFile", map[string]any{"path": path, "data": data}, &out); err != nil {
+		if err := ws.WriteFile(ctx, path, data); err != nil {
 			return fileError("path", err)
 		}
 		return nil
@@ -114,8 +102,8 @@ type fileReader struct {
 	m        *Manager
 	ctx      context.Context
 	id, path string
-	size     int64 // the file's size when it was opened
-	mtimeNs  int64
+	size     int64     // the file's size when it was opened
+	modified time.Time // and its modification time (zero: not yet opened)
 	offset   int64
 	buf      []byte
 }
@@ -131,7 +119,7 @@ func (m *Manager) OpenFile(ctx context.Context, id, path string) (io.Reader, int
 	if err := workspace.ValidPath("path", path); err != nil {
 		return nil, 0, err
 	}
-	r := &fileReader{m: m, ctx: ctx, id: id, path: path, mtimeNs: -1}
+	r := &fileReader{m: m, ctx: ctx, id: id, path: path}
 	if err := r.fill(); err != nil {
 		return nil, 0, err
 	}
@@ -141,23 +129,18 @@ func (m *Manager) OpenFile(ctx context.Context, id, path string) (io.Reader, int
 // fill reads the next chunk; the file must not change between chunks.
 func (r *fileReader) fill() error {
 	return r.m.do(r.ctx, r.id, func(ctx context.Context, ws module.Session) error {
-		var out struct {
-			Data    string `json:"data"`
-			Size    int64  `json:"size"`
-			MtimeNs int64  `json:"mtimeNs"`
-		}
-		if err := ws.Call(ctx, "readFile", map[string]any{"path": r.path, "offset": r.offset, "chunk": fileChunk}, &out); err != nil {
+		out, err := ws.ReadFile(ctx, r.path, r.offset, fileChunk)
+		if err != nil {
 			return fileError("path", err)
 		}
-		b, err := base64.StdEncoding.DecodeString(out.Data)
-		if err != nil || len(b) > fileChunk || out.Size < r.offset+int64(len(b)) {
+		if len(out.Data) > fileChunk || out.Size < r.offset+int64(len(out.Data)) {
 			return errors.New("workspace: the runtime answered an unusable file")
 		}
-		if r.mtimeNs >= 0 && (out.Size != r.size || out.MtimeNs != r.mtimeNs) {
+		if !r.modified.IsZero() && (out.Size != r.size || !out.ModifiedAt.Equal(r.modified)) {
 			return fmt.Errorf("workspace: %s changed while it was read", r.path)
 		}
-		r.size, r.mtimeNs, r.buf = out.Size, out.MtimeNs, b
-		r.offset += int64(len(b))
+		r.size, r.modified, r.buf = out.Size, out.ModifiedAt, out.Data
+		r.offset += int64(len(out.Data))
 		return nil
 	})
 }
@@ -186,8 +169,7 @@ func (m *Manager) DeleteFile(ctx context.Context, id, path string) error {
 		return err
 	}
 	return m.do(ctx, id, func(ctx context.Context, ws module.Session) error {
-		var out struct{}
-		if err := ws.Call(ctx, "deleteFile", map[string]any{"path": path}, &out); err != nil {
+		if err := ws.DeleteFile(ctx, path); err != nil {
 			return fileError("path", err)
 		}
 		return nil
@@ -198,22 +180,15 @@ func (m *Manager) DeleteFile(ctx context.Context, id, path string) error {
 func (m *Manager) ListFiles(ctx context.Context, id string) ([]File, error) {
 	var files []File
 	err := m.do(ctx, id, func(ctx context.Context, ws module.Session) error {
-		var out struct {
-			Items []struct {
-				Path       string  `json:"path"`
-				Size       int64   `json:"size"`
-				ModifiedAt float64 `json:"modifiedAt"`
-			} `json:"items"`
-		}
-		if err := ws.Call(ctx, "listFiles", map[string]any{"limit": maxListed}, &out); err != nil {
+		listed, err := ws.ListFiles(ctx, maxListed)
+		if err != nil {
 			return fileError("id", err)
 		}
-		for _, it := range out.Items[:min(len(out.Items), maxListed)] {
+		for _, it := range listed[:min(len(listed), maxListed)] {
 			if workspace.ValidPath("", it.Path) != nil {
 				continue // a name the routes could not reach
 			}
-			sec := int64(it.ModifiedAt)
-			files = append(files, File{Path: it.Path, Size: it.Size, ModifiedAt: time.Unix(sec, int64((it.ModifiedAt-float64(sec))*1e9)).UTC()})
+			files = append(files, File{Path: it.Path, Size: it.Size, ModifiedAt: it.ModifiedAt})
 		}
 		return nil
 	})
