@@ -1,10 +1,13 @@
 // Package control is the control plane's one write path: every
 // configuration change (a module's config, secrets or enabled flag, the
 // active environment, a service's import, refresh, config, secrets, enabled
-// flag or deletion) is applied by Plane.Apply, one at a time, all or
-// nothing: validate, build the candidate out of service, swap it in, persist,
-// and only then retire what it replaced. A failure at any step leaves both
-// what runs and what is stored as they were.
+// flag or deletion, the tool policies) is applied by Plane.Apply, one at a
+// time, all or nothing: validate, build the candidate out of service, swap
+// it in, persist, and only then retire what it replaced. A failure at any
+// step leaves both what runs and what is stored as they were. Each kind's
+// owner (host/modules, host/services, host/policy) provides the steps of its
+// changes; the plane orders them, records each stored change (GET /changes)
+// and announces it to the other hosts, which apply it from the store.
 package control
 
 import (
@@ -26,9 +29,7 @@ const (
 	KindEnvironment Kind = "environment" // which environment is active
 	KindModule      Kind = "module"      // a module's config, secrets, enabled flag
 	KindService     Kind = "service"     // a service and its tools
-	// KindPolicies: the tool policies, a set stored whole; announced to
-	// other hosts only (their engine reloads it), not applied by Plane.
-	KindPolicies Kind = "policies"
+	KindPolicies    Kind = "policies"    // the tool policies, a set stored whole
 )
 
 // Event says that one piece of configuration changed. It carries no values:
@@ -39,7 +40,12 @@ type Event struct {
 	ID   string `json:"id"` // the module or service id
 }
 
-func (e Event) String() string { return string(e.Kind) + " " + e.ID }
+func (e Event) String() string {
+	if e.ID == "" {
+		return string(e.Kind) // the environment, the policies: one of each
+	}
+	return string(e.Kind) + " " + e.ID
+}
 
 // Change is one configuration change. Every step is optional; a change
 // without Persist applies what is already stored (start-up, another host's

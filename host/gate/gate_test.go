@@ -15,6 +15,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/audit"
 	"github.com/cyrnel/cyrnel/host/caller"
+	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/schema"
 	"github.com/cyrnel/cyrnel/host/services"
@@ -113,7 +114,7 @@ func newGate(t *testing.T, decision policy.Decision, ttl time.Duration) *fixture
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	pol, err := policy.Load(ctx, st, policy.Allow, policy.With{})
+	pol, err := policy.Load(ctx, st, control.New(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil), policy.Allow)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Package policy decides whether a tool may be called: ordered rules
 // {pattern, decision} matched against "serviceId.toolId", the first match
 // winning, and a default for calls no rule matches. The rules are replaced
-// as a whole and persisted as one host setting.
+// as a whole and persisted as one host setting, through the control plane
+// (host/control) like every other configuration change.
 package policy
 
 import (
@@ -9,9 +10,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
-	"sync"
 	"sync/atomic"
 
+	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/schema"
 )
 
@@ -91,74 +92,77 @@ type Settings interface {
 // Setting is the setting that holds the stored set.
 const Setting = "tool-policies"
 
-// Engine holds the current set; reads never block.
+// Plane applies configuration changes one at a time (host/control): it
+// orders a change to the policies with every other change, records it and
+// tells the other hosts of it.
+type Plane interface {
+	Apply(ctx context.Context, c control.Change) error
+}
+
+// event names the policies to the plane and to the other hosts: one set,
+// so no id.
+var event = control.Event{Kind: control.KindPolicies}
+
+// Engine holds the current set; reads never block. It is written only
+// through the plane, which orders the writers (Put, Reload), so the set in
+// force is the one stored last.
 type Engine struct {
-	st  Settings
-	cur atomic.Pointer[Set]
-	// mu orders the writers (Put, Reload), so the set in force is the one
-	// stored last; readers only load cur.
-	mu sync.Mutex
-	// changed, when set, is told of each set Put stored (several hosts:
-	// the others Reload it).
-	changed func(ctx context.Context)
-	rec     Recorder
+	st    Settings
+	plane Plane
+	cur   atomic.Pointer[Set]
 }
 
-// Recorder keeps the record of configuration changes (GET /changes).
-type Recorder interface {
-	Record(ctx context.Context, action, target string, detail map[string]any)
-}
-
-// With is what an engine tells of each set Put stores (either may be nil).
-type With struct {
-	// Recorder records the change (GET /changes).
-	Recorder Recorder
-	// Changed is told of it (several hosts: the others Reload it).
-	Changed func(ctx context.Context)
-}
-
-// Reload reads the stored set again (another host stored it).
-func (e *Engine) Reload(ctx context.Context) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	raw, ok, err := e.st.Setting(ctx, Setting)
+// stored reads the stored set; ok is false when none is stored.
+func stored(ctx context.Context, st Settings) (set *Set, ok bool, err error) {
+	raw, ok, err := st.Setting(ctx, Setting)
 	if err != nil || !ok {
-		return err
+		return nil, false, err
 	}
-	set := &Set{}
+	set = &Set{}
 	if err := json.Unmarshal([]byte(raw), set); err != nil {
-		return fmt.Errorf("stored tool policies: %w", err)
+		return nil, false, fmt.Errorf("stored tool policies: %w", err)
 	}
 	if err := set.Validate(); err != nil {
-		return fmt.Errorf("stored tool policies: %w", err)
+		return nil, false, fmt.Errorf("stored tool policies: %w", err)
 	}
-	e.cur.Store(set)
-	return nil
+	return set, true, nil
+}
+
+// Reload applies the stored set again (another host stored it); with none
+// stored, the set in force stays.
+func (e *Engine) Reload(ctx context.Context) error {
+	var next *Set
+	return e.plane.Apply(ctx, control.Change{
+		Event: event,
+		Build: func(ctx context.Context) (err error) {
+			next, _, err = stored(ctx, e.st)
+			return err
+		},
+		Swap: func() {
+			if next != nil {
+				e.cur.Store(next)
+			}
+		},
+	})
 }
 
 // Load reads the stored set; with none stored, the default is def (empty:
-// allow) and there are no rules.
-func Load(ctx context.Context, st Settings, def Decision, with With) (*Engine, error) {
+// allow) and there are no rules. Changes go through plane.
+func Load(ctx context.Context, st Settings, plane Plane, def Decision) (*Engine, error) {
 	if def == "" {
 		def = Allow
 	}
 	if !def.Valid() {
 		return nil, fmt.Errorf("default tool policy %q: must be allow, ask or block", def)
 	}
-	e := &Engine{st: st, rec: with.Recorder, changed: with.Changed}
-	set := &Set{Default: def, Rules: []Rule{}}
-	raw, ok, err := st.Setting(ctx, Setting)
+	set, ok, err := stored(ctx, st)
 	if err != nil {
 		return nil, err
 	}
-	if ok {
-		if err := json.Unmarshal([]byte(raw), set); err != nil {
-			return nil, fmt.Errorf("stored tool policies: %w", err)
-		}
-		if err := set.Validate(); err != nil {
-			return nil, fmt.Errorf("stored tool policies: %w", err)
-		}
+	if !ok {
+		set = &Set{Default: def, Rules: []Rule{}}
 	}
+	e := &Engine{st: st, plane: plane}
 	e.cur.Store(set)
 	return e, nil
 }
@@ -171,31 +175,35 @@ func (e *Engine) Decide(serviceID, toolID string) Decision {
 	return e.cur.Load().Decide(serviceID, toolID)
 }
 
-// Put validates, persists and then swaps in a new set, so a call sees the
-// old set or the new one, never a mix.
+// Put replaces the set through the plane: validated before anything
+// changes, then swapped in and stored, the old set put back if storing
+// fails; a call sees the old set or the new one, never a mix.
 func (e *Engine) Put(ctx context.Context, s Set) (*Set, error) {
 	if s.Rules == nil {
 		s.Rules = []Rule{}
 	}
-	if err := s.Validate(); err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(s)
+	var (
+		raw  []byte
+		prev *Set
+	)
+	err := e.plane.Apply(ctx, control.Change{
+		Event: event,
+		Validate: func(context.Context) (err error) {
+			if err = s.Validate(); err != nil {
+				return err
+			}
+			if raw, err = json.Marshal(s); err != nil {
+				return fmt.Errorf("encode tool policies: %w", err)
+			}
+			return nil
+		},
+		Swap:    func() { prev = e.cur.Swap(&s) },
+		Persist: func(ctx context.Context) error { return e.st.SetSetting(ctx, Setting, string(raw)) },
+		Unswap:  func() { e.cur.Store(prev) },
+		Record:  &control.Record{Action: "policies.set", Target: Setting, Detail: map[string]any{"default": s.Default, "rules": s.Rules}},
+	})
 	if err != nil {
-		return nil, fmt.Errorf("encode tool policies: %w", err)
-	}
-	e.mu.Lock()
-	if err := e.st.SetSetting(ctx, Setting, string(b)); err != nil {
-		e.mu.Unlock()
 		return nil, err
-	}
-	e.cur.Store(&s)
-	e.mu.Unlock()
-	if e.rec != nil {
-		e.rec.Record(ctx, "policies.set", Setting, map[string]any{"default": s.Default, "rules": s.Rules})
-	}
-	if e.changed != nil {
-		e.changed(context.WithoutCancel(ctx))
 	}
 	return &s, nil
 }

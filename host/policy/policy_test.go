@@ -3,11 +3,39 @@ package policy
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 
+	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/schema"
 )
+
+func newPlane(n control.Notifier, r control.Recorder) *control.Plane {
+	return control.New(slog.New(slog.NewTextHandler(io.Discard, nil)), n, r)
+}
+
+// told keeps what the plane announced and recorded.
+type told struct {
+	mu      sync.Mutex
+	events  []control.Event
+	actions []string
+	details []map[string]any
+}
+
+func (t *told) Notify(_ context.Context, ev control.Event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.events = append(t.events, ev)
+}
+
+func (t *told) Record(_ context.Context, action, target string, detail map[string]any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.actions = append(t.actions, action+" "+target)
+	t.details = append(t.details, detail)
+}
 
 func TestDecideFirstMatchWins(t *testing.T) {
 	t.Parallel()
@@ -55,8 +83,9 @@ func TestValidateNamesTheField(t *testing.T) {
 }
 
 type memSettings struct {
-	mu sync.Mutex
-	m  map[string]string
+	mu   sync.Mutex
+	m    map[string]string
+	fail error // SetSetting's answer when set
 }
 
 func (s *memSettings) Setting(_ context.Context, k string) (string, bool, error) {
@@ -69,6 +98,9 @@ func (s *memSettings) Setting(_ context.Context, k string) (string, bool, error)
 func (s *memSettings) SetSetting(_ context.Context, k, v string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.fail != nil {
+		return s.fail
+	}
 	s.m[k] = v
 	return nil
 }
@@ -77,7 +109,7 @@ func TestEnginePersistsAndRejectsWhole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := &memSettings{m: map[string]string{}}
-	e, err := Load(ctx, st, "", With{})
+	e, err := Load(ctx, st, newPlane(nil, nil), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +123,7 @@ func TestEnginePersistsAndRejectsWhole(t *testing.T) {
 	if _, err := e.Put(ctx, Set{Default: Allow, Rules: []Rule{{"x.*", Allow}, {"[", Allow}}}); err == nil {
 		t.Fatal("invalid set accepted")
 	}
-	e2, err := Load(ctx, st, Allow, With{})
+	e2, err := Load(ctx, st, newPlane(nil, nil), Allow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,5 +132,87 @@ func TestEnginePersistsAndRejectsWhole(t *testing.T) {
 	}
 	if d := e2.Decide("x", "y"); d != Ask {
 		t.Errorf("reloaded default = %s, want ask", d)
+	}
+}
+
+// A set is put through the plane: recorded and announced once stored,
+// neither when refused or when storing fails, and the set in force is then
+// the one before.
+func TestPutGoesThroughThePlane(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := &memSettings{m: map[string]string{}}
+	var tl told
+	e, err := Load(ctx, st, newPlane(&tl, &tl), Ask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Put(ctx, Set{Default: Block, Rules: []Rule{{"a.*", Allow}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Put(ctx, Set{Default: "maybe"}); err == nil {
+		t.Fatal("invalid set accepted")
+	}
+	st.mu.Lock()
+	st.fail = errors.New("disk full")
+	st.mu.Unlock()
+	if _, err := e.Put(ctx, Set{Default: Allow}); !errors.Is(err, st.fail) {
+		t.Fatalf("Put with a failing store = %v, want disk full", err)
+	}
+	if d := e.Decide("x", "y"); d != Block {
+		t.Errorf("after a failed store the default is %s, want the stored block", d)
+	}
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if len(tl.events) != 1 || tl.events[0] != (control.Event{Kind: control.KindPolicies}) {
+		t.Errorf("announced %v, want one policies event", tl.events)
+	}
+	if len(tl.actions) != 1 || tl.actions[0] != "policies.set "+Setting || tl.details[0]["default"] != Block {
+		t.Errorf("recorded %v %v, want one policies.set of the stored set", tl.actions, tl.details)
+	}
+}
+
+// Another host's set is applied by Reload, through the plane: once the
+// plane is stopped neither a Put nor a Reload changes the set in force.
+func TestReloadAppliesTheStoredSet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := &memSettings{m: map[string]string{}}
+	plane := newPlane(nil, nil)
+	e, err := Load(ctx, st, plane, Allow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing stored: the set in force stays.
+	if err := e.Reload(ctx); err != nil || e.Decide("a", "b") != Allow {
+		t.Fatalf("Reload with nothing stored = %v, decision %s", err, e.Decide("a", "b"))
+	}
+	other, err := Load(ctx, st, newPlane(nil, nil), Allow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Put(ctx, Set{Default: Allow, Rules: []Rule{{"a.*", Block}}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := e.Decide("a", "b"); d != Allow {
+		t.Fatalf("before Reload a.b = %s, want allow", d)
+	}
+	if err := e.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := e.Decide("a", "b"); d != Block {
+		t.Errorf("after Reload a.b = %s, want block", d)
+	}
+	if err := plane.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Put(ctx, Set{Default: Ask}); !errors.Is(err, control.ErrStopped) {
+		t.Errorf("Put on a stopped plane = %v, want ErrStopped", err)
+	}
+	if _, err := other.Put(ctx, Set{Default: Ask}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Reload(ctx); !errors.Is(err, control.ErrStopped) || e.Decide("x", "y") != Allow {
+		t.Errorf("Reload on a stopped plane = %v, default %s; want ErrStopped, allow", err, e.Decide("x", "y"))
 	}
 }

@@ -133,6 +133,7 @@ type Server struct {
 	procs       *process.Manager
 	sessions    *session.Manager
 	audit       *audit.Writer
+	plane       *control.Plane
 	policies    *policy.Engine
 	approvals   *approval.Manager
 	gate        *gate.Gate

@@ -103,11 +103,16 @@ func (s *Server) startGovernance(ctx context.Context, cfg Config) (err error) {
 	if err = s.stack.Start(ctx, "keys", s.keys); err != nil {
 		return err
 	}
-	with := policy.With{Recorder: s.changes}
-	if cl := s.cluster; cl != nil {
-		with.Changed = func(ctx context.Context) { cl.Notify(ctx, control.Event{Kind: control.KindPolicies}) }
+	var notifier control.Notifier
+	if s.cluster != nil {
+		notifier = s.cluster
 	}
-	if s.policies, err = policy.Load(ctx, s.store, cfg.Governance.DefaultPolicy, with); err != nil {
+	// One control plane for the policies, modules and services: every
+	// configuration change is applied one at a time, all or nothing; with
+	// several hosts each stored change is announced to the others, which
+	// reload it.
+	s.plane = control.New(s.log.With("component", "control"), notifier, s.changes, cfg.Policies...)
+	if s.policies, err = policy.Load(ctx, s.store, s.plane, cfg.Governance.DefaultPolicy); err != nil {
 		return err
 	}
 	var relay approval.Relay // nil: one host
@@ -138,21 +143,13 @@ func (s *Server) startRuntime(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	var notifier control.Notifier
-	if s.cluster != nil {
-		notifier = s.cluster
-	}
-	// One control plane for modules and services: every configuration
-	// change is applied one at a time, all or nothing; with several hosts
-	// each stored change is announced to the others, which reload it.
-	plane := control.New(s.log.With("component", "control"), notifier, s.changes, cfg.Policies...)
 	s.egress = &egress.Guard{}
-	s.services = services.New(s.log.With("component", "services"), s.store, s.box, plane, map[string]adapters.Adapter{
+	s.services = services.New(s.log.With("component", "services"), s.store, s.box, s.plane, map[string]adapters.Adapter{
 		openapi.ID: openapi.New(openapi.Options{Guard: s.egress, WrapTransport: upstreamTracing(cfg.Tracing)}),
 	})
 	// The adapters are modules too: listed and configured with the
 	// environments.
-	s.modules = modules.New(s.log.With("component", "modules"), s.store, s.box, plane, environments(s.log, interpreters, cfg.packageSource()),
+	s.modules = modules.New(s.log.With("component", "modules"), s.store, s.box, s.plane, environments(s.log, interpreters, cfg.packageSource()),
 		modules.Options{AllowUnsandboxed: cfg.AllowUnsandboxed, Machine: machine, Others: s.services.Adapters(), Environment: cfg.Environment})
 	if err = s.stack.Start(ctx, "services", s.services); err != nil {
 		return err
