@@ -216,3 +216,41 @@ func TestReloadAppliesTheStoredSet(t *testing.T) {
 		t.Errorf("Reload on a stopped plane = %v, default %s; want ErrStopped, allow", err, e.Decide("x", "y"))
 	}
 }
+
+// A Put waits for the change under way on the plane (a module's, a
+// service's): one that cannot wait changes nothing.
+func TestPutWaitsForTheChangeUnderWay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := &memSettings{m: map[string]string{}}
+	plane := newPlane(nil, nil)
+	e, err := Load(ctx, st, plane, Allow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	building, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- plane.Apply(ctx, control.Change{Event: control.Event{Kind: control.KindModule, ID: "m"}, Build: func(context.Context) error {
+			close(building)
+			<-release
+			return nil
+		}})
+	}()
+	<-building
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := e.Put(cancelled, Set{Default: Block}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Put during another change = %v, want it to wait (and give up with its context)", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if d := e.Decide("a", "b"); d != Allow || len(st.m) != 0 {
+		t.Errorf("a Put that gave up changed the set: %s, stored %v", d, st.m)
+	}
+	if _, err := e.Put(ctx, Set{Default: Block}); err != nil || e.Decide("a", "b") != Block {
+		t.Errorf("Put after the change = %v, decision %s", err, e.Decide("a", "b"))
+	}
+}
