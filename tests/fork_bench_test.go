@@ -161,6 +161,13 @@ func BenchmarkForkPandas(b *testing.B) {
 		b.ReportMetric(p50(forked), "fork-pandas-p50-ms")
 		b.ReportMetric(p50(spawned), "spawn-pandas-p50-ms")
 		b.ReportMetric(p50(spawned)/p50(forked), "speedup-x")
+		// The same line in a warm Jupyter kernel that has imported pandas
+		// (issue 28's baseline): its value is the cell's result.
+		var ms []float64
+		if jupyterBaseline(b, &ms, jupyterRoundTrips, "100", "import pandas as pd", "int(pd.DataFrame({'a': [1, 2, 3]})['a'].sum())") {
+			b.ReportMetric(p50(millis(ms)), "jupyter-pandas-p50-ms")
+			b.ReportMetric(p50(forked)/p50(millis(ms)), "fork-vs-jupyter-x")
+		}
 	}
 }
 
