@@ -26,8 +26,10 @@ func words[T ~string](vs []T) []any {
 // TestSpecEnumsAreTheDomains: every enum the spec publishes (properties,
 // array items and query parameters) equals the list its domain package
 // declares, in order, so a state, reason or role added to a domain cannot
-// be missing from the spec or the other way round. An enum the table does
-// not know fails too: a new one needs its domain list named here.
+// be missing from the spec or the other way round. The named types of
+// enums.go build the enums from those lists; this guards that each field
+// uses the right type. An enum the table does not know fails too: a new one
+// needs its domain list named here.
 func TestSpecEnumsAreTheDomains(t *testing.T) {
 	t.Parallel()
 	states, exits, reasons := words(process.States), words(module.ExitStates), words(module.Reasons)

@@ -48,7 +48,7 @@ type setEnvironmentInput struct {
 
 type moduleView struct {
 	ID            string          `json:"id"`
-	Type          string          `json:"type" enum:"environment,adapter"`
+	Type          moduleType      `json:"type"`
 	Name          string          `json:"name"`
 	Version       string          `json:"version"`
 	Description   string          `json:"description"`
@@ -88,7 +88,7 @@ func markdownResponses(what string) map[string]*huma.Response {
 
 func toModuleView(v modules.ModuleView) moduleView {
 	return moduleView{
-		ID: v.Info.ID, Type: string(v.Info.Type), Name: v.Info.Name, Version: v.Info.Version, Description: v.Info.Description,
+		ID: v.Info.ID, Type: moduleType(v.Info.Type), Name: v.Info.Name, Version: v.Info.Version, Description: v.Info.Description,
 		ConfigSchema: v.Info.ConfigSchema, SecretsSchema: v.Info.SecretsSchema, Enabled: v.Enabled, Active: v.Active,
 	}
 }

@@ -16,7 +16,7 @@ import (
 // SSE event payloads; each Go type names one event.
 type (
 	stateEvent struct {
-		State process.State `json:"state" enum:"idle,queued,running,suspended,terminating"`
+		State processState `json:"state"`
 	}
 	stdoutEvent struct {
 		Text string `json:"text" doc:"Decoded text written to stdout."`
@@ -102,7 +102,7 @@ func (s *server) requireProcess(api huma.API) func(huma.Context, func(huma.Conte
 func payload(ev process.Event) any {
 	switch ev.Type {
 	case process.EventState:
-		return stateEvent{State: ev.State}
+		return stateEvent{State: processState(ev.State)}
 	case process.EventStdout:
 		return stdoutEvent{Text: ev.Text}
 	case process.EventStderr:

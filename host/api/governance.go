@@ -15,28 +15,28 @@ import (
 
 // Rule and Set are the wire shape of policy.Rule and policy.Set.
 type Rule struct {
-	Pattern  string          `json:"pattern" minLength:"1" maxLength:"200" doc:"Glob on serviceId.toolId, e.g. github.* or *.delete*."`
-	Decision policy.Decision `json:"decision" enum:"allow,ask,block" doc:"What a matching call gets."`
+	Pattern  string   `json:"pattern" minLength:"1" maxLength:"200" doc:"Glob on serviceId.toolId, e.g. github.* or *.delete*."`
+	Decision decision `json:"decision" doc:"What a matching call gets."`
 }
 
 // Set is the whole policy: rules in order, then the default.
 type Set struct {
-	Default policy.Decision `json:"default" enum:"allow,ask,block" doc:"The decision when no rule matches."`
-	Rules   []Rule          `json:"rules" nullable:"false" maxItems:"1000" doc:"Tried in order; the first match wins."`
+	Default decision `json:"default" doc:"The decision when no rule matches."`
+	Rules   []Rule   `json:"rules" nullable:"false" maxItems:"1000" doc:"Tried in order; the first match wins."`
 }
 
 func setOf(p *policy.Set) *Set {
-	out := &Set{Default: p.Default, Rules: make([]Rule, len(p.Rules))}
+	out := &Set{Default: decision(p.Default), Rules: make([]Rule, len(p.Rules))}
 	for i, r := range p.Rules {
-		out.Rules[i] = Rule(r)
+		out.Rules[i] = Rule{Pattern: r.Pattern, Decision: decision(r.Decision)}
 	}
 	return out
 }
 
 func (s Set) domain() policy.Set {
-	out := policy.Set{Default: s.Default, Rules: make([]policy.Rule, len(s.Rules))}
+	out := policy.Set{Default: policy.Decision(s.Default), Rules: make([]policy.Rule, len(s.Rules))}
 	for i, r := range s.Rules {
-		out.Rules[i] = policy.Rule(r)
+		out.Rules[i] = policy.Rule{Pattern: r.Pattern, Decision: policy.Decision(r.Decision)}
 	}
 	return out
 }
@@ -50,10 +50,10 @@ type putPolicyInput struct {
 }
 
 type listApprovalsInput struct {
-	State  string `query:"state" enum:"pending,approved,denied,expired" doc:"Only approvals in this state."`
-	PID    int64  `query:"pid" minimum:"1" doc:"Only approvals of this process."`
-	Limit  int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
-	Cursor string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
+	State  approvalState `query:"state" doc:"Only approvals in this state."`
+	PID    int64         `query:"pid" minimum:"1" doc:"Only approvals of this process."`
+	Limit  int           `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
+	Cursor string        `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
 }
 
 type approvalList struct {
@@ -73,19 +73,19 @@ type approvalBody struct {
 }
 
 type listToolCallsInput struct {
-	ServiceID string `query:"serviceId" maxLength:"64" doc:"Only calls of this service."`
-	ToolID    string `query:"toolId" maxLength:"200" doc:"Only calls of this tool."`
-	PID       int64  `query:"pid" minimum:"1" doc:"Only calls of this process."`
-	Outcome   string `query:"outcome" enum:"success,invalid,blocked,denied,upstream_error,transport_error" doc:"Only calls that ended so."`
-	Limit     int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
-	Cursor    string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
+	ServiceID string      `query:"serviceId" maxLength:"64" doc:"Only calls of this service."`
+	ToolID    string      `query:"toolId" maxLength:"200" doc:"Only calls of this tool."`
+	PID       int64       `query:"pid" minimum:"1" doc:"Only calls of this process."`
+	Outcome   callOutcome `query:"outcome" doc:"Only calls that ended so."`
+	Limit     int         `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
+	Cursor    string      `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
 }
 
 type processToolCallsInput struct {
-	PID     int64  `path:"pid" minimum:"1" example:"1" doc:"Process id."`
-	Outcome string `query:"outcome" enum:"success,invalid,blocked,denied,upstream_error,transport_error" doc:"Only calls that ended so."`
-	Limit   int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
-	Cursor  string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
+	PID     int64       `path:"pid" minimum:"1" example:"1" doc:"Process id."`
+	Outcome callOutcome `query:"outcome" doc:"Only calls that ended so."`
+	Limit   int         `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
+	Cursor  string      `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
 }
 
 type toolCallList struct {
@@ -135,7 +135,7 @@ func (s *server) registerApprovals(api huma.API) {
 		if !ok {
 			return nil, badCursor(in.Cursor)
 		}
-		items, more, err := s.Approvals.List(ctx, approval.ListInput{State: in.State, PID: in.PID, Before: before, Limit: in.Limit})
+		items, more, err := s.Approvals.List(ctx, approval.ListInput{State: string(in.State), PID: in.PID, Before: before, Limit: in.Limit})
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}
@@ -184,7 +184,7 @@ func (s *server) registerAudit(api huma.API) {
 		OperationID: "listToolCalls", Method: http.MethodGet, Path: "/tool-calls", Tags: []string{"tools"},
 		Summary: "The audit of tool calls, newest first",
 	}, func(ctx context.Context, in *listToolCallsInput) (*toolCallList, error) {
-		return s.toolCalls(ctx, in.Cursor, store.ToolCallFilter{ServiceID: in.ServiceID, ToolID: in.ToolID, PID: in.PID, Outcome: in.Outcome, Limit: in.Limit})
+		return s.toolCalls(ctx, in.Cursor, store.ToolCallFilter{ServiceID: in.ServiceID, ToolID: in.ToolID, PID: in.PID, Outcome: string(in.Outcome), Limit: in.Limit})
 	})
 
 	huma.Register(api, huma.Operation{
@@ -194,7 +194,7 @@ func (s *server) registerAudit(api huma.API) {
 		if _, err := s.Processes.Get(ctx, in.PID); err != nil {
 			return nil, s.problem(ctx, err)
 		}
-		return s.toolCalls(ctx, in.Cursor, store.ToolCallFilter{PID: in.PID, Outcome: in.Outcome, Limit: in.Limit})
+		return s.toolCalls(ctx, in.Cursor, store.ToolCallFilter{PID: in.PID, Outcome: string(in.Outcome), Limit: in.Limit})
 	})
 }
 

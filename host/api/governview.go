@@ -5,7 +5,6 @@ import (
 
 	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/audit"
-	"github.com/cyrnel/cyrnel/host/caller"
 	"github.com/cyrnel/cyrnel/host/changes"
 	"github.com/cyrnel/cyrnel/host/keys"
 )
@@ -15,12 +14,12 @@ import (
 
 // Key is a key as the API shows it: never the key itself.
 type Key struct {
-	ID         string        `json:"id" doc:"Opaque id (key_…), or bootstrap for the operator's key."`
-	Name       string        `json:"name"`
-	Roles      []caller.Role `json:"roles" nullable:"false" enum:"runner,approver,admin"`
-	CreatedAt  time.Time     `json:"createdAt"`
-	ExpiresAt  *time.Time    `json:"expiresAt,omitempty" doc:"After this the key is refused."`
-	LastUsedAt *time.Time    `json:"lastUsedAt,omitempty" doc:"When the key last authenticated a request, to within a minute."`
+	ID         string      `json:"id" doc:"Opaque id (key_…), or bootstrap for the operator's key."`
+	Name       string      `json:"name"`
+	Roles      callerRoles `json:"roles" nullable:"false"`
+	CreatedAt  time.Time   `json:"createdAt"`
+	ExpiresAt  *time.Time  `json:"expiresAt,omitempty" doc:"After this the key is refused."`
+	LastUsedAt *time.Time  `json:"lastUsedAt,omitempty" doc:"When the key last authenticated a request, to within a minute."`
 }
 
 // CreatedKey is a new key with its secret, which is shown this once.
@@ -36,9 +35,9 @@ type Call struct {
 	PID        *int64         `json:"pid,omitempty" doc:"The calling process; absent for calls from the API or MCP."`
 	ServiceID  string         `json:"serviceId"`
 	ToolID     string         `json:"toolId"`
-	Policy     string         `json:"policy" enum:"allow,ask,block" doc:"The policy decision the call met."`
+	Policy     decision       `json:"policy" doc:"The policy decision the call met."`
 	ApprovalID *string        `json:"approvalId,omitempty" doc:"The approval the call waited on."`
-	Outcome    string         `json:"outcome" enum:"success,invalid,blocked,denied,upstream_error,transport_error"`
+	Outcome    callOutcome    `json:"outcome"`
 	Status     *int           `json:"status,omitempty" doc:"The upstream's HTTP status, when it answered."`
 	DurationMs float64        `json:"durationMs" doc:"From the call reaching the host to its answer, approval wait included."`
 	Source     string         `json:"source" enum:"code,api" doc:"Where the call came from: a program (run over HTTP or MCP) or POST /tools/{serviceId}/{toolId}/invoke."`
@@ -57,7 +56,7 @@ type Change struct {
 }
 
 func keyOf(k *keys.Key) *Key {
-	return &Key{ID: k.ID, Name: k.Name, Roles: k.Roles, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt, LastUsedAt: k.LastUsedAt}
+	return &Key{ID: k.ID, Name: k.Name, Roles: callerRoles(k.Roles), CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt, LastUsedAt: k.LastUsedAt}
 }
 
 func keysOf(ks []keys.Key) []Key {
@@ -71,8 +70,8 @@ func keysOf(ks []keys.Key) []Key {
 func callsOf(cs []audit.Call) []Call {
 	out := make([]Call, len(cs))
 	for i, c := range cs {
-		out[i] = Call{ID: c.ID, At: c.At, PID: c.PID, ServiceID: c.ServiceID, ToolID: c.ToolID, Policy: c.Policy, ApprovalID: c.ApprovalID,
-			Outcome: c.Outcome, Status: c.Status, DurationMs: c.DurationMs, Source: c.Source, Parameters: c.Parameters, KeyID: c.KeyID}
+		out[i] = Call{ID: c.ID, At: c.At, PID: c.PID, ServiceID: c.ServiceID, ToolID: c.ToolID, Policy: decision(c.Policy), ApprovalID: c.ApprovalID,
+			Outcome: callOutcome(c.Outcome), Status: c.Status, DurationMs: c.DurationMs, Source: c.Source, Parameters: c.Parameters, KeyID: c.KeyID}
 	}
 	return out
 }
@@ -88,7 +87,7 @@ func changesOf(cs []changes.Change) []Change {
 // Approval is an approval as the API shows it.
 type Approval struct {
 	ID         string         `json:"id" doc:"Opaque id (apr_…)."`
-	State      string         `json:"state" enum:"pending,approved,denied,expired"`
+	State      approvalState  `json:"state"`
 	PID        *int64         `json:"pid,omitempty" doc:"The process whose call waits; absent for calls from the API or MCP."`
 	ServiceID  string         `json:"serviceId"`
 	ToolID     string         `json:"toolId"`
@@ -101,8 +100,8 @@ type Approval struct {
 }
 
 func approvalOf(a *approval.Approval) *Approval {
-	v := Approval(*a)
-	return &v
+	return &Approval{ID: a.ID, State: approvalState(a.State), PID: a.PID, ServiceID: a.ServiceID, ToolID: a.ToolID, Parameters: a.Parameters,
+		CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, DecidedAt: a.DecidedAt, KeyID: a.KeyID, DecidedBy: a.DecidedBy}
 }
 
 func approvalsOf(as []approval.Approval) []Approval {

@@ -16,9 +16,9 @@ import (
 
 type createKeyInput struct {
 	Body struct {
-		Name      string        `json:"name" minLength:"1" maxLength:"100" doc:"What the key is for (an agent, a person)."`
-		Roles     []caller.Role `json:"roles" nullable:"false" minItems:"1" maxItems:"3" uniqueItems:"true" enum:"runner,approver,admin" doc:"runner: run code and use tools; approver: approvals, the audit, reading processes; admin: everything."`
-		ExpiresAt *time.Time    `json:"expiresAt,omitempty" doc:"After this the key is refused (RFC 3339, in the future)."`
+		Name      string      `json:"name" minLength:"1" maxLength:"100" doc:"What the key is for (an agent, a person)."`
+		Roles     callerRoles `json:"roles" nullable:"false" minItems:"1" maxItems:"3" uniqueItems:"true" doc:"runner: run code and use tools; approver: approvals, the audit, reading processes; admin: everything."`
+		ExpiresAt *time.Time  `json:"expiresAt,omitempty" doc:"After this the key is refused (RFC 3339, in the future)."`
 	}
 }
 
@@ -67,7 +67,7 @@ func (s *server) registerKeys(api huma.API) {
 		Summary:     "Create an API key",
 		Description: "The answer holds the key itself (`key`), this once: the host stores only its hash. Give an agent a `runner` key.",
 	}, func(ctx context.Context, in *createKeyInput) (*createdKeyBody, error) {
-		k, err := s.Keys.Create(ctx, keys.CreateInput{Name: in.Body.Name, Roles: in.Body.Roles, ExpiresAt: in.Body.ExpiresAt})
+		k, err := s.Keys.Create(ctx, keys.CreateInput{Name: in.Body.Name, Roles: []caller.Role(in.Body.Roles), ExpiresAt: in.Body.ExpiresAt})
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}

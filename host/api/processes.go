@@ -57,11 +57,11 @@ type displayList struct {
 }
 
 type listProcessesInput struct {
-	State     string `query:"state" enum:"idle,queued,running,suspended,terminating" doc:"Only processes in this state."`
-	ExitState string `query:"exitState" enum:"success,failed,timeout,canceled" doc:"Only processes whose latest execution ended so."`
-	Ref       string `query:"ref" maxLength:"256" pattern:"^[^\\x00]*$" doc:"Only processes with this ref."`
-	Limit     int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
-	Cursor    string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
+	State     processState `query:"state" doc:"Only processes in this state."`
+	ExitState exitState    `query:"exitState" doc:"Only processes whose latest execution ended so."`
+	Ref       string       `query:"ref" maxLength:"256" pattern:"^[^\\x00]*$" doc:"Only processes with this ref."`
+	Limit     int          `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
+	Cursor    string       `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
 }
 
 type processList struct {
@@ -131,7 +131,7 @@ func (s *server) registerProcesses(api huma.API) {
 		if err != nil {
 			return nil, huma.Error422UnprocessableEntity("validation failed", &huma.ErrorDetail{Location: "query.cursor", Message: "not a cursor from this API", Value: in.Cursor})
 		}
-		items, more, err := s.Processes.List(ctx, process.ListInput{State: in.State, ExitState: in.ExitState, Ref: in.Ref, BeforePID: before, Limit: in.Limit})
+		items, more, err := s.Processes.List(ctx, process.ListInput{State: string(in.State), ExitState: string(in.ExitState), Ref: in.Ref, BeforePID: before, Limit: in.Limit})
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}

@@ -7,17 +7,16 @@ import (
 )
 
 // The wire shapes of processes: the domain's process package holds plain Go
-// types, these carry the JSON names and the schema the spec publishes. The
-// enum tags repeat the domain's lists; TestSpecEnumsAreTheDomains keeps
-// them equal.
+// types, these carry the JSON names and the schema the spec publishes. Their
+// enums come from the domain's lists through the named types of enums.go.
 
 // ProcessSummary is a process as listings show it: without its code and streams.
 type ProcessSummary struct {
 	PID             int64          `json:"pid" doc:"Process id: positive, unique, never reused."`
 	Ref             string         `json:"ref" doc:"Client-chosen label, for filtering."`
-	State           process.State  `json:"state" enum:"idle,queued,running,suspended,terminating" doc:"Host state."`
-	ExitState       *string        `json:"exitState" enum:"success,failed,timeout,canceled" nullable:"true" doc:"How the latest execution ended; null before the first."`
-	Reason          *string        `json:"reason" enum:"completed,exception,timeout,killed,memory_limit,cpu_limit,output_limit,environment_error,host_restart,host_shutdown,host_lost,session_ended" nullable:"true" doc:"Why the latest execution ended; null before the first."`
+	State           processState   `json:"state" doc:"Host state."`
+	ExitState       *exitState     `json:"exitState" nullable:"true" doc:"How the latest execution ended; null before the first."`
+	Reason          *exitReason    `json:"reason" nullable:"true" doc:"Why the latest execution ended; null before the first."`
 	Error           string         `json:"error" doc:"Why the latest execution failed (e.g. 'ValueError: boom'); empty otherwise."`
 	TimeoutMs       int64          `json:"timeoutMs" doc:"Effective timeout of an execution, in milliseconds."`
 	EnvConfig       map[string]any `json:"envConfig" nullable:"true" doc:"Per-execution environment configuration, as submitted."`
@@ -49,7 +48,7 @@ type Process struct {
 // Display is one rich display of an execution.
 type Display struct {
 	Index int               `json:"index" doc:"Position among the process's displays, from 0."`
-	Kind  string            `json:"kind" enum:"display,result" doc:"display: cyrnel.display() or a figure left open; result: the value of the final expression."`
+	Kind  displayKind       `json:"kind" doc:"display: cyrnel.display() or a figure left open; result: the value of the final expression."`
 	Data  map[string]string `json:"data" doc:"The MIME bundle: text types as text, binary types (image/png, ...) as base64."`
 }
 
@@ -62,7 +61,7 @@ type OutputFile struct {
 
 func processSummaryOf(p *process.ProcessSummary) ProcessSummary {
 	return ProcessSummary{
-		PID: p.PID, Ref: p.Ref, State: p.State, ExitState: p.ExitState, Reason: p.Reason, Error: p.Error,
+		PID: p.PID, Ref: p.Ref, State: processState(p.State), ExitState: (*exitState)(p.ExitState), Reason: (*exitReason)(p.Reason), Error: p.Error,
 		TimeoutMs: p.TimeoutMs, EnvConfig: p.EnvConfig, Environment: p.Environment, Runs: p.Runs,
 		StdoutTruncated: p.StdoutTruncated, StderrTruncated: p.StderrTruncated, OutputTruncated: p.OutputTruncated,
 		CreatedAt: p.CreatedAt, StartedAt: p.StartedAt, FinishedAt: p.FinishedAt, DurationMs: p.DurationMs,
@@ -84,7 +83,7 @@ func processSummariesOf(ps []process.ProcessSummary) []ProcessSummary {
 }
 
 func displayOf(d process.Display) Display {
-	return Display{Index: d.Index, Kind: d.Kind, Data: d.Data}
+	return Display{Index: d.Index, Kind: displayKind(d.Kind), Data: d.Data}
 }
 
 func displaysOf(ds []process.Display) []Display {

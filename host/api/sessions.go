@@ -19,24 +19,24 @@ import (
 
 // Session is a session as the API shows it.
 type Session struct {
-	ID          string     `json:"id" doc:"Opaque id (ses_…)."`
-	Module      string     `json:"module" doc:"The environment its interpreter runs."`
-	State       string     `json:"state" enum:"starting,ready,busy,ended"`
-	Ref         string     `json:"ref,omitempty"`
-	CreatedAt   time.Time  `json:"createdAt"`
-	LastUsedAt  time.Time  `json:"lastUsedAt"`
-	EndedAt     *time.Time `json:"endedAt,omitempty"`
-	EndReason   string     `json:"endReason,omitempty" doc:"Why it ended: deleted, idle_timeout, max_lifetime, memory_limit, cpu_limit, output_limit, timeout, killed (a killed program did not stop), crashed, start_failed, host_restart, host_shutdown, host_lost (its host stopped renewing its lease)."`
-	IdleTimeout int64      `json:"idleTimeoutMs"`
-	MaxLifetime int64      `json:"maxLifetimeMs"`
-	CPUMs       *int64     `json:"cpuMs,omitempty" doc:"CPU time its executions used."`
-	MemoryBytes *int64     `json:"memoryBytes,omitempty" doc:"The highest peak memory of its executions."`
-	Owner       string     `json:"owner,omitempty" doc:"The id of the API key that started the session: only it runs code in the session, and a runner key sees only its own. Absent when no key did (a server without authentication)."`
-	HostID      string     `json:"hostId" doc:"The host whose interpreter the session is. Any host serves requests for it: one that does not run it forwards them there (503 with Retry-After while that host cannot be reached; a lost host's sessions end host_lost)."`
+	ID          string       `json:"id" doc:"Opaque id (ses_…)."`
+	Module      string       `json:"module" doc:"The environment its interpreter runs."`
+	State       sessionState `json:"state"`
+	Ref         string       `json:"ref,omitempty"`
+	CreatedAt   time.Time    `json:"createdAt"`
+	LastUsedAt  time.Time    `json:"lastUsedAt"`
+	EndedAt     *time.Time   `json:"endedAt,omitempty"`
+	EndReason   string       `json:"endReason,omitempty" doc:"Why it ended: deleted, idle_timeout, max_lifetime, memory_limit, cpu_limit, output_limit, timeout, killed (a killed program did not stop), crashed, start_failed, host_restart, host_shutdown, host_lost (its host stopped renewing its lease)."`
+	IdleTimeout int64        `json:"idleTimeoutMs"`
+	MaxLifetime int64        `json:"maxLifetimeMs"`
+	CPUMs       *int64       `json:"cpuMs,omitempty" doc:"CPU time its executions used."`
+	MemoryBytes *int64       `json:"memoryBytes,omitempty" doc:"The highest peak memory of its executions."`
+	Owner       string       `json:"owner,omitempty" doc:"The id of the API key that started the session: only it runs code in the session, and a runner key sees only its own. Absent when no key did (a server without authentication)."`
+	HostID      string       `json:"hostId" doc:"The host whose interpreter the session is. Any host serves requests for it: one that does not run it forwards them there (503 with Retry-After while that host cannot be reached; a lost host's sessions end host_lost)."`
 }
 
 func sessionView(r *store.Session) Session {
-	return Session{ID: r.ID, Module: r.Module, State: r.State, Ref: r.Ref, CreatedAt: r.CreatedAt, LastUsedAt: r.LastUsedAt,
+	return Session{ID: r.ID, Module: r.Module, State: sessionState(r.State), Ref: r.Ref, CreatedAt: r.CreatedAt, LastUsedAt: r.LastUsedAt,
 		EndedAt: r.EndedAt, EndReason: r.EndReason, IdleTimeout: r.IdleTimeoutMs, MaxLifetime: r.MaxLifetimeMs,
 		CPUMs: r.CPUMs, MemoryBytes: r.MemoryBytes, Owner: r.Owner, HostID: r.HostID}
 }
@@ -60,9 +60,9 @@ type createSessionInput struct {
 }
 
 type listSessionsInput struct {
-	State  string `query:"state" enum:"starting,ready,busy,ended" doc:"Only sessions in this state."`
-	Limit  int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
-	Cursor string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
+	State  sessionState `query:"state" doc:"Only sessions in this state."`
+	Limit  int          `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
+	Cursor string       `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
 }
 
 type sessionList struct {
@@ -93,7 +93,7 @@ func (s *server) registerSessions(api huma.API) {
 		OperationID: "listSessions", Method: http.MethodGet, Path: "/sessions", Tags: []string{"sessions"},
 		Summary: "List sessions", Description: "Newest first.",
 	}, func(ctx context.Context, in *listSessionsInput) (*sessionList, error) {
-		f := store.SessionFilter{State: in.State, Limit: in.Limit + 1}
+		f := store.SessionFilter{State: string(in.State), Limit: in.Limit + 1}
 		if in.Cursor != "" {
 			at, id, ok := decodeSessionCursor(in.Cursor)
 			if !ok {

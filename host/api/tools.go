@@ -11,7 +11,6 @@ import (
 
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/gate"
-	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/services"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -27,8 +26,8 @@ type listToolsInput struct {
 // toolItem is a tool in a listing with its effective policy.
 type toolItem struct {
 	ToolSummary
-	Policy policy.Decision `json:"policy" enum:"allow,ask,block" doc:"What the tool policies decide for calls of this tool."`
-	Score  *float64        `json:"score,omitempty" doc:"With q: the relevance to the query (higher is better, comparable within one query)."`
+	Policy decision `json:"policy" doc:"What the tool policies decide for calls of this tool."`
+	Score  *float64 `json:"score,omitempty" doc:"With q: the relevance to the query (higher is better, comparable within one query)."`
 }
 
 type toolList struct {
@@ -47,7 +46,7 @@ type toolPath struct {
 // toolDetail is a tool with its schemas and effective policy.
 type toolDetail struct {
 	*Tool
-	Policy policy.Decision `json:"policy" enum:"allow,ask,block" doc:"What the tool policies decide for calls of this tool."`
+	Policy decision `json:"policy" doc:"What the tool policies decide for calls of this tool."`
 }
 
 type toolBody struct {
@@ -55,7 +54,7 @@ type toolBody struct {
 }
 
 func (s *server) toolBody(t *services.Tool) *toolBody {
-	return &toolBody{toolDetail{toolOf(t), s.Policies.Decide(t.ServiceID, t.ID)}}
+	return &toolBody{toolDetail{toolOf(t), decision(s.Policies.Decide(t.ServiceID, t.ID))}}
 }
 
 type patchToolInput struct {
@@ -166,7 +165,7 @@ func (s *server) listTools(ctx context.Context, in *listToolsInput) (*toolList, 
 	out.Body.HasMore = more
 	out.Body.Items = make([]toolItem, 0, len(items))
 	for _, it := range items {
-		out.Body.Items = append(out.Body.Items, toolItem{ToolSummary: toolSummaryOf(it), Policy: s.Policies.Decide(it.ServiceID, it.ID)})
+		out.Body.Items = append(out.Body.Items, toolItem{ToolSummary: toolSummaryOf(it), Policy: decision(s.Policies.Decide(it.ServiceID, it.ID))})
 	}
 	if more {
 		last := items[len(items)-1]
@@ -213,7 +212,7 @@ func (s *server) searchTools(ctx context.Context, in *listToolsInput, enabled *b
 	out.Body.Items = make([]toolItem, 0, len(items))
 	for _, it := range items {
 		score := it.Score
-		out.Body.Items = append(out.Body.Items, toolItem{ToolSummary: toolSummaryOf(it.ToolSummary), Policy: s.Policies.Decide(it.ServiceID, it.ID), Score: &score})
+		out.Body.Items = append(out.Body.Items, toolItem{ToolSummary: toolSummaryOf(it.ToolSummary), Policy: decision(s.Policies.Decide(it.ServiceID, it.ID)), Score: &score})
 	}
 	if more {
 		c := base64.RawURLEncoding.EncodeToString([]byte("#" + strconv.Itoa(offset+len(items))))
