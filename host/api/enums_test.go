@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -108,4 +109,19 @@ type enumSchema struct {
 	Enum       []any                  `json:"enum"`
 	Items      *enumSchema            `json:"items"`
 	Properties map[string]*enumSchema `json:"properties"`
+}
+
+// TestEnumsValidate: the enums built from the domain lists reject a word
+// outside them in a query, a body and an array item, naming the field, and
+// accept one inside (the control).
+func TestEnumsValidate(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	wantProblem(t, f.api.Get("/processes?state=asleep"), http.StatusUnprocessableEntity, "query.state")
+	wantProblem(t, f.api.Get("/sessions?state=asleep"), http.StatusUnprocessableEntity, "query.state")
+	wantProblem(t, f.api.Get("/tool-calls?outcome=maybe"), http.StatusUnprocessableEntity, "query.outcome")
+	wantProblem(t, f.api.Put("/tool-policies", map[string]any{"default": "maybe", "rules": []any{}}), http.StatusUnprocessableEntity, "body.default")
+	wantProblem(t, f.api.Post("/keys", map[string]any{"name": "k", "roles": []string{"runner", "root"}}), http.StatusUnprocessableEntity, "body.roles[1]")
+	wantStatus(t, f.api.Get("/processes?state=running"), http.StatusOK, nil)
+	wantStatus(t, f.api.Get("/tool-calls?outcome=denied"), http.StatusOK, nil)
 }
