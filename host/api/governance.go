@@ -135,7 +135,7 @@ func (s *server) registerApprovals(api huma.API) {
 		if !ok {
 			return nil, badCursor(in.Cursor)
 		}
-		items, more, err := s.Approvals.List(ctx, approval.ListInput{State: string(in.State), PID: in.PID, Before: before, Limit: in.Limit})
+		items, more, err := s.Approvals.List(ctx, approval.ListInput{State: approval.State(in.State), PID: in.PID, Before: before, Limit: in.Limit})
 		if err != nil {
 			return nil, s.problem(ctx, err)
 		}

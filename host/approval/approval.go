@@ -22,16 +22,19 @@ import (
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
+// State is where an approval stands.
+type State string
+
 // States of an approval.
 const (
-	Pending  = "pending"
-	Approved = "approved"
-	Denied   = "denied"
-	Expired  = "expired"
+	Pending  State = "pending"
+	Approved State = "approved"
+	Denied   State = "denied"
+	Expired  State = "expired"
 )
 
 // States are every approval state, in the order the API's spec lists them.
-var States = []string{Pending, Approved, Denied, Expired}
+var States = []State{Pending, Approved, Denied, Expired}
 
 // Errors the API maps to statuses.
 var (
@@ -175,7 +178,7 @@ type Request struct {
 // or ctx ends (then it is expired). It returns the final approval.
 func (m *Manager) Wait(ctx context.Context, req Request, created func(*Approval)) (*Approval, error) {
 	now := time.Now().UTC()
-	row := &store.Approval{ID: newID(now), State: Pending, PID: req.PID, ServiceID: req.ServiceID, ToolID: req.ToolID,
+	row := &store.Approval{ID: newID(now), State: string(Pending), PID: req.PID, ServiceID: req.ServiceID, ToolID: req.ToolID,
 		Parameters: req.Parameters, CreatedAt: now, ExpiresAt: now.Add(m.opts.TTL), KeyID: req.KeyID}
 	decided := make(chan string, 1)
 	m.mu.Lock()
@@ -200,7 +203,7 @@ func (m *Manager) Wait(ctx context.Context, req Request, created func(*Approval)
 	// Expire it unless a decision got there first; the compare-and-set in
 	// the database settles the race.
 	at := time.Now().UTC()
-	if _, err := m.st.DecideApproval(context.WithoutCancel(ctx), row.ID, Expired, "", at); err != nil {
+	if _, err := m.st.DecideApproval(context.WithoutCancel(ctx), row.ID, string(Expired), "", at); err != nil {
 		return nil, err
 	}
 	final, err := m.st.GetApproval(context.WithoutCancel(ctx), row.ID)
@@ -226,7 +229,7 @@ func (m *Manager) Decide(ctx context.Context, id string, approve bool) (*Approva
 	if by.KeyID != "" && by.KeyID == a.KeyID {
 		return nil, fmt.Errorf("approval %s: key %s: %w", id, by.KeyID, ErrOwnExecution)
 	}
-	ok, err := m.st.DecideApproval(ctx, id, state, by.KeyID, time.Now().UTC())
+	ok, err := m.st.DecideApproval(ctx, id, string(state), by.KeyID, time.Now().UTC())
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +239,7 @@ func (m *Manager) Decide(ctx context.Context, id string, approve bool) (*Approva
 	if !ok {
 		return nil, fmt.Errorf("approval %s is %s: %w", id, a.State, ErrDecided)
 	}
-	if !m.wake(id, state) && m.relay != nil {
+	if !m.wake(id, string(state)) && m.relay != nil {
 		if err := m.relay.Decided(ctx, id); err != nil {
 			m.log.Warn("tell the other hosts of a decision", "approval", id, "err", err)
 		}
@@ -264,7 +267,7 @@ func (m *Manager) Wake(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if a.State != Pending {
+	if State(a.State) != Pending {
 		m.wake(id, a.State)
 	}
 	return nil
@@ -308,7 +311,7 @@ func (m *Manager) Get(ctx context.Context, id string) (*Approval, error) {
 
 // ListInput filters and pages approvals.
 type ListInput struct {
-	State  string
+	State  State
 	PID    int64
 	Before string
 	Limit  int
@@ -316,7 +319,7 @@ type ListInput struct {
 
 // List returns approvals, newest first; more says whether more follow.
 func (m *Manager) List(ctx context.Context, in ListInput) ([]Approval, bool, error) {
-	rows, err := m.st.ListApprovals(ctx, store.ApprovalFilter{State: in.State, PID: in.PID, Before: in.Before, Limit: in.Limit + 1})
+	rows, err := m.st.ListApprovals(ctx, store.ApprovalFilter{State: string(in.State), PID: in.PID, Before: in.Before, Limit: in.Limit + 1})
 	if err != nil {
 		return nil, false, err
 	}

@@ -67,26 +67,26 @@ func TestDecisionsWakeTheirCall(t *testing.T) {
 	m := newManager(t, openStore(t), Options{TTL: ttl})
 	for _, c := range []struct {
 		approve bool
-		want    string
+		want    State
 	}{{true, Approved}, {false, Denied}} {
-		t.Run(c.want, func(t *testing.T) {
+		t.Run(string(c.want), func(t *testing.T) {
 			w := wait(ctx, m, request(3))
 			a := <-w.created
-			if a.State != Pending || *a.PID != 3 || a.ToolID != "getPetById" || a.Parameters["petId"] != 5.0 {
+			if State(a.State) != Pending || *a.PID != 3 || a.ToolID != "getPetById" || a.Parameters["petId"] != 5.0 {
 				t.Fatalf("created: %+v", a)
 			}
 			if got := a.ExpiresAt.Sub(a.CreatedAt); got != ttl {
 				t.Fatalf("expires %v after creation, want %v", got, ttl)
 			}
-			if stored, err := m.Get(ctx, a.ID); err != nil || stored.State != Pending {
+			if stored, err := m.Get(ctx, a.ID); err != nil || State(stored.State) != Pending {
 				t.Fatalf("stored while waiting: %+v %v", stored, err)
 			}
 			decided, err := m.Decide(ctx, a.ID, c.approve)
-			if err != nil || decided.State != c.want || decided.DecidedAt == nil {
+			if err != nil || State(decided.State) != c.want || decided.DecidedAt == nil {
 				t.Fatalf("decide: %+v %v", decided, err)
 			}
 			r := <-w.done
-			if r.err != nil || r.a.ID != a.ID || r.a.State != c.want {
+			if r.err != nil || r.a.ID != a.ID || State(r.a.State) != c.want {
 				t.Fatalf("the call got %+v %v, want %s", r.a, r.err, c.want)
 			}
 			for _, again := range []bool{true, false} {
@@ -112,7 +112,7 @@ func TestExpiresAtItsDeadline(t *testing.T) {
 	w := wait(ctx, m, request(4))
 	a := <-w.created
 	r := <-w.done
-	if r.err != nil || r.a.State != Expired || r.a.DecidedAt == nil {
+	if r.err != nil || State(r.a.State) != Expired || r.a.DecidedAt == nil {
 		t.Fatalf("after its TTL: %+v %v", r.a, r.err)
 	}
 	if r.a.DecidedAt.Before(a.ExpiresAt) {
@@ -131,10 +131,10 @@ func TestEndOfTheCallExpiresIt(t *testing.T) {
 	a := <-w.created
 	kill()
 	r := <-w.done
-	if r.err != nil || r.a.State != Expired {
+	if r.err != nil || State(r.a.State) != Expired {
 		t.Fatalf("after its call ended: %+v %v", r.a, r.err)
 	}
-	if stored, _ := m.Get(context.Background(), a.ID); stored.State != Expired {
+	if stored, _ := m.Get(context.Background(), a.ID); State(stored.State) != Expired {
 		t.Fatalf("stored: %+v", stored)
 	}
 }
@@ -172,8 +172,8 @@ func TestConcurrentCallsGetOneApprovalEach(t *testing.T) {
 	wg.Wait()
 	for id, i := range ids {
 		r := <-calls[i].done
-		want := map[bool]string{true: Approved, false: Denied}[i%2 == 0]
-		if r.err != nil || r.a.ID != id || r.a.State != want {
+		want := map[bool]State{true: Approved, false: Denied}[i%2 == 0]
+		if r.err != nil || r.a.ID != id || State(r.a.State) != want {
 			t.Fatalf("call %d: %+v %v, want %s on %s", i, r.a, r.err, want, id)
 		}
 	}
@@ -184,12 +184,12 @@ func TestRecoverExpiresWhatAPreviousHostLeftPending(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
 	now := time.Now().UTC()
-	left := &store.Approval{ID: newID(now), State: Pending, ServiceID: "s", ToolID: "t", Parameters: map[string]any{}, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	left := &store.Approval{ID: newID(now), State: string(Pending), ServiceID: "s", ToolID: "t", Parameters: map[string]any{}, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
 	if err := st.InsertApproval(ctx, left); err != nil {
 		t.Fatal(err)
 	}
 	m := newManager(t, st, Options{}) // Start recovers
-	if a, _ := m.Get(ctx, left.ID); a.State != Expired {
+	if a, _ := m.Get(ctx, left.ID); State(a.State) != Expired {
 		t.Fatalf("after recovery: %+v", a)
 	}
 }
@@ -221,10 +221,10 @@ func TestDecidedApprovalsArePrunedPeriodically(t *testing.T) {
 
 	now := time.Now().UTC()
 	old := now.Add(-48 * time.Hour)
-	add := func(state string, at time.Time, i int) string {
+	add := func(state State, at time.Time, i int) string {
 		t.Helper()
 		// Ids sort by creation, as the manager's do.
-		a := &store.Approval{ID: newID(at.Add(time.Duration(i) * time.Millisecond)), State: state, ServiceID: "s", ToolID: fmt.Sprint(i),
+		a := &store.Approval{ID: newID(at.Add(time.Duration(i) * time.Millisecond)), State: string(state), ServiceID: "s", ToolID: fmt.Sprint(i),
 			Parameters: map[string]any{}, CreatedAt: at, ExpiresAt: at.Add(time.Hour)}
 		if state != Pending {
 			a.DecidedAt = &at
@@ -239,7 +239,7 @@ func TestDecidedApprovalsArePrunedPeriodically(t *testing.T) {
 	add(Denied, old, 2)
 	var recent []string
 	for i := range 5 {
-		recent = append(recent, add([]string{Approved, Denied, Expired}[i%3], now, 10+i))
+		recent = append(recent, add([]State{Approved, Denied, Expired}[i%3], now, 10+i))
 	}
 	// The prune that reported next may have started before the inserts;
 	// the one after it started after them.

@@ -31,14 +31,14 @@ func TestTheAskingKeyCannotDecide(t *testing.T) {
 			t.Fatalf("the asking key decides: %v, want ErrOwnExecution", err)
 		}
 	}
-	if got, _ := m.Get(context.Background(), a.ID); got.State != Pending || got.DecidedBy != "" {
+	if got, _ := m.Get(context.Background(), a.ID); State(got.State) != Pending || got.DecidedBy != "" {
 		t.Fatalf("after the asking key's attempts: %+v", got)
 	}
 	decided, err := m.Decide(as("key_approver", caller.Approver), a.ID, false)
-	if err != nil || decided.State != Denied || decided.DecidedBy != "key_approver" {
+	if err != nil || State(decided.State) != Denied || decided.DecidedBy != "key_approver" {
 		t.Fatalf("another key's decision: %+v %v", decided, err)
 	}
-	if r := <-w.done; r.err != nil || r.a.State != Denied || r.a.DecidedBy != "key_approver" {
+	if r := <-w.done; r.err != nil || State(r.a.State) != Denied || r.a.DecidedBy != "key_approver" {
 		t.Fatalf("the call saw %+v %v", r.a, r.err)
 	}
 

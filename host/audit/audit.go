@@ -15,18 +15,21 @@ import (
 	"github.com/cyrnel/cyrnel/host/store"
 )
 
+// Outcome is how a tool call ended.
+type Outcome string
+
 // Outcomes of a tool call.
 const (
-	Success        = "success"
-	Invalid        = "invalid"
-	Blocked        = "blocked"
-	Denied         = "denied"
-	UpstreamError  = "upstream_error"
-	TransportError = "transport_error"
+	Success        Outcome = "success"
+	Invalid        Outcome = "invalid"
+	Blocked        Outcome = "blocked"
+	Denied         Outcome = "denied"
+	UpstreamError  Outcome = "upstream_error"
+	TransportError Outcome = "transport_error"
 )
 
 // Outcomes are every outcome, in the order the API's spec lists them.
-var Outcomes = []string{Success, Invalid, Blocked, Denied, UpstreamError, TransportError}
+var Outcomes = []Outcome{Success, Invalid, Blocked, Denied, UpstreamError, TransportError}
 
 // Store is what the writer needs of the database.
 type Store interface {

@@ -26,7 +26,7 @@ func openStore(t *testing.T) *store.Store {
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func record(i int, at time.Time) store.ToolCall {
-	return store.ToolCall{At: at, ServiceID: "s", ToolID: "t", Policy: "allow", Outcome: Success, Source: "api",
+	return store.ToolCall{At: at, ServiceID: "s", ToolID: "t", Policy: "allow", Outcome: string(Success), Source: "api",
 		Parameters: map[string]any{"i": i}}
 }
 

@@ -118,7 +118,8 @@ func (g *Gate) Invoke(ctx context.Context, src Source, in module.InvokeInput) (a
 	res, err := g.call(ctx, src, in, decision, &rec)
 	took := time.Since(start)
 	rec.DurationMs = float64(took.Microseconds()) / 1000
-	rec.Outcome, rec.Status = outcome(res, err)
+	o, status := outcome(res, err)
+	rec.Outcome, rec.Status = string(o), status
 	if g.Observer != nil {
 		g.Observer.ToolCalled(in.ServiceID, in.ToolID, rec.Outcome, took)
 	}
@@ -188,7 +189,7 @@ func (g *Gate) approve(ctx context.Context, in module.InvokeInput, rec *store.To
 		return &module.ToolError{Code: module.ToolDenied,
 			Err: fmt.Errorf("tool %s.%s was not approved (the approval failed: %w): %w", in.ServiceID, in.ToolID, err, ErrDenied)}
 	}
-	if a.State != approval.Approved {
+	if approval.State(a.State) != approval.Approved {
 		return &module.ToolError{Code: module.ToolDenied,
 			Err: fmt.Errorf("tool %s.%s was not approved (approval %s %s): %w", in.ServiceID, in.ToolID, a.ID, a.State, ErrDenied)}
 	}
@@ -196,7 +197,7 @@ func (g *Gate) approve(ctx context.Context, in module.InvokeInput, rec *store.To
 }
 
 // outcome classifies a finished call for the audit.
-func outcome(res any, err error) (string, *int) {
+func outcome(res any, err error) (audit.Outcome, *int) {
 	var fe *schema.FieldError
 	switch {
 	case err == nil:

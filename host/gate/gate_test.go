@@ -143,13 +143,13 @@ func wantToolError(t *testing.T, err error, code module.ToolErrorCode, is error)
 	}
 }
 
-func wantRecord(t *testing.T, rec store.ToolCall, pol policy.Decision, outcome string, approvalID string) {
+func wantRecord(t *testing.T, rec store.ToolCall, pol policy.Decision, outcome audit.Outcome, approvalID string) {
 	t.Helper()
 	gotID := ""
 	if rec.ApprovalID != nil {
 		gotID = *rec.ApprovalID
 	}
-	if rec.Policy != string(pol) || rec.Outcome != outcome || gotID != approvalID || rec.ServiceID != "petstore" || rec.ToolID != "getPetById" {
+	if rec.Policy != string(pol) || audit.Outcome(rec.Outcome) != outcome || gotID != approvalID || rec.ServiceID != "petstore" || rec.ToolID != "getPetById" {
 		t.Fatalf("record %+v, want policy %s, outcome %s, approval %q", rec, pol, outcome, approvalID)
 	}
 	if rec.Parameters["api_key"] != audit.Redacted || rec.Parameters["petId"] != 5 {
@@ -219,7 +219,7 @@ func TestAskValidatesFirst(t *testing.T) {
 	if f.tools.calls.Load() != 0 {
 		t.Fatal("the invalid call reached the tool")
 	}
-	if rec := f.audit.only(t); rec.Outcome != audit.Invalid || rec.Policy != string(policy.Ask) || rec.ApprovalID != nil {
+	if rec := f.audit.only(t); audit.Outcome(rec.Outcome) != audit.Invalid || rec.Policy != string(policy.Ask) || rec.ApprovalID != nil {
 		t.Fatalf("record: %+v", rec)
 	}
 
@@ -267,8 +267,8 @@ func TestAskFromCodeWaitsForTheDecision(t *testing.T) {
 		ttl     time.Duration
 		decide  func(m *approval.Manager, id string) error // nil: nobody decides
 		calls   int64
-		outcome string
-		state   string
+		outcome audit.Outcome
+		state   approval.State
 	}{
 		{"approved", time.Hour, func(m *approval.Manager, id string) error {
 			_, err := m.Decide(context.Background(), id, true)
@@ -295,7 +295,7 @@ func TestAskFromCodeWaitsForTheDecision(t *testing.T) {
 				done <- answer{res, err}
 			}()
 			a := <-f.procs.approvals
-			if a.State != approval.Pending || a.PID == nil || *a.PID != 7 || a.Parameters["api_key"] != audit.Redacted {
+			if approval.State(a.State) != approval.Pending || a.PID == nil || *a.PID != 7 || a.Parameters["api_key"] != audit.Redacted {
 				t.Fatalf("approval: %+v", a)
 			}
 			if paused, _ := clk.counts(); paused != 1 {
@@ -325,7 +325,7 @@ func TestAskFromCodeWaitsForTheDecision(t *testing.T) {
 			if rec.PID == nil || *rec.PID != 7 || rec.Source != string(FromCode) {
 				t.Fatalf("record of the call: %+v", rec)
 			}
-			if stored, _ := f.mgr.Get(context.Background(), a.ID); stored.State != c.state {
+			if stored, _ := f.mgr.Get(context.Background(), a.ID); approval.State(stored.State) != c.state {
 				t.Fatalf("approval after the call: %+v", stored)
 			}
 		})
@@ -336,7 +336,7 @@ func TestAskFromCodeWaitsForTheDecision(t *testing.T) {
 type lostApproval struct{}
 
 func (lostApproval) Wait(_ context.Context, req approval.Request, created func(*approval.Approval)) (*approval.Approval, error) {
-	created(&approval.Approval{ID: "apr_lost", State: approval.Pending, PID: req.PID, ServiceID: req.ServiceID, ToolID: req.ToolID})
+	created(&approval.Approval{ID: "apr_lost", State: string(approval.Pending), PID: req.PID, ServiceID: req.ServiceID, ToolID: req.ToolID})
 	return nil, errors.New("database gone")
 }
 
@@ -363,7 +363,7 @@ func TestOutcomes(t *testing.T) {
 	for _, c := range []struct {
 		res     any
 		err     error
-		outcome string
+		outcome audit.Outcome
 		status  int // 0: none
 	}{
 		{status(200), nil, audit.Success, 200},
