@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	neturl "net/url"
 	"os"
 	"os/exec"
@@ -220,17 +219,7 @@ func BenchmarkPreload(b *testing.B) {
 //     crosses no process and, back to back, never wakes a parked thread.
 func BenchmarkToolCall(b *testing.B) {
 	h := start(b, "")
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"id":1,"name":"doggie"}`))
-	}))
-	defer up.Close()
-	if st, _ := h.do("POST", "/services", map[string]any{
-		"id": "pets", "adapter": "openapi", "source": map[string]any{"content": fixture(b, "swagger-petstore-3.0.yaml")},
-		"config": map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true},
-	}, nil); st != 201 {
-		b.Fatalf("import: %d", st)
-	}
+	up := importPets(b, h)
 	code := strings.Join([]string{
 		"import time, statistics",
 		"f = cyrnel.services.pets.getPetById",

@@ -194,17 +194,7 @@ func BenchmarkCPUSplit(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("CYRNEL_CPUSPLIT_N")); err == nil && v > 0 {
 		n = v
 	}
-	h := start(b, "")
-	h.run("pass", nil)
-	waitSettled(b, h)
-	if ok, why := templateStatus(h); !ok {
-		b.Skipf("no forking template on this machine: %s", why)
-	}
-	real, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
-	if err != nil {
-		b.Fatal(err)
-	}
-	python := strings.TrimSpace(string(real))
+	h, python := forkingHost(b)
 	server := h.cmd.Process.Pid
 	kids := childPids(server)
 	if len(kids) != 1 {

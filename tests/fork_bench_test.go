@@ -86,17 +86,7 @@ func spawnRate(b *testing.B, python string, n, c int) float64 {
 // `python3 -I -S -c pass`, all in one run (issue 12's table). Run with
 // -benchtime 1x.
 func BenchmarkForkTemplate(b *testing.B) {
-	h := start(b, "")
-	h.run("pass", nil)
-	waitSettled(b, h)
-	if ok, why := templateStatus(h); !ok {
-		b.Skipf("no forking template on this machine: %s", why)
-	}
-	real, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
-	if err != nil {
-		b.Fatal(err)
-	}
-	python := strings.TrimSpace(string(real))
+	h, python := forkingHost(b)
 	for range b.N {
 		// Forked, the default.
 		setPython(b, h, map[string]any{"fork": true})
@@ -202,4 +192,21 @@ func BenchmarkForkPandasEnvironment(b *testing.B) {
 		b.ReportMetric(p50(without), "fork-pandas-p50-ms")
 		b.ReportMetric(p50(withEnv)/p50(without), "env-vs-plain-x")
 	}
+}
+
+// forkingHost starts a server whose Python pool forks from a template, once
+// it has settled, and names the interpreter behind python3 (the baselines
+// run it).
+func forkingHost(b *testing.B) (*host, string) {
+	h := start(b, "")
+	h.run("pass", nil)
+	waitSettled(b, h)
+	if ok, why := templateStatus(h); !ok {
+		b.Skipf("no forking template on this machine: %s", why)
+	}
+	real, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return h, strings.TrimSpace(string(real))
 }

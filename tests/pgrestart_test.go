@@ -186,19 +186,28 @@ func sessionThroughEvery(t *testing.T, hs []*host, ses string, x *int, back time
 // programs run as the bootstrap key, which never decides its own calls.
 func servePets(t *testing.T, a *host) string {
 	t.Helper()
+	importPets(t, a)
+	setPolicies(t, a, "allow", [2]string{"pets.getPetById", "ask"})
+	return reviewer(a).key
+}
+
+// importPets imports the petstore as service "pets" on h, its server a
+// loopback upstream that answers every call with one pet; the upstream ends
+// with the test.
+func importPets(t testing.TB, h *host) *httptest.Server {
+	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"id":1,"name":"doggie"}`))
 	}))
 	t.Cleanup(up.Close)
-	if st, _ := a.do("POST", "/services", map[string]any{
+	if st, _ := h.do("POST", "/services", map[string]any{
 		"id": "pets", "adapter": "openapi", "source": map[string]any{"content": fixture(t, "swagger-petstore-3.0.yaml")},
 		"config": map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true},
 	}, nil); st != http.StatusCreated {
-		t.Fatalf("import on A: %d", st)
+		t.Fatalf("import pets: %d", st)
 	}
-	setPolicies(t, a, "allow", [2]string{"pets.getPetById", "ask"})
-	return reviewer(a).key
+	return up
 }
 
 // postAcrossStop sends through h a program that ends after the database

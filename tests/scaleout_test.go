@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"sync"
@@ -212,17 +211,7 @@ func TestScaleOutConfiguration(t *testing.T) {
 	t.Parallel()
 	hs := startCluster(t, 3)
 	a, b, c := hs[0], hs[1], hs[2]
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"id":1,"name":"doggie"}`))
-	}))
-	defer up.Close()
-	if st, _ := a.do("POST", "/services", map[string]any{
-		"id": "pets", "adapter": "openapi", "source": map[string]any{"content": fixture(t, "swagger-petstore-3.0.yaml")},
-		"config": map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true},
-	}, nil); st != 201 {
-		t.Fatalf("import on A: %d", st)
-	}
+	importPets(t, a)
 	call := "print(cyrnel.services.pets.getPetById(petId=1))"
 	eventually(t, "the imported service used through B", func() bool {
 		p := b.run(call, nil)
@@ -321,17 +310,7 @@ func TestScaleOutApprovals(t *testing.T) {
 	const ttl = 2 * time.Second
 	hs := startCluster(t, 2, "CYRNEL_LEASE_TTL="+ttl.String())
 	a, b := hs[0], hs[1]
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"id":1,"name":"doggie"}`))
-	}))
-	defer up.Close()
-	if st, _ := a.do("POST", "/services", map[string]any{
-		"id": "pets", "adapter": "openapi", "source": map[string]any{"content": fixture(t, "swagger-petstore-3.0.yaml")},
-		"config": map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true},
-	}, nil); st != 201 {
-		t.Fatalf("import on A: %d", st)
-	}
+	importPets(t, a)
 	setPolicies(t, a, "allow", [2]string{"pets.getPetById", "ask"})
 	pending := func(pid int64) approvalView {
 		var listed struct {

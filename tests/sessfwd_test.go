@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
@@ -149,17 +148,7 @@ func TestScaleOutApprovalEvent(t *testing.T) {
 	t.Parallel()
 	hs := startCluster(t, 2)
 	a, b := hs[0], hs[1]
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"id":1,"name":"doggie"}`))
-	}))
-	defer up.Close()
-	if st, _ := a.do("POST", "/services", map[string]any{
-		"id": "pets", "adapter": "openapi", "source": map[string]any{"content": fixture(t, "swagger-petstore-3.0.yaml")},
-		"config": map[string]any{"serverUrl": up.URL, "allowPrivateNetwork": true},
-	}, nil); st != 201 {
-		t.Fatalf("import on A: %d", st)
-	}
+	importPets(t, a)
 	setPolicies(t, a, "allow", [2]string{"pets.getPetById", "ask"})
 	var p proc
 	a.do("POST", "/processes", map[string]any{"code": "print(cyrnel.services.pets.getPetById(petId=1))", "timeoutMs": 120000}, &p)

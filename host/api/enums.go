@@ -25,8 +25,8 @@ type (
 	sessionState  session.State
 	callerRoles   []caller.Role
 	decision      policy.Decision
-	approvalState string
-	callOutcome   string
+	approvalState approval.State
+	callOutcome   audit.Outcome
 	moduleType    module.Type
 )
 
