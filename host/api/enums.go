@@ -7,6 +7,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/audit"
 	"github.com/cyrnel/cyrnel/host/caller"
+	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/session"
@@ -27,8 +28,44 @@ type (
 	decision      policy.Decision
 	approvalState approval.State
 	callOutcome   audit.Outcome
+	callSource    gate.Source
 	moduleType    module.Type
 )
+
+// Words no domain has are the API's own, declared here the same way: a
+// named type, its constants and their list.
+type (
+	// enabledFilter is GET /tools' enabled. It stays a string enum, not a
+	// bool parameter, because huma parses a bool with strconv.ParseBool,
+	// which would also take 1, t, TRUE and more.
+	enabledFilter string
+	// healthStatus is GET /health's status.
+	healthStatus string
+	// readyStatus is GET /health/ready's status.
+	readyStatus string
+)
+
+const (
+	onlyEnabled  enabledFilter = "true"
+	onlyDisabled enabledFilter = "false"
+	statusOK     healthStatus  = "ok"
+	statusReady  readyStatus   = "ready"
+)
+
+var (
+	enabledFilters = []enabledFilter{onlyEnabled, onlyDisabled}
+	healthStatuses = []healthStatus{statusOK}
+	readyStatuses  = []readyStatus{statusReady}
+)
+
+// wanted is the filter as the services take it: nil (absent) for every tool.
+func (f enabledFilter) wanted() *bool {
+	if f == "" {
+		return nil
+	}
+	v := f == onlyEnabled
+	return &v
+}
 
 // enumOf sets s's enum to the words of list, in the domain's order.
 func enumOf[T ~string](s *huma.Schema, list []T) *huma.Schema {
@@ -74,6 +111,22 @@ func (approvalState) TransformSchema(_ huma.Registry, s *huma.Schema) *huma.Sche
 
 func (callOutcome) TransformSchema(_ huma.Registry, s *huma.Schema) *huma.Schema {
 	return enumOf(s, audit.Outcomes)
+}
+
+func (callSource) TransformSchema(_ huma.Registry, s *huma.Schema) *huma.Schema {
+	return enumOf(s, gate.Sources)
+}
+
+func (enabledFilter) TransformSchema(_ huma.Registry, s *huma.Schema) *huma.Schema {
+	return enumOf(s, enabledFilters)
+}
+
+func (healthStatus) TransformSchema(_ huma.Registry, s *huma.Schema) *huma.Schema {
+	return enumOf(s, healthStatuses)
+}
+
+func (readyStatus) TransformSchema(_ huma.Registry, s *huma.Schema) *huma.Schema {
+	return enumOf(s, readyStatuses)
 }
 
 func (moduleType) TransformSchema(_ huma.Registry, s *huma.Schema) *huma.Schema {

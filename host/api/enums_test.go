@@ -11,6 +11,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/approval"
 	"github.com/cyrnel/cyrnel/host/audit"
 	"github.com/cyrnel/cyrnel/host/caller"
+	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/policy"
 	"github.com/cyrnel/cyrnel/host/process"
 	"github.com/cyrnel/cyrnel/host/session"
@@ -29,8 +30,9 @@ func words[T ~string](vs []T) []any {
 // declares, in order, so a state, reason or role added to a domain cannot
 // be missing from the spec or the other way round. The named types of
 // enums.go build the enums from those lists; this guards that each field
-// uses the right type. An enum the table does not know fails too: a new one
-// needs its domain list named here.
+// uses the right type. An enum the table does not know fails too (a new one
+// needs its list named here), and so does a list no enum of the spec uses
+// (a field that lost its enum type).
 func TestSpecEnumsAreTheDomains(t *testing.T) {
 	t.Parallel()
 	states, exits, reasons := words(process.States), words(module.ExitStates), words(module.Reasons)
@@ -42,9 +44,10 @@ func TestSpecEnumsAreTheDomains(t *testing.T) {
 		"Session.state": sessions, "GET /sessions state": sessions,
 		"outcome": outcomes, "policy": decisions, "decision": decisions, "default": decisions,
 		"roles": roles, "kind": {module.DisplayShown, module.DisplayResult}, "ModuleView.type": words(module.Types),
+		"Call.source": words(gate.Sources),
 		// The API's own words, with no domain behind them.
-		"Call.source": {"code", "api"}, "HealthBodyBody.status": {"ok"}, "ReadyBodyBody.status": {"ready"},
-		"GET /tools enabled": {"true", "false"},
+		"HealthBodyBody.status": words(healthStatuses), "ReadyBodyBody.status": words(readyStatuses),
+		"GET /tools enabled": words(enabledFilters),
 	}
 	raw, err := Spec("json", false)
 	if err != nil {
@@ -62,30 +65,32 @@ func TestSpecEnumsAreTheDomains(t *testing.T) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
+	seen := map[string]bool{}
 	check := func(where, field string, got []any) {
 		if i := slices.Index(got, nil); i >= 0 {
 			got = slices.Delete(slices.Clone(got), i, i+1) // nullEnums' null
 		}
-		w, ok := want[where]
+		key := where
+		w, ok := want[key]
 		if !ok {
-			w, ok = want[field]
+			key = field
+			w, ok = want[key]
 		}
 		if !ok {
 			t.Errorf("%s: enum %v has no domain list in this test", where, got)
 			return
 		}
+		seen[key] = true
 		if !slices.Equal(got, w) {
 			t.Errorf("%s: spec enum %v, domain list %v", where, got, w)
 		}
 	}
-	n := 0
 	for name, s := range doc.Components.Schemas {
 		for field, p := range s.Properties {
 			if p.Items != nil {
 				p = p.Items
 			}
 			if len(p.Enum) > 0 {
-				n++
 				check(name+"."+field, field, p.Enum)
 			}
 		}
@@ -94,14 +99,15 @@ func TestSpecEnumsAreTheDomains(t *testing.T) {
 		for method, op := range ops {
 			for _, p := range op.Parameters {
 				if p.Schema != nil && len(p.Schema.Enum) > 0 {
-					n++
 					check(strings.ToUpper(method)+" "+path+" "+p.Name, p.Name, p.Schema.Enum)
 				}
 			}
 		}
 	}
-	if n < 30 {
-		t.Errorf("only %d enums seen", n)
+	for key := range want {
+		if !seen[key] {
+			t.Errorf("%s: no enum in the spec (a field lost its enum type?)", key)
+		}
 	}
 }
 
@@ -122,6 +128,10 @@ func TestEnumsValidate(t *testing.T) {
 	wantProblem(t, f.api.Get("/tool-calls?outcome=maybe"), http.StatusUnprocessableEntity, "query.outcome")
 	wantProblem(t, f.api.Put("/tool-policies", map[string]any{"default": "maybe", "rules": []any{}}), http.StatusUnprocessableEntity, "body.default")
 	wantProblem(t, f.api.Post("/keys", map[string]any{"name": "k", "roles": []string{"runner", "root"}}), http.StatusUnprocessableEntity, "body.roles[1]")
+	// enabled takes exactly true or false: not the 1 or TRUE a bool would take.
+	wantProblem(t, f.api.Get("/tools?enabled=1"), http.StatusUnprocessableEntity, "query.enabled")
+	wantProblem(t, f.api.Get("/tools?enabled=TRUE"), http.StatusUnprocessableEntity, "query.enabled")
 	wantStatus(t, f.api.Get("/processes?state=running"), http.StatusOK, nil)
+	wantStatus(t, f.api.Get("/tools?enabled=false"), http.StatusOK, nil)
 	wantStatus(t, f.api.Get("/tool-calls?outcome=denied"), http.StatusOK, nil)
 }

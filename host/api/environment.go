@@ -13,9 +13,9 @@ import (
 
 type healthBody struct {
 	Body struct {
-		Status      string  `json:"status" enum:"ok" doc:"Always ok when the server answers."`
-		Version     string  `json:"version"`
-		Environment *string `json:"environment" nullable:"true" doc:"Module id of the active environment; null when none could be activated."`
+		Status      healthStatus `json:"status" doc:"Always ok when the server answers."`
+		Version     string       `json:"version"`
+		Environment *string      `json:"environment" nullable:"true" doc:"Module id of the active environment; null when none could be activated."`
 	}
 }
 
@@ -95,7 +95,7 @@ func toModuleView(v modules.ModuleView) moduleView {
 
 type readyBody struct {
 	Body struct {
-		Status string `json:"status" enum:"ready" doc:"Always ready when the answer is 200."`
+		Status readyStatus `json:"status" doc:"Always ready when the answer is 200."`
 	}
 }
 
@@ -113,7 +113,7 @@ func (s *server) registerHealth(api huma.API) {
 			}
 		}
 		out := &readyBody{}
-		out.Body.Status = "ready"
+		out.Body.Status = statusReady
 		return out, nil
 	})
 
@@ -122,7 +122,7 @@ func (s *server) registerHealth(api huma.API) {
 		Summary: "Liveness", Description: "Never needs authentication.", Security: []map[string][]string{},
 	}, func(context.Context, *struct{}) (*healthBody, error) {
 		out := &healthBody{}
-		out.Body.Status, out.Body.Version = "ok", s.Version
+		out.Body.Status, out.Body.Version = statusOK, s.Version
 		if active, _, _ := s.Environment.Status(); active != nil {
 			out.Body.Environment = &active.Module
 		}

@@ -40,7 +40,7 @@ type Call struct {
 	Outcome    callOutcome    `json:"outcome"`
 	Status     *int           `json:"status,omitempty" doc:"The upstream's HTTP status, when it answered."`
 	DurationMs float64        `json:"durationMs" doc:"From the call reaching the host to its answer, approval wait included."`
-	Source     string         `json:"source" enum:"code,api" doc:"Where the call came from: a program (run over HTTP or MCP) or POST /tools/{serviceId}/{toolId}/invoke."`
+	Source     callSource     `json:"source" doc:"Where the call came from: a program (run over HTTP or MCP) or POST /tools/{serviceId}/{toolId}/invoke."`
 	Parameters map[string]any `json:"parameters" doc:"The parameters, secret-bearing fields redacted."`
 	KeyID      string         `json:"keyId,omitempty" doc:"The API key behind the call: for a call from a program, the key that owns its process; for POST /tools/{serviceId}/{toolId}/invoke, the caller's. Absent when no key did (a server without authentication)."`
 }
@@ -71,7 +71,7 @@ func callsOf(cs []audit.Call) []Call {
 	out := make([]Call, len(cs))
 	for i, c := range cs {
 		out[i] = Call{ID: c.ID, At: c.At, PID: c.PID, ServiceID: c.ServiceID, ToolID: c.ToolID, Policy: decision(c.Policy), ApprovalID: c.ApprovalID,
-			Outcome: callOutcome(c.Outcome), Status: c.Status, DurationMs: c.DurationMs, Source: c.Source, Parameters: c.Parameters, KeyID: c.KeyID}
+			Outcome: callOutcome(c.Outcome), Status: c.Status, DurationMs: c.DurationMs, Source: callSource(c.Source), Parameters: c.Parameters, KeyID: c.KeyID}
 	}
 	return out
 }

@@ -16,11 +16,11 @@ import (
 )
 
 type listToolsInput struct {
-	ServiceID string `query:"serviceId" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Only this service's tools."`
-	Enabled   string `query:"enabled" enum:"true,false" doc:"Only enabled (true) or disabled (false) tools."`
-	Q         string `query:"q" maxLength:"200" pattern:"^[^\\x00]*$" doc:"What to find, in words: tools are ranked by relevance over their ids, names, summaries, descriptions and parameter names, best first, each with its score."`
-	Limit     int    `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
-	Cursor    string `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
+	ServiceID string        `query:"serviceId" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Only this service's tools."`
+	Enabled   enabledFilter `query:"enabled" doc:"Only enabled (true) or disabled (false) tools."`
+	Q         string        `query:"q" maxLength:"200" pattern:"^[^\\x00]*$" doc:"What to find, in words: tools are ranked by relevance over their ids, names, summaries, descriptions and parameter names, best first, each with its score."`
+	Limit     int           `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`
+	Cursor    string        `query:"cursor" doc:"Opaque cursor from a previous page's nextCursor."`
 }
 
 // toolItem is a tool in a listing with its effective policy.
@@ -145,11 +145,7 @@ func (s *server) registerTools(api huma.API) {
 
 // listTools pages through the tools, or searches them when the query has terms.
 func (s *server) listTools(ctx context.Context, in *listToolsInput) (*toolList, error) {
-	var enabled *bool
-	if in.Enabled != "" {
-		v := in.Enabled == "true"
-		enabled = &v
-	}
+	enabled := in.Enabled.wanted()
 	if store.HasTerms(in.Q) {
 		return s.searchTools(ctx, in, enabled)
 	}

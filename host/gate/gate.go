@@ -43,6 +43,9 @@ const (
 	FromAPI  Source = "api"
 )
 
+// Sources are every source, in the order the API's spec lists them.
+var Sources = []Source{FromCode, FromAPI}
+
 // Invoker checks and makes the call: the services manager.
 type Invoker interface {
 	// Validate checks the call as Invoke would, without making it.
