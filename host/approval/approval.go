@@ -86,6 +86,9 @@ type Options struct {
 	// Bounds keep the decided approvals bounded, as the audit's do (see
 	// retention.Bounds for defaults); pending ones are never pruned.
 	retention.Bounds
+	// Now is the clock approvals are created, expired, decided and pruned
+	// by (nil: time.Now).
+	Now func() time.Time
 }
 
 // Manager creates approvals and wakes the calls waiting on them.
@@ -116,6 +119,9 @@ func New(log *slog.Logger, st Store, relay Relay, opts Options) *Manager {
 		opts.TTL = DefaultTTL
 	}
 	opts.Bounds = opts.WithDefaults()
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	return &Manager{log: log, st: st, relay: relay, opts: opts, waiting: map[string]chan string{}}
 }
 
@@ -136,7 +142,7 @@ func (m *Manager) pruneLoop(ctx context.Context) {
 	t := time.NewTicker(m.opts.PruneEvery)
 	defer t.Stop()
 	for {
-		m.opts.Apply(m.log, "approvals", m.st.PruneApprovals)
+		m.opts.Apply(m.log, "approvals", m.now(), m.st.PruneApprovals)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -148,7 +154,7 @@ func (m *Manager) pruneLoop(ctx context.Context) {
 // expireLeftPending expires the approvals a previous host left pending: the calls
 // waiting on them ended with it.
 func (m *Manager) expireLeftPending(ctx context.Context) error {
-	now := time.Now().UTC()
+	now := m.now()
 	expire := m.st.ExpirePendingApprovals
 	if m.relay != nil {
 		// The others' pending approvals have live calls waiting on them.
@@ -177,7 +183,7 @@ type Request struct {
 // process and tell its followers), and blocks until it is decided, expires
 // or ctx ends (then it is expired). It returns the final approval.
 func (m *Manager) Wait(ctx context.Context, req Request, created func(*Approval)) (*Approval, error) {
-	now := time.Now().UTC()
+	now := m.now()
 	row := &store.Approval{ID: newID(now), State: string(Pending), PID: req.PID, ServiceID: req.ServiceID, ToolID: req.ToolID,
 		Parameters: req.Parameters, CreatedAt: now, ExpiresAt: now.Add(m.opts.TTL), KeyID: req.KeyID}
 	decided := make(chan string, 1)
@@ -193,7 +199,8 @@ func (m *Manager) Wait(ctx context.Context, req Request, created func(*Approval)
 		return nil, err
 	}
 	created(view(row))
-	timer := time.NewTimer(m.opts.TTL)
+	// The deadline is the clock's: the time created took counts.
+	timer := time.NewTimer(row.ExpiresAt.Sub(m.now()))
 	defer timer.Stop()
 	select {
 	case <-decided:
@@ -202,7 +209,7 @@ func (m *Manager) Wait(ctx context.Context, req Request, created func(*Approval)
 	}
 	// Expire it unless a decision got there first; the compare-and-set in
 	// the database settles the race.
-	at := time.Now().UTC()
+	at := m.now()
 	if _, err := m.st.DecideApproval(context.WithoutCancel(ctx), row.ID, string(Expired), "", at); err != nil {
 		return nil, err
 	}
@@ -229,7 +236,7 @@ func (m *Manager) Decide(ctx context.Context, id string, approve bool) (*Approva
 	if by.KeyID != "" && by.KeyID == a.KeyID {
 		return nil, fmt.Errorf("approval %s: key %s: %w", id, by.KeyID, ErrOwnExecution)
 	}
-	ok, err := m.st.DecideApproval(ctx, id, string(state), by.KeyID, time.Now().UTC())
+	ok, err := m.st.DecideApproval(ctx, id, string(state), by.KeyID, m.now())
 	if err != nil {
 		return nil, err
 	}
@@ -290,12 +297,15 @@ func (m *Manager) Recheck(ctx context.Context) error {
 // ExpireOrphans expires the pending approvals no live call waits on (their
 // host was lost): run after lost hosts' processes are finished.
 func (m *Manager) ExpireOrphans(ctx context.Context) error {
-	n, err := m.st.ExpireOrphanApprovals(ctx, time.Now().UTC())
+	n, err := m.st.ExpireOrphanApprovals(ctx, m.now())
 	if n > 0 {
 		m.log.Warn("expired approvals of lost hosts", "count", n)
 	}
 	return err
 }
+
+// now reads the manager's clock, in UTC as the rows hold it.
+func (m *Manager) now() time.Time { return m.opts.Now().UTC() }
 
 // Get returns one approval.
 func (m *Manager) Get(ctx context.Context, id string) (*Approval, error) {

@@ -104,21 +104,55 @@ func TestDecisionsWakeTheirCall(t *testing.T) {
 	}
 }
 
+// clock is a clock the test moves.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// TestExpiresAtItsDeadline: the approval expires when the manager's clock
+// passes its deadline, not after TTL of real time. The clock passes it
+// while the approval is being announced, before the call starts waiting.
 func TestExpiresAtItsDeadline(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	const ttl = 100 * time.Millisecond
-	m := newManager(t, openStore(t), Options{TTL: ttl})
-	w := wait(ctx, m, request(4))
-	a := <-w.created
-	r := <-w.done
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // on failure only: it would expire the approval too
+	const ttl = time.Hour
+	clk := newClock()
+	start := clk.Now()
+	m := newManager(t, openStore(t), Options{TTL: ttl, Now: clk.Now})
+	done := make(chan result, 1)
+	go func() {
+		a, err := m.Wait(ctx, request(4), func(*Approval) { clk.Advance(ttl) })
+		done <- result{a, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second): // a bound on failure, never reached when the clock is honoured
+		t.Fatal("the approval did not expire when the clock passed its deadline")
+	}
 	if r.err != nil || State(r.a.State) != Expired || r.a.DecidedAt == nil {
 		t.Fatalf("after its TTL: %+v %v", r.a, r.err)
 	}
-	if r.a.DecidedAt.Before(a.ExpiresAt) {
-		t.Fatalf("expired at %v, before its deadline %v", r.a.DecidedAt, a.ExpiresAt)
+	if !r.a.CreatedAt.Equal(start) || !r.a.ExpiresAt.Equal(start.Add(ttl)) || !r.a.DecidedAt.Equal(start.Add(ttl)) {
+		t.Fatalf("created %v, expires %v, expired %v: want the clock's %v, +%v, +%v", r.a.CreatedAt, r.a.ExpiresAt, r.a.DecidedAt, start, ttl, ttl)
 	}
-	if _, err := m.Decide(ctx, a.ID, true); !errors.Is(err, ErrDecided) {
+	if _, err := m.Decide(ctx, r.a.ID, true); !errors.Is(err, ErrDecided) {
 		t.Fatalf("approving an expired approval: %v", err)
 	}
 }

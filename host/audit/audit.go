@@ -48,6 +48,8 @@ type Options struct {
 	// database's CPU off the calls' path. Readers flush first, so they
 	// never wait on it.
 	Linger time.Duration
+	// Now is the clock the age bound is applied by (nil: time.Now).
+	Now func() time.Time
 }
 
 const maxBatch = 256
@@ -78,6 +80,9 @@ func New(log *slog.Logger, st Store, opts Options) *Writer {
 	opts.Bounds = opts.WithDefaults()
 	if opts.Linger <= 0 {
 		opts.Linger = 20 * time.Millisecond
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	w := &Writer{log: log, st: st, opts: opts, queue: make(chan store.ToolCall, opts.Queue), flush: make(chan struct{}, 1)}
 	w.settled = sync.NewCond(&w.mu)
@@ -219,7 +224,7 @@ func (w *Writer) write(batch []store.ToolCall) {
 	w.settle(int64(len(batch)))
 }
 
-func (w *Writer) prune() { w.opts.Apply(w.log, "tool call records", w.st.PruneToolCalls) }
+func (w *Writer) prune() { w.opts.Apply(w.log, "tool call records", w.opts.Now(), w.st.PruneToolCalls) }
 
 // Call is an audit record.
 type Call struct {

@@ -45,10 +45,10 @@ type Store interface {
 
 // Log records changes and keeps the record bounded.
 type Log struct {
-	log    *slog.Logger
-	st     Store
-	bounds retention.Bounds
-	prune  lifecycle.Loop
+	log   *slog.Logger
+	st    Store
+	opts  Options
+	prune lifecycle.Loop
 }
 
 // Defaults of the record's bounds.
@@ -57,15 +57,27 @@ const (
 	DefaultMaxAge     = 365 * 24 * time.Hour
 )
 
+// Options bound the record.
+type Options struct {
+	// Bounds (defaults: DefaultMaxRecords, DefaultMaxAge).
+	retention.Bounds
+	// Now is the clock changes are stamped and pruned by (nil: time.Now).
+	Now func() time.Time
+}
+
 // New returns a record; its pruning runs from Start to Stop.
-func New(log *slog.Logger, st Store, b retention.Bounds) *Log {
-	if b.MaxRecords == 0 {
-		b.MaxRecords = DefaultMaxRecords
+func New(log *slog.Logger, st Store, opts Options) *Log {
+	if opts.MaxRecords == 0 {
+		opts.MaxRecords = DefaultMaxRecords
 	}
-	if b.MaxAge == 0 {
-		b.MaxAge = DefaultMaxAge
+	if opts.MaxAge == 0 {
+		opts.MaxAge = DefaultMaxAge
 	}
-	return &Log{log: log, st: st, bounds: b.WithDefaults()}
+	opts.Bounds = opts.WithDefaults()
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Log{log: log, st: st, opts: opts}
 }
 
 // Start starts the pruning, which applies the bounds at once and then
@@ -76,10 +88,10 @@ func (l *Log) Start(ctx context.Context) error { return l.prune.Start(ctx, l.pru
 func (l *Log) Stop(ctx context.Context) error { return l.prune.Stop(ctx) }
 
 func (l *Log) pruneLoop(ctx context.Context) {
-	t := time.NewTicker(l.bounds.PruneEvery)
+	t := time.NewTicker(l.opts.PruneEvery)
 	defer t.Stop()
 	for {
-		l.bounds.Apply(l.log, "changes", l.st.PruneChanges)
+		l.opts.Apply(l.log, "changes", l.opts.Now(), l.st.PruneChanges)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -98,7 +110,7 @@ func (l *Log) Record(ctx context.Context, action, target string, detail map[stri
 	if detail == nil {
 		detail = map[string]any{}
 	}
-	row := &store.Change{At: time.Now().UTC(), KeyID: keyID, Action: action, Target: target, Detail: detail}
+	row := &store.Change{At: l.opts.Now().UTC(), KeyID: keyID, Action: action, Target: target, Detail: detail}
 	if err := l.st.InsertChange(context.WithoutCancel(ctx), row); err != nil {
 		l.log.Error("record a configuration change", "action", action, "target", target, "key", keyID, "err", err)
 	}

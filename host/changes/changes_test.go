@@ -27,7 +27,7 @@ func TestRecordListAndBound(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			// Not started: its pruning, whose first pass runs at once,
 			// starts once the records are in.
-			l := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, retention.Bounds{MaxRecords: 3, PruneEvery: time.Hour})
+			l := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, Options{Bounds: retention.Bounds{MaxRecords: 3, PruneEvery: time.Hour}})
 			ctx := caller.With(context.Background(), caller.Caller{KeyID: "key_a", Roles: []caller.Role{caller.Admin}})
 			for i := range 5 {
 				l.Record(ctx, "module.config", fmt.Sprint(i), map[string]any{"config": map[string]any{"n": i}})

@@ -90,6 +90,9 @@ type Gate struct {
 	Tools     Invoker
 	Observer  Observer     // nil: not counted
 	Tracer    trace.Tracer // nil: not traced
+	// Now is the clock the audit records are stamped by (nil: time.Now);
+	// the calls' durations are measured on time.Now's monotonic clock.
+	Now func() time.Time
 }
 
 // Invoke makes a call from src. in.EID names the calling process (0: none).
@@ -97,7 +100,11 @@ type Gate struct {
 // of the caller ctx carries.
 func (g *Gate) Invoke(ctx context.Context, src Source, in module.InvokeInput) (any, error) {
 	start := time.Now()
-	rec := store.ToolCall{At: start.UTC(), ServiceID: in.ServiceID, ToolID: in.ToolID, Source: string(src)}
+	at := start
+	if g.Now != nil {
+		at = g.Now()
+	}
+	rec := store.ToolCall{At: at.UTC(), ServiceID: in.ServiceID, ToolID: in.ToolID, Source: string(src)}
 	if in.EID > 0 {
 		pid := in.EID
 		rec.PID = &pid

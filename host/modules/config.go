@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/cyrnel/cyrnel/host/control"
 	"github.com/cyrnel/cyrnel/host/schema"
@@ -79,7 +78,7 @@ func (r *Registry) moduleChange(id string, cfg map[string]any, edit func(ctx con
 		if err := edit(ctx, m); err != nil {
 			return err
 		}
-		m.UpdatedAt = time.Now().UTC()
+		m.UpdatedAt = r.opts.Now().UTC()
 		next = m
 		return nil
 	}

@@ -101,11 +101,16 @@ type Options struct {
 	// not stored: a one-off host (cyrnel run FILE.ts) leaves the data
 	// directory's choice alone.
 	Environment string
+	// Now is the clock stored configs are stamped by (nil: time.Now).
+	Now func() time.Time
 }
 
 // New returns a registry of the given environments (by module id), changed
 // through plane.
 func New(log *slog.Logger, st Store, box Sealer, plane *control.Plane, envs map[string]Factory, opts Options) *Registry {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	r := &Registry{log: log, store: st, box: box, plane: plane, factories: envs, opts: opts, infos: map[string]module.Info{}, owners: map[int64]*instance{}}
 	for id, f := range envs {
 		r.infos[id] = f().Info()

@@ -47,6 +47,7 @@ func (m *Manager) flushEvery(ctx context.Context) {
 	t := time.NewTicker(m.every)
 	defer t.Stop()
 	m.prune() // at start-up, then every PruneEvery
+	// The pace is measured on the monotonic clock, as the ticker's is.
 	lastPrune := time.Now()
 	for {
 		select {
@@ -87,7 +88,7 @@ func (m *Manager) finishLeftLive() error {
 	var n int64
 	err := m.w.do(func(ctx context.Context, tx *store.Tx) (err error) {
 		n, err = tx.FinishAll(ctx, m.host, live, string(module.ExitFailed), string(module.ReasonHostRestart),
-			"the host stopped while this process was running", time.Now().UTC())
+			"the host stopped while this process was running", m.now().UTC())
 		return err
 	})
 	if err != nil {

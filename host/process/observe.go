@@ -52,6 +52,8 @@ type With struct {
 	// SpoolDir holds the files a one-shot execution leaves while it runs
 	// ("": the system's temporary directory).
 	SpoolDir string
+	// Now is the clock the rows are stamped and pruned by (nil: time.Now).
+	Now func() time.Time
 }
 
 // Live counts this host's live executions by state.

@@ -131,6 +131,7 @@ type Manager struct {
 	// their calls wait on (nil: they are not told).
 	approvals Approvals
 	spoolDir  string // where runs spool their files
+	now       func() time.Time
 
 	ctx    context.Context // cancelled at shutdown: kills every execution
 	cancel context.CancelFunc
@@ -164,10 +165,13 @@ func New(log *slog.Logger, st Store, exec Executor, limits Limits, hostID string
 	if ins.Observer == nil {
 		ins.Observer = noObserver{}
 	}
+	if with.Now == nil {
+		with.Now = time.Now
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{log: log, host: hostID, st: st, exec: exec, limits: limits, w: newWriter(st, ins), obs: ins.Observer, tracer: ins.Tracer,
 		ctx: ctx, cancel: cancel, runs: map[int64]*run{}, sessions: with.Sessions, relay: with.Relay, approvals: with.Approvals, every: flush,
-		spoolDir: with.SpoolDir}
+		spoolDir: with.SpoolDir, now: with.Now}
 }
 
 // CreateInput is a new process.
@@ -265,7 +269,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Process, error) 
 	}
 	p := &store.Process{
 		Ref: in.Ref, Code: in.Code, State: string(Idle), TimeoutMs: in.TimeoutMs,
-		EnvConfig: in.EnvConfig, CreatedAt: time.Now().UTC(), HostID: m.host, Session: in.Session,
+		EnvConfig: in.EnvConfig, CreatedAt: m.now().UTC(), HostID: m.host, Session: in.Session,
 		Owner: caller.KeyID(ctx),
 	}
 	if in.Autorun {
@@ -373,7 +377,7 @@ func (m *Manager) admit() error {
 // launch starts the execution of a process stored as queued, which admit
 // let in, traced in span (nil: not traced).
 func (m *Manager) launch(p *store.Process, files []module.File, span trace.Span) *run {
-	r := newRun(p, m.limits.OutputBytes, m.spoolDir)
+	r := newRun(p, m.limits.OutputBytes, m.spoolDir, m.now())
 	r.span = span
 	m.traceQueued(r)
 	// Its own context: a kill cancels it, so a kill that arrives before the
@@ -423,7 +427,7 @@ func (m *Manager) finish(r *run, envID string, res module.Result, err error) {
 	m.mu.Lock()
 	stopping := m.stopping
 	m.mu.Unlock()
-	p := r.result(envID, res, err, stopping)
+	p := r.result(envID, res, err, stopping, m.now().UTC())
 	sctx := r.logContext()
 	write := func(p *store.Process) error {
 		// An earlier run's files are replaced; a first run without files

@@ -31,7 +31,7 @@ func (m *Manager) prune() {
 	keep := m.limits.Keep
 	var before time.Time
 	if keep.MaxAge > 0 {
-		before = time.Now().Add(-keep.MaxAge)
+		before = m.now().Add(-keep.MaxAge)
 	}
 	var n int64
 	err := m.w.do(func(ctx context.Context, tx *store.Tx) (err error) {

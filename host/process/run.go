@@ -73,9 +73,9 @@ type saved struct {
 	truncated      [3]bool // stdout, stderr, output
 }
 
-func newRun(p *store.Process, limit int64, spoolDir string) *run {
+func newRun(p *store.Process, limit int64, spoolDir string, queuedAt time.Time) *run {
 	return &run{
-		pid: p.PID, base: *p, done: make(chan struct{}), state: Queued, queuedAt: time.Now(), spool: fileSpool{dir: spoolDir},
+		pid: p.PID, base: *p, done: make(chan struct{}), state: Queued, queuedAt: queuedAt, spool: fileSpool{dir: spoolDir},
 		stdout: stream{limit: limit}, stderr: stream{limit: limit},
 		output: map[string]any{}, keySizes: map[string]int64{}, outputCap: limit, subs: map[chan Event]struct{}{},
 	}
@@ -118,8 +118,8 @@ func (r *run) overlayLocked(v *Process) {
 }
 
 // result ends the run's live state (later reports are ignored) and builds
-// its final row from what the environment answered.
-func (r *run) result(envID string, res module.Result, err error, stopping bool) *store.Process {
+// its final row, finished at now, from what the environment answered.
+func (r *run) result(envID string, res module.Result, err error, stopping bool, now time.Time) *store.Process {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ended = true
@@ -157,7 +157,6 @@ func (r *run) result(envID string, res module.Result, err error, stopping bool) 
 			s.truncated = s.truncated || (s.limit > 0 && s.size >= s.limit)
 		}
 	}
-	now := time.Now().UTC()
 	exit := string(res.Exit)
 	p := r.base
 	p.State, p.ExitState, p.Reason, p.Error, p.Environment = string(Idle), &exit, clean(string(res.Reason)), clean(r.err), envID
@@ -210,7 +209,7 @@ func (m *Manager) SetState(eid int64, s module.ExecState) {
 		return
 	}
 	r.state = Running
-	r.startedAt = time.Now().UTC()
+	r.startedAt = m.now().UTC()
 	m.traceRunning(r)
 	r.publishLocked(Event{Type: EventState, State: Running})
 	r.mu.Unlock()
@@ -395,7 +394,7 @@ func (m *Manager) EmitFile(eid int64, path string, data []byte, appended bool) {
 		last.Size += int64(len(data))
 		return
 	}
-	r.files = append(r.files, store.ProcessFile{PID: r.pid, Path: path, Size: int64(len(data)), ModifiedAt: time.Now().UTC()})
+	r.files = append(r.files, store.ProcessFile{PID: r.pid, Path: path, Size: int64(len(data)), ModifiedAt: m.now().UTC()})
 }
 
 // dropFileLocked drops the file being sent (size bytes more of it), whole,

@@ -40,12 +40,12 @@ func (b Bounds) WithDefaults() Bounds {
 // older than before (zero: no age bound).
 type Pruner func(ctx context.Context, keep int64, before time.Time) error
 
-// Apply prunes once to the bounds, logging a failure (the next round
-// tries again).
-func (b Bounds) Apply(log *slog.Logger, what string, prune Pruner) {
+// Apply prunes once to the bounds as they stand at now (the owner's
+// clock), logging a failure (the next round tries again).
+func (b Bounds) Apply(log *slog.Logger, what string, now time.Time, prune Pruner) {
 	var before time.Time
 	if b.MaxAge > 0 {
-		before = time.Now().Add(-b.MaxAge).UTC()
+		before = now.Add(-b.MaxAge).UTC()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -153,6 +153,9 @@ type Server struct {
 	registry *metrics.Registry
 	metrics  *metrics.Metrics
 	tracing  *tracing.Provider
+	// now is the one clock every part stamps rows and decides deadlines
+	// by (see Clock in docs/decisions.md).
+	now func() time.Time
 
 	mu sync.Mutex
 	// requestsDone is closed when Serve's listener has finished its
@@ -216,7 +219,8 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 		log.Warn("running without sandbox layers this machine lacks (--allow-unsandboxed)", "missing", hostSandbox.Missing)
 	}
 	registry := metrics.NewRegistry()
-	s := &Server{log: log, stack: stack, tracing: cfg.Tracing, registry: registry, metrics: metrics.New(registry), hostSandbox: hostSandbox}
+	s := &Server{log: log, stack: stack, tracing: cfg.Tracing, registry: registry, metrics: metrics.New(registry), hostSandbox: hostSandbox,
+		now: time.Now}
 	if err = s.openStorage(ctx, &cfg); err != nil {
 		return nil, err
 	}
@@ -233,13 +237,13 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 
 // keySince is when the bootstrap key was made, as GET /keys shows it: the
 // key file's time when it is from the data directory, else now.
-func keySince(keyFile string) time.Time {
-	if keyFile != "" {
-		if fi, err := os.Stat(keyFile); err == nil {
+func (s *Server) keySince() time.Time {
+	if s.keyFile != "" {
+		if fi, err := os.Stat(s.keyFile); err == nil {
 			return fi.ModTime().UTC()
 		}
 	}
-	return time.Now().UTC()
+	return s.now().UTC()
 }
 
 // declarePython resolves the operator's interpreters (python3 on PATH when

@@ -55,7 +55,7 @@ func (s *Server) openStorage(ctx context.Context, cfg *Config) (err error) {
 	if cfg.Tracing.Enabled {
 		dbTracing = cfg.Tracing
 	}
-	if s.store, err = store.Open(ctx, cfg.DBURL, cfg.DataDir, store.Options{UsedDataDir: s.dir.Used, Log: s.log.With("component", "store"), Tracing: dbTracing}); err != nil {
+	if s.store, err = store.Open(ctx, cfg.DBURL, cfg.DataDir, store.Options{UsedDataDir: s.dir.Used, Log: s.log.With("component", "store"), Tracing: dbTracing, Now: s.now}); err != nil {
 		return err
 	}
 	if err = s.stack.Start(ctx, "store", closeErr(s.store.Close)); err != nil {
@@ -95,11 +95,11 @@ func (s *Server) openStorage(ctx context.Context, cfg *Config) (err error) {
 // approvals and the audit.
 func (s *Server) startGovernance(ctx context.Context, cfg Config) (err error) {
 	// Every configuration change is recorded with the key that made it.
-	s.changes = changes.New(s.log.With("component", "changes"), s.store, cfg.Governance.Changes)
+	s.changes = changes.New(s.log.With("component", "changes"), s.store, changes.Options{Bounds: cfg.Governance.Changes, Now: s.now})
 	if err = s.stack.Start(ctx, "changes", s.changes); err != nil {
 		return err
 	}
-	s.keys = keys.New(s.log.With("component", "keys"), s.store, s.changes, keys.Options{Bootstrap: cfg.APIKey, BootstrapSince: keySince(s.keyFile)})
+	s.keys = keys.New(s.log.With("component", "keys"), s.store, s.changes, keys.Options{Bootstrap: cfg.APIKey, BootstrapSince: s.keySince(), Now: s.now})
 	if err = s.stack.Start(ctx, "keys", s.keys); err != nil {
 		return err
 	}
@@ -119,11 +119,15 @@ func (s *Server) startGovernance(ctx context.Context, cfg Config) (err error) {
 	if s.cluster != nil {
 		relay = s.cluster
 	}
-	s.approvals = approval.New(s.log.With("component", "approvals"), s.store, relay, cfg.Governance.Approvals)
+	approvals := cfg.Governance.Approvals
+	approvals.Now = s.now
+	s.approvals = approval.New(s.log.With("component", "approvals"), s.store, relay, approvals)
 	if err = s.stack.Start(ctx, "approvals", s.approvals); err != nil {
 		return err
 	}
-	s.audit = audit.New(s.log.With("component", "audit"), s.store, cfg.Governance.Audit)
+	audits := cfg.Governance.Audit
+	audits.Now = s.now
+	s.audit = audit.New(s.log.With("component", "audit"), s.store, audits)
 	if err = s.stack.Start(ctx, "audit", s.audit); err != nil {
 		return err
 	}
@@ -146,11 +150,11 @@ func (s *Server) startRuntime(ctx context.Context, cfg Config) (err error) {
 	s.egress = &egress.Guard{}
 	s.services = services.New(s.log.With("component", "services"), s.store, s.box, s.plane, map[string]adapters.Adapter{
 		openapi.ID: openapi.New(openapi.Options{Guard: s.egress, WrapTransport: upstreamTracing(cfg.Tracing)}),
-	})
+	}, services.Options{Now: s.now})
 	// The adapters are modules too: listed and configured with the
 	// environments.
 	s.modules = modules.New(s.log.With("component", "modules"), s.store, s.box, s.plane, environments(s.log, interpreters, cfg.packageSource()),
-		modules.Options{AllowUnsandboxed: cfg.AllowUnsandboxed, Machine: machine, Others: s.services.Adapters(), Environment: cfg.Environment})
+		modules.Options{AllowUnsandboxed: cfg.AllowUnsandboxed, Machine: machine, Others: s.services.Adapters(), Environment: cfg.Environment, Now: s.now})
 	if err = s.stack.Start(ctx, "services", s.services); err != nil {
 		return err
 	}
@@ -159,7 +163,9 @@ func (s *Server) startRuntime(ctx context.Context, cfg Config) (err error) {
 	if err = s.stack.Start(ctx, "modules", lifecycle.Func{OnStop: s.modules.Stop}); err != nil {
 		return err
 	}
-	s.sessions = session.New(s.log.With("component", "sessions"), s.store, s.modules, s.dir.HostID, cfg.Sessions)
+	sessions := cfg.Sessions
+	sessions.Now = s.now
+	s.sessions = session.New(s.log.With("component", "sessions"), s.store, s.modules, s.dir.HostID, sessions)
 	if err = s.stack.Start(ctx, "sessions", s.sessions); err != nil {
 		return err
 	}
@@ -189,7 +195,7 @@ func (s *Server) startProcesses(ctx context.Context, cfg Config) (err error) {
 	if err = s.stack.Start(ctx, "processes", lifecycle.Func{OnStart: s.procs.Start, OnStop: s.stopProcesses}); err != nil {
 		return err
 	}
-	s.gate = &gate.Gate{Policies: s.policies, Approvals: s.approvals, Audit: s.audit, Processes: s.procs, Tools: s.services, Observer: metrics.NewToolCalls(s.registry, s.services.Has), Tracer: tracer}
+	s.gate = &gate.Gate{Policies: s.policies, Approvals: s.approvals, Audit: s.audit, Processes: s.procs, Tools: s.services, Observer: metrics.NewToolCalls(s.registry, s.services.Has), Tracer: tracer, Now: s.now}
 	if err = s.stack.Start(ctx, "environment", s.modules.Activation(&bindings{Manager: s.procs, tools: s.services, gate: s.gate})); err != nil {
 		return err
 	}
@@ -212,7 +218,7 @@ func (s *Server) startProcesses(ctx context.Context, cfg Config) (err error) {
 // processParts are what the process manager works with: on PostgreSQL the
 // cluster relays to the other hosts and their approvals are read back.
 func (s *Server) processParts(tracer trace.Tracer) process.With {
-	with := process.With{Instruments: process.Instruments{Observer: s.metrics, Tracer: tracer}, Sessions: s.sessions}
+	with := process.With{Instruments: process.Instruments{Observer: s.metrics, Tracer: tracer}, Sessions: s.sessions, Now: s.now}
 	if s.cluster != nil {
 		with.Relay, with.Approvals = s.cluster, pendingApprovals{s.approvals}
 	}

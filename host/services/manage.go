@@ -122,9 +122,9 @@ func existing(id string, prev *stored) error {
 
 // edited is prev with its row copied, so a change never alters what runs
 // before it is swapped in.
-func edited(prev *stored) *stored {
+func (m *Manager) edited(prev *stored) *stored {
 	svc := *prev.svc
-	svc.UpdatedAt = time.Now().UTC()
+	svc.UpdatedAt = m.now().UTC()
 	return &stored{svc: &svc, tools: prev.tools}
 }
 
@@ -147,7 +147,7 @@ func (m *Manager) SetEnabled(ctx context.Context, id string, enabled bool) (*Ser
 				return nil, nil, &schema.FieldError{Field: "enabled", Message: "the service's secrets do not validate: " + schema.Redact(err).Error()}
 			}
 		}
-		next := edited(prev)
+		next := m.edited(prev)
 		next.svc.Enabled = enabled
 		return next, func(ctx context.Context) error { return m.st.UpdateService(ctx, next.svc, "enabled", "updated_at") }, nil
 	})))
@@ -201,7 +201,7 @@ func (m *Manager) Refresh(ctx context.Context, id string) (*RefreshResult, error
 		for _, t := range prev.tools {
 			flags[t.ID] = t.Enabled
 		}
-		next := edited(prev)
+		next := m.edited(prev)
 		next.tools = toolRows(id, def.Tools, flags)
 		seen := map[string]bool{}
 		for _, t := range next.tools {
@@ -249,7 +249,7 @@ func (m *Manager) SetConfig(ctx context.Context, id string, cfg map[string]any) 
 		if err := m.check(prev.svc.ConfigSchema, cfg, "config"); err != nil {
 			return nil, nil, err
 		}
-		next := edited(prev)
+		next := m.edited(prev)
 		next.svc.Config = cfg
 		return next, func(ctx context.Context) error { return m.st.UpdateService(ctx, next.svc, "config", "updated_at") }, nil
 	})))
@@ -287,7 +287,7 @@ func (m *Manager) SetSecrets(ctx context.Context, id string, sec map[string]any)
 		if err != nil {
 			return nil, nil, fmt.Errorf("service %s: seal secrets: %w", id, err)
 		}
-		next := edited(prev)
+		next := m.edited(prev)
 		next.svc.Secrets = sealed
 		return next, func(ctx context.Context) error { return m.st.UpdateService(ctx, next.svc, "secrets", "updated_at") }, nil
 	})))

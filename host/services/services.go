@@ -64,6 +64,7 @@ type Manager struct {
 	plane    *control.Plane
 	adapters map[string]adapters.Adapter
 	compiler *schema.Compiler
+	now      func() time.Time
 
 	mu   sync.RWMutex
 	live map[string]*liveService // what tool calls need, without the database
@@ -83,10 +84,19 @@ type liveTool struct {
 	schema  *schema.Schema // compiled on first use; failures are not kept
 }
 
+// Options are what a manager works with besides its parts.
+type Options struct {
+	// Now is the clock services are stamped by (nil: time.Now).
+	Now func() time.Time
+}
+
 // New returns a manager of services built by the given adapters (by id),
 // changed through plane.
-func New(log *slog.Logger, st Store, box Sealer, plane *control.Plane, byID map[string]adapters.Adapter) *Manager {
-	return &Manager{log: log, st: st, box: box, plane: plane, adapters: byID, compiler: schema.NewCompiler(4096), live: map[string]*liveService{}}
+func New(log *slog.Logger, st Store, box Sealer, plane *control.Plane, byID map[string]adapters.Adapter, opts Options) *Manager {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Manager{log: log, st: st, box: box, plane: plane, adapters: byID, compiler: schema.NewCompiler(4096), live: map[string]*liveService{}, now: opts.Now}
 }
 
 // Start sets the adapters up and loads every stored service, the way a
@@ -347,7 +357,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*Service, error) 
 			return nil, nil, fmt.Errorf("service %s: seal secrets: %w", in.ID, err)
 		}
 		source, _ := json.Marshal(in.Source)
-		now := time.Now().UTC()
+		now := m.now().UTC()
 		next := &stored{svc: &store.Service{
 			ID: in.ID, Adapter: in.Adapter, Name: noNUL(def.Name), Description: noNUL(def.Description), Source: source, Hash: hash(def),
 			ConfigSchema: def.ConfigSchema, SecretsSchema: def.SecretsSchema, AdapterDomain: def.AdapterDomain,

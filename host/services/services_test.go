@@ -43,7 +43,7 @@ func startManager(t testing.TB, st Store, dir string) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := New(log, st, box, control.New(log, nil, nil), map[string]adapters.Adapter{openapi.ID: openapi.New(openapi.Options{})})
+	m := New(log, st, box, control.New(log, nil, nil), map[string]adapters.Adapter{openapi.ID: openapi.New(openapi.Options{})}, Options{})
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -59,18 +59,25 @@ func ended(ws module.Session) bool {
 }
 
 // own runs a session's executions until it ends, then closes its interpreter.
-func (m *Manager) own(l *live, ws module.Session) {
+// The session's deadlines (d) are the manager's clock's: a timer wakes the
+// goroutine at the nearer one, and the clock says whether it has passed,
+// also when an execution arrives.
+func (m *Manager) own(l *live, ws module.Session, d deadlines) {
 	defer m.wg.Done()
 	defer close(l.done)
 	row := l.snapshot()
-	idle := time.NewTimer(time.Duration(row.IdleTimeoutMs) * time.Millisecond)
-	defer idle.Stop()
-	life := time.NewTimer(time.Until(row.CreatedAt.Add(time.Duration(row.MaxLifetimeMs) * time.Millisecond)))
-	defer life.Stop()
+	clock := m.cfg.Now
+	wake := time.NewTimer(d.next().Sub(clock()))
+	defer wake.Stop()
+	var late *job // arrived when the session's end was due: answered as the waiting ones are
 	reason := ""
 	for reason == "" {
 		select {
 		case j := <-l.jobs:
+			if reason = d.passed(clock()); reason != "" {
+				late = j
+				continue
+			}
 			if !j.state.CompareAndSwap(jobWaiting, jobClaimed) {
 				continue // killed while it waited
 			}
@@ -79,18 +86,15 @@ func (m *Manager) own(l *live, ws module.Session) {
 				if ended(ws) {
 					reason = EndCrashed
 				}
-				idle.Reset(time.Duration(row.IdleTimeoutMs) * time.Millisecond)
-				continue
-			}
-			reason = m.run(l, ws, j)
-			if l.ctx.Err() != nil {
+			} else if reason = m.run(l, ws, j); l.ctx.Err() != nil {
 				reason = <-l.stop
 			}
-			idle.Reset(time.Duration(row.IdleTimeoutMs) * time.Millisecond)
-		case <-idle.C:
-			reason = EndIdleTimeout
-		case <-life.C:
-			reason = EndMaxLifetime
+			d.idle = clock().Add(d.idleFor)
+			wake.Reset(d.next().Sub(clock()))
+		case <-wake.C:
+			if reason = d.passed(clock()); reason == "" {
+				wake.Reset(d.next().Sub(clock()))
+			}
 		case <-ws.Done():
 			reason = EndCrashed
 		case reason = <-l.stop:
@@ -107,16 +111,57 @@ func (m *Manager) own(l *live, ws module.Session) {
 		l.last()
 	}
 	// Nothing can be queued any more: what waits ends with the session.
+	refuse := func(j *job) {
+		if j.state.CompareAndSwap(jobWaiting, jobClaimed) {
+			j.finish(module.Result{}, sessionEnded(final.ID, reason))
+		}
+	}
+	if late != nil {
+		refuse(late)
+	}
 	for {
 		select {
 		case j := <-l.jobs:
-			if j.state.CompareAndSwap(jobWaiting, jobClaimed) {
-				j.finish(module.Result{}, sessionEnded(final.ID, reason))
-			}
+			refuse(j)
 		default:
 			return
 		}
 	}
+}
+
+// deadlines are when a session ends unless it is used (idle, idleFor after
+// its last use) and when it ends anyway (life).
+type deadlines struct {
+	idleFor    time.Duration
+	idle, life time.Time
+}
+
+// deadlines are a new session's: its idle time counts from now.
+func (m *Manager) deadlines(row *store.Session) deadlines {
+	d := deadlines{idleFor: time.Duration(row.IdleTimeoutMs) * time.Millisecond,
+		life: row.CreatedAt.Add(time.Duration(row.MaxLifetimeMs) * time.Millisecond)}
+	// Read without UTC, time.Now's reading keeps its monotonic part: the
+	// idle deadline does not move when the wall clock is set.
+	d.idle = m.cfg.Now().Add(d.idleFor)
+	return d
+}
+
+func (d deadlines) next() time.Time {
+	if d.life.Before(d.idle) {
+		return d.life
+	}
+	return d.idle
+}
+
+// passed says which deadline has passed at now ("": neither).
+func (d deadlines) passed(now time.Time) string {
+	switch {
+	case !now.Before(d.life):
+		return EndMaxLifetime
+	case !now.Before(d.idle):
+		return EndIdleTimeout
+	}
+	return ""
 }
 
 func (j *job) finish(res module.Result, err error) {
@@ -128,7 +173,7 @@ func (j *job) finish(res module.Result, err error) {
 // it does not).
 func (m *Manager) run(l *live, ws module.Session, j *job) string {
 	l.mu.Lock()
-	l.row.State, l.row.LastUsedAt = string(Busy), time.Now().UTC()
+	l.row.State, l.row.LastUsedAt = string(Busy), m.now()
 	row := l.row
 	l.mu.Unlock()
 	m.write(&row, store.SesState, store.SesLastUsedAt)
@@ -144,7 +189,7 @@ func (m *Manager) run(l *live, ws module.Session, j *job) string {
 		return EndKilled
 	}
 	l.mu.Lock()
-	l.row.State, l.row.LastUsedAt = string(Ready), time.Now().UTC()
+	l.row.State, l.row.LastUsedAt = string(Ready), m.now()
 	if res.CPUMs > 0 {
 		l.row.CPUMs = ptr(deref(l.row.CPUMs) + res.CPUMs)
 	}

@@ -64,6 +64,9 @@ type Config struct {
 	MaxSessions  int           // live sessions at once (default 16)
 	QueueLimit   int           // executions waiting in one session (default 16)
 	StartTimeout time.Duration // for an interpreter to become ready (default 2 min: preloads such as pandas are slow)
+	// Now is the clock sessions are stamped and ended (idle, lifetime) by
+	// (nil: time.Now).
+	Now func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -75,6 +78,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StartTimeout <= 0 {
 		c.StartTimeout = 2 * time.Minute
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }
@@ -130,7 +136,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if stopped {
 		return lifecycle.ErrStopped
 	}
-	n, err := m.st.EndHostSessions(ctx, m.host, EndHostRestart, time.Now().UTC())
+	n, err := m.st.EndHostSessions(ctx, m.host, EndHostRestart, m.now())
 	if err != nil {
 		return err
 	}
@@ -202,7 +208,7 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*store.Session, e
 		m.mu.Unlock()
 	}()
 
-	now := time.Now().UTC()
+	now := m.now()
 	row := &store.Session{
 		ID: "ses_" + rand.Text(), Module: id, State: string(Starting), Ref: in.Ref, EnvConfig: in.EnvConfig,
 		IdleTimeoutMs: in.IdleTimeoutMs, MaxLifetimeMs: in.MaxLifetimeMs, HostID: m.host, CreatedAt: now, LastUsedAt: now,
@@ -236,10 +242,14 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*store.Session, e
 	m.live[row.ID] = l
 	m.wg.Add(1)
 	m.mu.Unlock()
-	go m.own(l, ws)
+	// The deadlines are set before the session is handed out.
+	go m.own(l, ws, m.deadlines(row))
 	out := *row
 	return &out, nil
 }
+
+// now reads the manager's clock, in UTC as the rows hold it.
+func (m *Manager) now() time.Time { return m.cfg.Now().UTC() }
 
 func ptr[T any](v T) *T { return &v }
 
@@ -258,7 +268,7 @@ func (m *Manager) write(row *store.Session, columns ...string) {
 
 // end records that a session ended and why.
 func (m *Manager) end(row *store.Session, reason string, l *live) {
-	now := time.Now().UTC()
+	now := m.now()
 	row.State, row.EndReason, row.EndedAt = string(Ended), reason, &now
 	if l != nil {
 		l.mu.Lock()

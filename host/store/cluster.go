@@ -36,7 +36,7 @@ const killRequestTTL = 10 * time.Minute
 
 // RequestKill records that hostID should kill pid.
 func (s *Store) RequestKill(ctx context.Context, hostID string, pid int64) error {
-	_, err := s.DB.NewInsert().Model(&killRequest{HostID: hostID, PID: pid, RequestedAt: time.Now().UTC()}).On("CONFLICT (host_id, pid) DO NOTHING").Exec(ctx)
+	_, err := s.DB.NewInsert().Model(&killRequest{HostID: hostID, PID: pid, RequestedAt: s.now().UTC()}).On("CONFLICT (host_id, pid) DO NOTHING").Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("request kill of %d on %s: %w", pid, hostID, err)
 	}
@@ -52,7 +52,7 @@ func (s *Store) TakeKills(ctx context.Context, hostID string) ([]int64, error) {
 		return nil, fmt.Errorf("take kill requests: %w", err)
 	}
 	if _, err := s.DB.NewDelete().Model((*killRequest)(nil)).
-		Where("requested_at < ?", time.Now().UTC().Add(-killRequestTTL)).Exec(ctx); err != nil {
+		Where("requested_at < ?", s.now().UTC().Add(-killRequestTTL)).Exec(ctx); err != nil {
 		return nil, fmt.Errorf("drop old kill requests: %w", err)
 	}
 	return pids, nil

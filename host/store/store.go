@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/uptrace/bun/extra/bunotel"
 	"go.opentelemetry.io/otel/trace"
@@ -83,6 +84,7 @@ type Store struct {
 	// damaged is set once a statement finds the SQLite database corrupt:
 	// Healthy reports it until the host restarts (and Open refuses).
 	damaged atomic.Bool
+	now     func() time.Time // stamps and ages the kill requests
 }
 
 // ErrCorrupt is returned by Open when SQLite finds the database damaged.
@@ -103,6 +105,9 @@ type Options struct {
 	// bun (bunotel); the process rows' prepared writes have spans of their
 	// own (host/process).
 	Tracing trace.TracerProvider
+	// Now is the clock the store stamps what it dates itself by (the kill
+	// requests; nil: time.Now). Every other time is the caller's.
+	Now func() time.Time
 }
 
 // Open connects to dbURL (empty: SQLite in dataDir) and runs the embedded
@@ -125,7 +130,10 @@ func Open(ctx context.Context, dbURL, dataDir string, opts ...Options) (*Store, 
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{DB: db, local: db.Dialect().Name() == dialect.SQLite}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	s := &Store{DB: db, local: db.Dialect().Name() == dialect.SQLite, now: o.Now}
 	where := redact(dbURL)
 	if dbURL == "" {
 		where = filepath.Join(dataDir, sqliteFile)
