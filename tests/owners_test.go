@@ -176,3 +176,44 @@ func TestNoKeyApprovesItsOwnCall(t *testing.T) {
 		t.Fatalf("the audit: %+v, want the runner's invoke and the program's call as bootstrap's", calls)
 	}
 }
+
+// TestRunnerKeysCannotReachEachOtherOverMCP (issue 22, item 2, over MCP):
+// runner B's MCP tools find runner A's process and session nowhere:
+// wait_process and kill_process on A's pid, run_code and end_session in A's
+// session each fail exactly as for ones that do not exist, and tell nothing
+// of A's output. The control: A's own MCP session reads the process and runs
+// code in the session after B's attempts, and ends it.
+func TestRunnerKeysCannotReachEachOtherOverMCP(t *testing.T) {
+	t.Parallel()
+	h := start(t, "")
+	ka, kb := h.newKey("agent-a", "runner"), h.newKey("agent-b", "runner")
+	a, b := h.withKey(ka.Key), h.withKey(kb.Key)
+	pa := a.run("print('secret of a')", nil)
+	sa := a.newSession(map[string]any{})
+	mb, ma := mcpSession(t, b), mcpSession(t, a)
+	hide := strings.NewReplacer(fmt.Sprint(pa.PID), "ID", "999999", "ID", sa.ID, "ID", "ses_MISSING", "ID")
+	for _, c := range []struct {
+		tool           string
+		theirs, absent map[string]any
+	}{
+		{"wait_process", map[string]any{"pid": pa.PID, "timeoutMs": 100}, map[string]any{"pid": 999999, "timeoutMs": 100}},
+		{"kill_process", map[string]any{"pid": pa.PID}, map[string]any{"pid": 999999}},
+		{"run_code", map[string]any{"code": "print(1)", "session": sa.ID}, map[string]any{"code": "print(1)", "session": "ses_MISSING"}},
+		{"end_session", map[string]any{"session": sa.ID}, map[string]any{"session": "ses_MISSING"}},
+	} {
+		got, want := call(t, mb, c.tool, c.theirs), call(t, mb, c.tool, c.absent)
+		if !got.IsError || !want.IsError || hide.Replace(textOf(got)) != hide.Replace(textOf(want)) || strings.Contains(textOf(got), "secret of a") {
+			t.Errorf("B: %s on A's: error %v %q; on a missing one: error %v %q", c.tool, got.IsError, textOf(got), want.IsError, textOf(want))
+		}
+	}
+	// The control: A reaches both, and B's attempts changed nothing.
+	if r := call(t, ma, "wait_process", map[string]any{"pid": pa.PID, "timeoutMs": 100}); r.IsError || !strings.Contains(textOf(r), "secret of a") {
+		t.Errorf("A: wait_process on its own process: error %v %q", r.IsError, textOf(r))
+	}
+	if r := call(t, ma, "run_code", map[string]any{"code": "print('still here')", "session": sa.ID}); r.IsError || !strings.Contains(textOf(r), "still here") {
+		t.Errorf("A: run_code in its own session: error %v %q", r.IsError, textOf(r))
+	}
+	if r := call(t, ma, "end_session", map[string]any{"session": sa.ID}); r.IsError {
+		t.Errorf("A: end_session of its own session: %q", textOf(r))
+	}
+}
