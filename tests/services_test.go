@@ -35,6 +35,7 @@ type upstream struct {
 
 type recorded struct {
 	Method, Path, Query string
+	URI                 string // as sent, before any decoding
 	Header              http.Header
 	Body                string
 }
@@ -44,7 +45,7 @@ func newUpstream(t *testing.T) *upstream {
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		u.mu.Lock()
-		u.reqs = append(u.reqs, recorded{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Clone(), string(body)})
+		u.reqs = append(u.reqs, recorded{r.Method, r.URL.Path, r.URL.RawQuery, r.RequestURI, r.Header.Clone(), string(body)})
 		u.mu.Unlock()
 		if strings.HasSuffix(r.URL.Path, "/404") {
 			w.WriteHeader(http.StatusNotFound)
@@ -328,4 +329,29 @@ func reverse(s string) string {
 		r[i], r[j] = r[j], r[i]
 	}
 	return string(r)
+}
+
+// TestToolPathDotSegmentsAreEncoded (issue 22: "a tool path parameter of ..
+// reaches the upstream as GET /get/.."): a path parameter of dots only
+// reaches the upstream percent-encoded, from POST /tools/…/invoke and from
+// a program, so no upstream or proxy resolves it to another path than the
+// operation's. The control: dots inside a value, and a plain value, reach
+// it as they are.
+func TestToolPathDotSegmentsAreEncoded(t *testing.T) {
+	t.Parallel()
+	h, up := governed(t, "")
+	for value, want := range map[string]string{"..": "/user/%2E%2E", ".": "/user/%2E", "a..b": "/user/a..b", "x": "/user/x"} {
+		if st, _ := h.do("POST", "/tools/petstore/getUserByName/invoke", map[string]any{"parameters": map[string]any{"username": value}}, nil); st != http.StatusOK {
+			t.Fatalf("invoke with username %q: %d", value, st)
+		}
+		if got := up.last(t).URI; got != want {
+			t.Errorf("invoke: username %q reached the upstream as %s, want %s", value, got, want)
+		}
+		if p := h.run(fmt.Sprintf("cyrnel.services.petstore.getUserByName(username=%q)", value), nil); p.exit() != "success" {
+			t.Fatalf("from code, username %q: %s/%s %s", value, p.exit(), p.reason(), p.Stderr)
+		}
+		if got := up.last(t).URI; got != want {
+			t.Errorf("from code: username %q reached the upstream as %s, want %s", value, got, want)
+		}
+	}
 }
