@@ -48,6 +48,29 @@ func TestSettingPrecedence(t *testing.T) {
 
 // TestParse: help is flag.ErrHelp, a bad flag ErrUsage; flags may follow
 // the arguments.
+// TestInterpreters: serve --python repeats, in order (the first is the
+// default), and when given wins over CYRNEL_PYTHON, a ':'-separated list
+// whose empty entries are dropped (DESIGN §13 "Interpreters").
+func TestInterpreters(t *testing.T) {
+	t.Setenv("CYRNEL_PYTHON", "/opt/py/bin/python3::python3.12:")
+	if got := Interpreters(nil); !slices.Equal(got, []string{"/opt/py/bin/python3", "python3.12"}) {
+		t.Errorf("from CYRNEL_PYTHON: %q", got)
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	var given Strings
+	fs.Var(&given, "python", "")
+	if err := Parse(fs, []string{"--python", "python3", "--python", "/venv/bin/python"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := Interpreters(given); !slices.Equal(got, []string{"python3", "/venv/bin/python"}) {
+		t.Errorf("from --python twice: %q", got)
+	}
+	t.Setenv("CYRNEL_PYTHON", "")
+	if got := Interpreters(nil); len(got) != 0 {
+		t.Errorf("neither: %q, want none (the caller's default)", got)
+	}
+}
+
 func TestParse(t *testing.T) {
 	t.Parallel()
 	newFS := func() (*flag.FlagSet, *string) {
