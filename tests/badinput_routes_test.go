@@ -23,6 +23,7 @@ var sqlText = regexp.MustCompile(`(?i)\bsql|sqlite|postgres|pq: |pgx|\bselect\b.
 type specRoute struct {
 	method, path string
 	params       map[string]string // path parameter → schema type
+	query        []string          // query parameters
 }
 
 // specRoutes reads the server's own OpenAPI document: every operation with
@@ -48,8 +49,11 @@ func specRoutes(t *testing.T, h *host) []specRoute {
 		for method, op := range ops {
 			r := specRoute{method: strings.ToUpper(method), path: path, params: map[string]string{}}
 			for _, p := range op.Parameters {
-				if p.In == "path" {
+				switch p.In {
+				case "path":
 					r.params[p.Name] = p.Schema.Type
+				case "query":
+					r.query = append(r.query, p.Name)
 				}
 			}
 			out = append(out, r)
@@ -112,6 +116,55 @@ func TestOddBytesInPathParametersAreNot5xx(t *testing.T) {
 		if !sqlText.MatchString(old) {
 			t.Errorf("control: the SQL pattern misses %q", old)
 		}
+	}
+}
+
+// TestOddBytesInQueryParametersAreNot5xx: every query parameter of every
+// read in the spec, given NUL, other control bytes and invalid UTF-8,
+// answers 4xx, never a 5xx, and no answer carries the database's words; so
+// does a session's ref with a NUL (a filter or a label the store is asked
+// for, as a path's id is).
+func TestOddBytesInQueryParametersAreNot5xx(t *testing.T) {
+	t.Parallel()
+	h := start(t, "")
+	tried := 0
+	for _, r := range specRoutes(t, h) {
+		if r.method != "GET" {
+			continue
+		}
+		target := r.path
+		for name, typ := range r.params {
+			v := "x"
+			if typ == "integer" {
+				v = "999999"
+			}
+			target = strings.ReplaceAll(target, "{"+name+"}", v)
+		}
+		for _, q := range r.query {
+			for _, odd := range oddBytes {
+				st, body := h.rawRequest("GET", target+"?"+q+"="+odd)
+				tried++
+				if st >= 500 || sqlText.MatchString(body) {
+					t.Errorf("GET %s?%s=%s: %d %s", target, q, odd, st, body)
+				}
+			}
+		}
+	}
+	if tried < 200 {
+		t.Fatalf("control: only %d requests; the spec's query parameters were not read", tried)
+	}
+	var prob problem
+	if st, _ := h.do("POST", "/sessions", map[string]any{"ref": "a\x00b"}, &prob); st != http.StatusUnprocessableEntity || len(prob.Errors) != 1 || prob.Errors[0].Location != "body.ref" {
+		t.Errorf("a session's ref with a NUL: %d %+v, want 422 at body.ref", st, prob)
+	}
+	// Control: the same filters and label, well-formed, are answered.
+	for _, target := range []string{"/tool-calls?serviceId=petstore&toolId=getPetById", "/processes?ref=r", "/tools?q=pet"} {
+		if st, body := h.rawRequest("GET", target); st != http.StatusOK {
+			t.Errorf("control: GET %s: %d %s", target, st, body)
+		}
+	}
+	if st, _ := h.do("POST", "/sessions", map[string]any{"ref": "a b"}, nil); st != http.StatusCreated {
+		t.Errorf("control: a session's plain ref: %d", st)
 	}
 }
 

@@ -73,8 +73,8 @@ type approvalBody struct {
 }
 
 type listToolCallsInput struct {
-	ServiceID string      `query:"serviceId" maxLength:"64" doc:"Only calls of this service."`
-	ToolID    string      `query:"toolId" maxLength:"200" doc:"Only calls of this tool."`
+	ServiceID string      `query:"serviceId" maxLength:"64" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Only calls of this service."`
+	ToolID    string      `query:"toolId" maxLength:"200" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" doc:"Only calls of this tool."`
 	PID       int64       `query:"pid" minimum:"1" doc:"Only calls of this process."`
 	Outcome   callOutcome `query:"outcome" doc:"Only calls that ended so."`
 	Limit     int         `query:"limit" minimum:"1" maximum:"100" default:"20" doc:"Page size."`

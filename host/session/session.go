@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -173,6 +174,9 @@ func (m *Manager) Create(ctx context.Context, in CreateInput) (*store.Session, e
 	}
 	if in.MaxLifetimeMs == 0 {
 		in.MaxLifetimeMs = DefaultMaxLifetimeMs
+	}
+	if strings.ContainsRune(in.Ref, 0) {
+		return nil, &schema.FieldError{Field: "ref", Message: "contains a NUL character"}
 	}
 	for field, v := range map[string]int64{"idleTimeoutMs": in.IdleTimeoutMs, "maxLifetimeMs": in.MaxLifetimeMs} {
 		if v < 1 || v > MaxDurationMs {
