@@ -155,7 +155,10 @@ type Environment interface {
 	Info() Info
 	Setup(ctx context.Context, sc SetupContext) error
 	// Execute runs one process and returns how it ended. Returning an error
-	// counts as failed with the error's message.
+	// counts as failed with the error's message. It returns only after
+	// every call it made on the bindings for this execution has returned
+	// (calls still under way when the program ends are cancelled first), so
+	// what the host records of a call comes before the execution's end.
 	Execute(ctx context.Context, in ExecutionInput) (Result, error)
 	// Kill stops a queued or running execution; its Execute returns canceled
 	// shortly after. An unknown eid is not an error.

@@ -38,7 +38,9 @@ type FileSink interface {
 // the host) runs executions in it and closes it.
 type Session interface {
 	// Execute runs one program; clean says the runtime may serve again
-	// (when false the interpreter is spent and must be closed).
+	// (when false the interpreter is spent and must be closed). As
+	// Environment.Execute, it returns after the execution's calls on the
+	// bindings have.
 	Execute(ctx context.Context, in ExecutionInput) (res Result, clean bool)
 	// The files of the session's workspace, between executions.
 	SessionFiles

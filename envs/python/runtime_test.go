@@ -236,3 +236,49 @@ print(got.get("direct"), got.get("sent"), got.get("fork"), got.get("direct later
 			"to go over fds 3 and 4, then the pending and the later call of other threads to fail with code disconnected", got)
 	}
 }
+
+// lateCallBindings serve t.slow until the execution's context ends, then
+// take a while to record that (as the host's gate expires an approval and
+// audits the call), and t.ping once t.slow is under way.
+type lateCallBindings struct {
+	*envtest.Recorder
+	entered  chan struct{}
+	returned atomic.Bool
+}
+
+func (l *lateCallBindings) InvokeTool(ctx context.Context, in module.InvokeInput) (any, error) {
+	switch in.ToolID {
+	case "slow":
+		close(l.entered)
+		<-ctx.Done()
+		time.Sleep(50 * time.Millisecond) // the bookkeeping of a cancelled call, not synchronisation
+		l.returned.Store(true)
+		return nil, ctx.Err()
+	case "ping":
+		<-l.entered
+		return "pong", nil
+	}
+	return l.Recorder.InvokeTool(ctx, in)
+}
+
+// An execution's result comes after every call it made on its bindings has
+// returned: a call a thread of the program left under way is cancelled when
+// the program ends, and the environment waits for it, so what the host
+// records of that call is recorded before the execution's end.
+func TestExecutionEndsAfterItsCalls(t *testing.T) {
+	t.Parallel()
+	rec := envtest.NewRecorder()
+	rec.Tools["t.slow"] = func(map[string]any) (any, error) { return nil, nil }
+	rec.Tools["t.ping"] = func(map[string]any) (any, error) { return nil, nil }
+	b := &lateCallBindings{Recorder: rec, entered: make(chan struct{})}
+	res, r := runProgram(t, b, rec, `
+import threading
+threading.Thread(target=cyrnel.services.t.slow, daemon=True).start()
+print(cyrnel.services.t.ping())`)
+	if res.Exit != module.ExitSuccess || strings.TrimSpace(string(r.Stdout)) != "pong" {
+		t.Fatalf("%+v %q %q", res, r.Stdout, r.Stderr)
+	}
+	if !b.returned.Load() {
+		t.Fatal("the execution ended while a call on its bindings was still under way")
+	}
+}

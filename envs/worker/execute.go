@@ -121,7 +121,8 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (modul
 	timer := newDeadline(timeout)
 	defer timer.stop()
 	frames := frameLimit(req.OutputLimit)
-	e := &execution{eid: in.EID, b: b, ctx: module.WithPause(ctx, timer.pause), limit: req.OutputLimit, stubs: req.Stubs,
+	callsCtx, cancelCalls := context.WithCancel(ctx)
+	e := &execution{eid: in.EID, b: b, ctx: module.WithPause(callsCtx, timer.pause), cancel: cancelCalls, limit: req.OutputLimit, stubs: req.Stubs,
 		budget: semaphore.NewWeighted(frames), budgetSize: frames}
 	w.cur.Store(e)
 	defer w.cur.Store(nil)
@@ -166,6 +167,7 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (modul
 		w.h.Kill()
 		w.drain()
 	}
+	e.end()
 	// A worker a resource limit had already ended reports that limit,
 	// whichever of timeout or kill the host saw first.
 	if out.res.Exit == module.ExitTimeout || out.res.Exit == module.ExitCanceled {

@@ -61,11 +61,17 @@ type Worker struct {
 const warmupTail = 4 << 10
 
 type execution struct {
-	eid   int64
-	b     module.Bindings
-	ctx   context.Context // tool calls end with the execution
-	limit int64
-	stubs ToolStubs
+	eid int64
+	b   module.Bindings
+	ctx context.Context // tool calls end with the execution
+	// cancel ends ctx; calls counts the host's calls on the execution's
+	// bindings under way, which end() waits for once ended is set.
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	ended  bool
+	calls  sync.WaitGroup
+	limit  int64
+	stubs  ToolStubs
 	// budget holds the bytes of the params of the requests being served
 	// (at most budgetSize, the execution's limit on one message).
 	budget     *semaphore.Weighted
@@ -73,6 +79,28 @@ type execution struct {
 	written    [2]atomic.Int64
 	overLimit  atomic.Bool
 	overWhich  atomic.Int32
+}
+
+// enter counts a call on the execution's bindings, unless it has ended.
+func (e *execution) enter() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ended {
+		return false
+	}
+	e.calls.Add(1)
+	return true
+}
+
+// end cancels the calls still under way and waits until each has returned
+// from the bindings: what a call records (its audit, an approval it
+// expired) is recorded before the execution's result is.
+func (e *execution) end() {
+	e.mu.Lock()
+	e.ended = true
+	e.mu.Unlock()
+	e.cancel()
+	e.calls.Wait()
 }
 
 // Start launches a worker; ctx bounds the launch.
@@ -409,11 +437,14 @@ const maxCalls = 64
 
 func (w *Worker) serve(conn *jsonrpc2.Conn, req *jsonrpc2.Request, params json.RawMessage, e *execution) {
 	ctx := context.Background()
-	if e == nil {
+	if e == nil || !e.enter() {
 		_ = conn.ReplyWithError(ctx, req.ID, &jsonrpc2.Error{Code: jsonrpc2.CodeInvalidRequest, Message: "no execution in progress"})
 		return
 	}
+	// Counted until the bindings return, not while the answer is written:
+	// a program that stops reading must not hold its execution's end.
 	result, err := w.call(e, req.Method, params)
+	e.calls.Done()
 	if err != nil {
 		var rpcErr *jsonrpc2.Error
 		if !errors.As(err, &rpcErr) {
