@@ -1,8 +1,10 @@
 """JSON-RPC 2.0 over the protocol pipes (fd 3: from the host, fd 4: to it)
 and the main thread's own pair (fd 5: answers, fd 6: its calls).
 
-One reader thread owns fd 3: responses wake the caller waiting on them,
-requests from the host go to the main thread's queue. Writes are serialised
+One reader thread owns fd 3 once started (by a session, or by the first
+call answered there): responses wake the caller waiting on them, requests
+from the host go to the main thread's queue. Before that, the main thread
+reads its requests itself. Writes are serialised
 by a lock so messages never interleave. When fd 3 reaches end-of-file every
 pending call fails, and so does every later one: nothing can answer them.
 
@@ -186,10 +188,53 @@ class Connection:
         # program: the main thread is busy running it, so the queue would
         # only be read after the program ends.
         self.on_cancel: Callable[[Any], None] | None = None
-        self._thread = threading.Thread(target=self._read_loop, name="cyrnel-rpc", daemon=True)
+        # The reader thread starts when something needs it (a session, a
+        # call answered on fd 3): until then the main thread reads its
+        # requests itself, which spares a one-shot interpreter a thread and
+        # a hand-off per request (docs/protocol.md).
+        self._thread: threading.Thread | None = None
+        self._main_reading = False  # the main thread is reading fd 3 itself
+        self._start_lock = threading.Lock()
 
     def start(self) -> None:
-        self._thread.start()
+        """Start the reader thread, once. A call made while the main thread
+        reads fd 3 itself (a program's thread left running after its
+        one-shot execution answered) cannot be answered."""
+        with self._start_lock:
+            if self._thread is not None:
+                return
+            if self._main_reading:
+                raise _disconnected()
+            self._thread = threading.Thread(target=self._read_loop, name="cyrnel-rpc", daemon=True)
+            self._thread.start()
+
+    def next_request(self) -> dict[str, Any] | None:
+        """The host's next request, or None once fd 3 has ended: from the
+        reader thread's queue once it runs, else read on this thread."""
+        with self._start_lock:
+            direct = self._thread is None
+            self._main_reading = direct
+        if not direct:
+            return self.requests.get()
+        try:
+            for line in self._reader:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                # No call is pending while nothing else reads (a call starts
+                # the reader) and a one-shot program is never cancelled: only
+                # a request matters.
+                if isinstance(msg, dict) and "method" in msg and "id" in msg:
+                    return msg
+        except (OSError, ValueError):
+            pass  # fd 3 closed under the reader (by the program): the same as end-of-file
+        finally:
+            with self._start_lock:
+                self._main_reading = False
+        with self._id_lock:
+            self._closed = True
+        return None
 
     def _send(self, msg: dict[str, Any]) -> None:
         data = _encode(msg)
@@ -208,6 +253,7 @@ class Connection:
         self._send(msg)
 
     def _register(self, pending: _Pending) -> int:
+        self.start()  # the answer arrives on fd 3
         with self._id_lock:
             if self._closed:
                 raise _disconnected()

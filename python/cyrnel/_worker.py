@@ -326,12 +326,12 @@ def serve(session: bool = False) -> None:
     os.chdir("workspace")
     if session:
         _serve_session(conn)
+        conn.start()  # a cancel must reach a running program
     else:
         _prefault()
-    conn.start()
     conn.notify("ready", {"pid": os.getpid()})
     while True:
-        msg = conn.requests.get()
+        msg = conn.next_request()
         if msg is None:
             return
         method, req_id = msg.get("method"), msg.get("id")
