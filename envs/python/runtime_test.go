@@ -282,3 +282,28 @@ print(cyrnel.services.t.ping())`)
 		t.Fatal("the execution ended while a call on its bindings was still under way")
 	}
 }
+
+// TestOneShotReaderStartsOnDemand guards the lazy reader thread
+// (docs/protocol.md): a one-shot program runs on the only thread until a
+// call answered on fd 3 needs the reader, and that call is still answered.
+func TestOneShotReaderStartsOnDemand(t *testing.T) {
+	t.Parallel()
+	rec := envtest.NewRecorder()
+	rec.Tools["t.echo"] = func(in map[string]any) (any, error) { return in, nil }
+	res, r := runProgram(t, rec, rec, `
+import threading
+before = sorted(t.name for t in threading.enumerate())
+direct = cyrnel.services.t.echo(via="fd 6")
+still = sorted(t.name for t in threading.enumerate())
+answered = await cyrnel.services.t.echo.aio(via="fd 3")
+after = sorted(t.name for t in threading.enumerate())
+cyrnel.output({"before": before, "still": still, "after": after, "direct": direct, "answered": answered})`)
+	if res.Exit != module.ExitSuccess {
+		t.Fatalf("%+v %q", res, r.Stderr)
+	}
+	got, _ := json.Marshal(r.Output)
+	want := `{"after":["MainThread","cyrnel-rpc"],"answered":{"via":"fd 3"},"before":["MainThread"],"direct":{"via":"fd 6"},"still":["MainThread"]}`
+	if string(got) != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
