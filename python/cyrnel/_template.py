@@ -133,23 +133,54 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def _landlock(ll: dict[str, int], read_paths: list[str], write_paths: list[str]) -> None:
+# The Landlock rules every child of this template shares, prepared once by
+# main(): (an O_PATH descriptor, its access) for each read path and device.
+# A rule names an inode, so only the child's own mounts (/proc, /tmp,
+# /dev/shm) are opened in the child.
+_shared_rules: list[tuple[int, int]] = []
+
+
+def _prepare_rules(ll: dict[str, int], read_paths: list[str]) -> list[tuple[int, int]]:
+    """Open the read paths (a path below another is covered by its rule)
+    and the devices once, clear of the fds a child's program takes."""
+    kept = [p for p in read_paths if not any(p.startswith(q.rstrip("/") + "/") for q in read_paths if q != p)]
+    rules = [(p, ll["readDir"], ll["readFile"]) for p in kept]
+    rules += [("/dev/null", 0, ll["rwFile"]), ("/dev/zero", 0, ll["rwFile"]), ("/dev/full", 0, ll["rwFile"])]
+    rules += [("/dev/random", 0, ll["readFile"]), ("/dev/urandom", 0, ll["readFile"])]
+    prepared = []
+    for path, dir_access, file_access in rules:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD)
+        os.close(fd)
+        prepared.append((high, dir_access if os.path.isdir(path) else file_access))
+    return prepared
+
+
+def _add_rule(ruleset: int, fd: int, access: int) -> None:
+    rule = _PathBeneath(access, fd)
+    _check(_libc.syscall(_NR_LANDLOCK_ADD_RULE, ruleset, 1, ctypes.byref(rule), 0), "landlock rule")
+
+
+def _landlock_ruleset(ll: dict[str, int]) -> int:
+    """A ruleset with the template's shared rules, to which the child adds
+    its own mounts' (_landlock_restrict)."""
     abi = ll["abi"]
     # The attribute grew with the ABI: net rights in 4, scopes in 6.
     size = 8 if abi < 4 else 16 if abi < 6 else 24
     attr = _RulesetAttr(ll["fs"], ll["net"], ll["scoped"])
     ruleset = _check(_libc.syscall(_NR_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0), "landlock ruleset")
+    for fd, access in _shared_rules:
+        _add_rule(ruleset, fd, access)
+    return ruleset
+
+
+def _landlock_restrict(ruleset: int, ll: dict[str, int]) -> None:
+    """Add the child's own mounts to its ruleset and enforce it."""
     try:
-        rules = [(p, ll["readDir"], ll["readFile"]) for p in read_paths]
-        rules += [(p, ll["rwDir"], ll["rwFile"]) for p in write_paths]
-        rules += [("/dev/null", 0, ll["rwFile"]), ("/dev/zero", 0, ll["rwFile"]), ("/dev/full", 0, ll["rwFile"])]
-        rules += [("/dev/random", 0, ll["readFile"]), ("/dev/urandom", 0, ll["readFile"])]
-        for path, dir_access, file_access in rules:
+        for path, access in (("/proc", ll["readDir"]), ("/tmp", ll["rwDir"]), ("/dev/shm", ll["rwDir"])):
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             try:
-                access = dir_access if os.path.isdir(path) else file_access
-                rule = _PathBeneath(access, fd)
-                _check(_libc.syscall(_NR_LANDLOCK_ADD_RULE, ruleset, 1, ctypes.byref(rule), 0), f"landlock rule {path}")
+                _add_rule(ruleset, fd, access)
             finally:
                 os.close(fd)
         _check(_libc.syscall(_NR_LANDLOCK_RESTRICT_SELF, ruleset, 0), "landlock restrict")
@@ -190,7 +221,18 @@ def _program(cfg: dict[str, Any], status: int, fds: list[int], session: bool) ->
         os.dup2(fd, target)
     status_fd = len(fds) + 1
     os.dup2(status, status_fd)
-    os.closerange(status_fd + 1, 1 << 20)  # one close_range(2) call
+    ll, ruleset = cfg["landlock"], -1
+    try:
+        if ll["abi"]:
+            # Built while the shared rules' descriptors are still open.
+            made, ruleset = _landlock_ruleset(ll), status_fd + 1
+            if made != ruleset:
+                os.dup2(made, ruleset)
+                os.close(made)
+    except Exception as e:  # noqa: BLE001 - whatever failed, the child must not run
+        os.write(status_fd, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
+        os._exit(125)
+    os.closerange(max(status_fd, ruleset) + 1, 1 << 20)  # one close_range(2) call
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         # Only the processes: no /proc/sys, kallsyms or other system files
@@ -211,8 +253,8 @@ def _program(cfg: dict[str, Any], status: int, fds: list[int], session: bool) ->
         _lower_rlimit(resource.RLIMIT_CORE, 0, 0)
         _drop_capabilities()
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
-        if cfg["landlock"]["abi"]:
-            _landlock(cfg["landlock"], cfg["readPaths"] + ["/proc"], ["/tmp", "/dev/shm"])
+        if ruleset >= 0:
+            _landlock_restrict(ruleset, ll)
         _seccomp(cfg["seccomp"])
     except Exception as e:  # noqa: BLE001 - whatever failed, the child must not run
         os.write(status_fd, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
@@ -450,6 +492,12 @@ def main(preload: list[str]) -> int:
     ctl = socket.socket(fileno=3)
     cfg = json.loads(ctl.recv(1 << 20))
     cfg["seccomp"] = [base64.b64decode(p) for p in cfg["seccomp"]]
+    if cfg["landlock"]["abi"]:
+        try:
+            _shared_rules.extend(_prepare_rules(cfg["landlock"], cfg["readPaths"]))
+        except OSError as e:
+            ctl.send(json.dumps({"error": f"template landlock rules: {e}"}).encode())
+            return 1
     own_filter = [base64.b64decode(p) for p in cfg.pop("templateSeccomp")]
     # warm() names a failing preload module on stderr (the host maps that
     # line to the config field): keep it for the answer.
