@@ -6,8 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -133,13 +137,55 @@ type side struct {
 	pid int
 }
 
-// block runs n executions from c clients and returns their rate, their
-// latencies, and the CPU the side's process and its descendants used.
-func (sd side) block(b *testing.B, n, c int) (float64, []time.Duration, time.Duration, time.Duration) {
+// blockStats is what one block measured: its rate, its latencies, and the
+// CPU and context switches of the side's process and of its descendants.
+type blockStats struct {
+	rate            float64
+	lat             []time.Duration
+	self, below     time.Duration
+	selfCS, belowCS int64
+}
+
+// block runs n executions from c clients.
+func (sd side) block(b *testing.B, n, c int) blockStats {
 	self0, below0 := cpuOf(b, sd.pid)
+	cs0, bcs0 := switchesOf(sd.pid)
 	rate, lat := clients(n, c, sd.run)
 	self1, below1 := cpuOf(b, sd.pid)
-	return rate, lat, self1 - self0, below1 - below0
+	cs1, bcs1 := switchesOf(sd.pid)
+	return blockStats{rate: rate, lat: lat, self: self1 - self0, below: below1 - below0, selfCS: cs1 - cs0, belowCS: bcs1 - bcs0}
+}
+
+// switchesOf counts the context switches (voluntary and not) of pid's
+// threads and of its descendants': each is a thread put to sleep or
+// preempted, the hand-offs the CPU figures do not show. A thread that ended
+// takes its count with it; Go's threads seldom end.
+func switchesOf(pid int) (self, below int64) {
+	self = taskSwitches(pid)
+	for _, c := range childPids(pid) {
+		s, b := switchesOf(c)
+		below += s + b
+	}
+	return self, below
+}
+
+// taskSwitches sums the context switches of every thread of pid.
+func taskSwitches(pid int) int64 {
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	var n int64
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended
+		}
+		for line := range strings.SplitSeq(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
 }
 
 // BenchmarkTypeScriptVsNode: TypeScript `1+1` through the HTTP API (every
@@ -148,8 +194,9 @@ func (sd side) block(b *testing.B, n, c int) (float64, []time.Duration, time.Dur
 // 1 and 8 clients. The two alternate in blocks of 300 executions (the first
 // of each pair alternating too), 9 pairs per client count, so both see the
 // same machine; it reports the medians of the blocks' rates, the median of
-// each pair's ratio, and the CPU per execution of the cyrnel server, of its
-// workers (with their sandbox inits), and of Node. Run with -benchtime 1x.
+// each pair's ratio, and the CPU and context switches per execution of the
+// cyrnel server, of its workers (with their sandbox inits), and of Node. Run
+// with -benchtime 1x.
 func BenchmarkTypeScriptVsNode(b *testing.B) {
 	const code, block, pairs = "1+1", 300, 9
 	h := start(b, "")
@@ -165,6 +212,7 @@ func BenchmarkTypeScriptVsNode(b *testing.B) {
 	}}
 	nd := side{pid: node.cmd.Process.Pid, run: func() { node.run(b, code) }}
 	us := func(d time.Duration, n int) float64 { return float64(d.Microseconds()) / float64(n) }
+	per := func(n int64) float64 { return float64(n) / float64(block*pairs) }
 	for range b.N {
 		for _, c := range []int{1, 8} {
 			// Warm: the pool grows to the concurrency, and V8 compiles the
@@ -175,20 +223,19 @@ func BenchmarkTypeScriptVsNode(b *testing.B) {
 			var tsRate, ndRate, ratio []float64
 			var tsLat, ndLat []time.Duration
 			var server, workers, nodeCPU time.Duration
+			var serverCS, workersCS, nodeCS int64
 			for i := range pairs {
-				var t, n float64
-				var tl, nl []time.Duration
-				var sv, wk, nc time.Duration
+				var t, n blockStats
 				if i%2 == 0 {
-					t, tl, sv, wk = ts.block(b, block, c)
-					n, nl, nc, _ = nd.block(b, block, c)
+					t, n = ts.block(b, block, c), nd.block(b, block, c)
 				} else {
-					n, nl, nc, _ = nd.block(b, block, c)
-					t, tl, sv, wk = ts.block(b, block, c)
+					n = nd.block(b, block, c)
+					t = ts.block(b, block, c)
 				}
-				tsRate, ndRate, ratio = append(tsRate, t), append(ndRate, n), append(ratio, t/n)
-				tsLat, ndLat = append(tsLat, tl...), append(ndLat, nl...)
-				server, workers, nodeCPU = server+sv, workers+wk, nodeCPU+nc
+				tsRate, ndRate, ratio = append(tsRate, t.rate), append(ndRate, n.rate), append(ratio, t.rate/n.rate)
+				tsLat, ndLat = append(tsLat, t.lat...), append(ndLat, n.lat...)
+				server, workers, nodeCPU = server+t.self, workers+t.below, nodeCPU+n.self
+				serverCS, workersCS, nodeCS = serverCS+t.selfCS, workersCS+t.belowCS, nodeCS+n.selfCS
 			}
 			b.ReportMetric(medianOf(tsRate), fmt.Sprintf("ts-%dclient-exec/s", c))
 			b.ReportMetric(medianOf(ndRate), fmt.Sprintf("node-%dclient-exec/s", c))
@@ -199,9 +246,13 @@ func BenchmarkTypeScriptVsNode(b *testing.B) {
 				b.ReportMetric(us(server, block*pairs), "ts-server-cpu-us/exec")
 				b.ReportMetric(us(workers, block*pairs), "ts-workers-cpu-us/exec")
 				b.ReportMetric(us(nodeCPU, block*pairs), "node-cpu-us/exec")
+				b.ReportMetric(per(serverCS), "ts-server-cs/exec")
+				b.ReportMetric(per(workersCS), "ts-workers-cs/exec")
+				b.ReportMetric(per(nodeCS), "node-cs/exec")
 			}
-			b.Logf("%d client(s): TypeScript %.0f/s (blocks %.0f), Node vm %.0f/s (blocks %.0f), ratios %.2f; CPU per execution: server %.0f µs, workers %.0f µs, Node %.0f µs",
-				c, medianOf(tsRate), tsRate, medianOf(ndRate), ndRate, ratio, us(server, block*pairs), us(workers, block*pairs), us(nodeCPU, block*pairs))
+			b.Logf("%d client(s): TypeScript %.0f/s (blocks %.0f), Node vm %.0f/s (blocks %.0f), ratios %.2f; per execution: CPU server %.0f µs, workers %.0f µs, Node %.0f µs; context switches server %.1f, workers %.1f, Node %.1f",
+				c, medianOf(tsRate), tsRate, medianOf(ndRate), ndRate, ratio, us(server, block*pairs), us(workers, block*pairs), us(nodeCPU, block*pairs),
+				per(serverCS), per(workersCS), per(nodeCS))
 		}
 	}
 }
