@@ -13,8 +13,7 @@ import (
 )
 
 // approvalOf runs code whose calls need approval and returns the pid and
-// the first approval, read from the process's event stream (live, or in its
-// replay), once the process is suspended.
+// the first approval (suspendedOn).
 func approvalOf(t *testing.T, h *host, code string, timeoutMs int) (int64, approvalView) {
 	t.Helper()
 	var p proc
@@ -23,9 +22,16 @@ func approvalOf(t *testing.T, h *host, code string, timeoutMs int) (int64, appro
 		body["timeoutMs"] = timeoutMs
 	}
 	h.do("POST", "/processes", body, &p)
+	return p.PID, suspendedOn(t, h, p.PID)
+}
+
+// suspendedOn returns the first approval process pid asks for, read from
+// its event stream (live, or in its replay), once the process is suspended.
+func suspendedOn(t *testing.T, h *host, pid int64) approvalView {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/processes/%d/events", h.base, p.PID), nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/processes/%d/events", h.base, pid), nil)
 	if h.key != "" {
 		req.Header.Set("Authorization", "Bearer "+h.key)
 	}
@@ -60,14 +66,14 @@ func approvalOf(t *testing.T, h *host, code string, timeoutMs int) (int64, appro
 		case "state":
 			suspended = suspended || strings.Contains(data, `"suspended"`)
 		case "exit":
-			t.Fatalf("process %d ended before asking for an approval: %s", p.PID, data)
+			t.Fatalf("process %d ended before asking for an approval: %s", pid, data)
 		}
 		if a.ID != "" && suspended {
-			return p.PID, a
+			return a
 		}
 	}
-	t.Fatalf("process %d: no approval (%v)", p.PID, sc.Err())
-	return 0, a
+	t.Fatalf("process %d: no approval (%v)", pid, sc.Err())
+	return a
 }
 
 // reviewer is the host seen through a new approver key: the programs of

@@ -132,26 +132,10 @@ func TestTraceThroughToolCall(t *testing.T) {
 	}
 
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-	body, _ := json.Marshal(map[string]any{"code": "cyrnel.output({'r': cyrnel.services.petstore.getPetById(petId=7)})", "waitMs": 60000})
-	req, err := http.NewRequest(http.MethodPost, h.base+"/processes", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+h.key)
-	req.Header.Set("traceparent", "00-"+traceID+"-"+parentID+"-01")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p struct {
-		proc
-		TraceID string `json:"traceId"`
-	}
-	json.NewDecoder(resp.Body).Decode(&p)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated || p.exit() != "success" {
-		t.Fatalf("run: %d %+v", resp.StatusCode, p)
+	st, p := postTraced(t, h, map[string]any{"code": "cyrnel.output({'r': cyrnel.services.petstore.getPetById(petId=7)})", "waitMs": 60000},
+		"00-"+traceID+"-"+parentID+"-01")
+	if st != http.StatusCreated || p.exit() != "success" {
+		t.Fatalf("run: %d %+v", st, p)
 	}
 	if p.TraceID != traceID {
 		t.Errorf("process traceId %q, want the caller's %s", p.TraceID, traceID)
@@ -168,25 +152,26 @@ func TestTraceThroughToolCall(t *testing.T) {
 	}
 
 	id, _ := hex.DecodeString(traceID)
-	spans := rcv.waitSpans(t, id, "POST /processes", "execution", "execution.queue", "execution.run",
+	spans := rcv.waitSpans(t, id, "POST /processes", "execution", "execution.queue", "execution.start", "execution.run",
 		"db.process.insert", "db.process.finish", "tool.call", "HTTP GET")
-	one := func(name string) *tracepb.Span {
-		if n := len(spans[name]); n != 1 {
-			t.Fatalf("%d spans %q, want 1", n, name)
-		}
-		return spans[name][0]
-	}
+	one := func(name string) *tracepb.Span { return onlySpan(t, spans, name) }
 	request, execution, call, client := one("POST /processes"), one("execution"), one("tool.call"), one("HTTP GET")
 	if hex.EncodeToString(request.ParentSpanId) != parentID || request.Kind != tracepb.Span_SPAN_KIND_SERVER {
 		t.Errorf("request span: parent %x kind %v, want the caller's %s, server", request.ParentSpanId, request.Kind, parentID)
 	}
 	for child, parent := range map[string]*tracepb.Span{
-		"execution": request, "execution.queue": execution, "execution.run": execution, "db.process.insert": execution,
+		"execution": request, "execution.queue": execution, "execution.start": execution, "execution.run": execution, "db.process.insert": execution,
 		"db.process.finish": execution, "tool.call": execution, "HTTP GET": call,
 	} {
 		if s := one(child); !bytes.Equal(s.ParentSpanId, parent.SpanId) {
 			t.Errorf("%s: parent %x, want %s (%x)", child, s.ParentSpanId, parent.Name, parent.SpanId)
 		}
+	}
+	// Taking (or forking) the worker is part of the queue wait, before the run.
+	if queue, started, run := one("execution.queue"), one("execution.start"), one("execution.run"); started.StartTimeUnixNano < queue.StartTimeUnixNano ||
+		started.EndTimeUnixNano > queue.EndTimeUnixNano || started.EndTimeUnixNano > run.StartTimeUnixNano {
+		t.Errorf("execution.start %d–%d is not within execution.queue %d–%d before execution.run %d", started.StartTimeUnixNano, started.EndTimeUnixNano,
+			queue.StartTimeUnixNano, queue.EndTimeUnixNano, run.StartTimeUnixNano)
 	}
 	// The upstream's traceparent names the client span as its parent.
 	if parts := strings.Split(sent, "-"); parts[2] != hex.EncodeToString(client.SpanId) {
@@ -194,6 +179,95 @@ func TestTraceThroughToolCall(t *testing.T) {
 	}
 	if client.Kind != tracepb.Span_SPAN_KIND_CLIENT {
 		t.Errorf("upstream call span kind %v, want client", client.Kind)
+	}
+}
+
+// tracedProc is a process as POST /processes answers, with its trace.
+type tracedProc struct {
+	proc
+	TraceID string `json:"traceId"`
+}
+
+// postTraced is POST /processes with a traceparent header.
+func postTraced(t *testing.T, h *host, body map[string]any, traceparent string) (int, tracedProc) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequest(http.MethodPost, h.base+"/processes", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	req.Header.Set("traceparent", traceparent)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p tracedProc
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		t.Fatalf("POST /processes: %d: %v", resp.StatusCode, err)
+	}
+	return resp.StatusCode, p
+}
+
+// onlySpan is the one span named name.
+func onlySpan(t *testing.T, spans map[string][]*tracepb.Span, name string) *tracepb.Span {
+	t.Helper()
+	if n := len(spans[name]); n != 1 {
+		t.Fatalf("%d spans %q, want 1", n, name)
+	}
+	return spans[name][0]
+}
+
+// attr is the string attribute key of span s ("" without one).
+func attr(s *tracepb.Span, key string) string {
+	for _, kv := range s.Attributes {
+		if kv.Key == key {
+			return kv.Value.GetStringValue()
+		}
+	}
+	return ""
+}
+
+// TestTraceOfAnApprovalWait: a program's tool call that waits on a human
+// shows the wait as approval.wait, a child of the call's span, naming the
+// approval and its decision; the upstream request, made once approved,
+// follows the wait in the same trace, which the upstream receives.
+func TestTraceOfAnApprovalWait(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t)
+	h, up := governed(t, "", "OTEL_EXPORTER_OTLP_ENDPOINT="+rcv.URL, "OTEL_BSP_SCHEDULE_DELAY=50")
+	setPolicies(t, h, "allow", [2]string{"petstore.getPetById", "ask"})
+	const traceID = "6bf92f3577b34da6a3ce929d0e0e4738"
+	st, p := postTraced(t, h, map[string]any{"code": "cyrnel.output({'r': cyrnel.services.petstore.getPetById(petId=7)})"},
+		"00-"+traceID+"-00f067aa0ba902b9-01")
+	if st != http.StatusCreated {
+		t.Fatalf("start: %d %+v", st, p)
+	}
+	a := suspendedOn(t, h, p.PID)
+	if st, _ := reviewer(h).do("POST", "/approvals/"+a.ID+"/approve", nil, nil); st != http.StatusOK {
+		t.Fatalf("approve: %d", st)
+	}
+	if p := h.wait(p.PID); p.exit() != "success" {
+		t.Fatalf("approved process: %+v", p)
+	}
+	if parts := strings.Split(up.last(t).Header.Get("traceparent"), "-"); len(parts) != 4 || parts[1] != traceID {
+		t.Errorf("upstream got traceparent %v, want trace %s", parts, traceID)
+	}
+	id, _ := hex.DecodeString(traceID)
+	spans := rcv.waitSpans(t, id, "execution", "tool.call", "approval.wait", "HTTP GET")
+	execution, call := onlySpan(t, spans, "execution"), onlySpan(t, spans, "tool.call")
+	wait, client := onlySpan(t, spans, "approval.wait"), onlySpan(t, spans, "HTTP GET")
+	if !bytes.Equal(call.ParentSpanId, execution.SpanId) || !bytes.Equal(wait.ParentSpanId, call.SpanId) || !bytes.Equal(client.ParentSpanId, call.SpanId) {
+		t.Errorf("parents: tool.call %x (execution %x), approval.wait %x and HTTP GET %x (tool.call %x)",
+			call.ParentSpanId, execution.SpanId, wait.ParentSpanId, client.ParentSpanId, call.SpanId)
+	}
+	if attr(wait, "cyrnel.approval") != a.ID || attr(wait, "cyrnel.approval_state") != "approved" {
+		t.Errorf("approval.wait attributes %v, want approval %s approved", wait.Attributes, a.ID)
+	}
+	if wait.EndTimeUnixNano > client.StartTimeUnixNano {
+		t.Errorf("the upstream request began before the approval wait ended")
 	}
 }
 

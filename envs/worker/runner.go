@@ -8,6 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cyrnel/cyrnel/envs/module"
 )
 
@@ -128,7 +131,7 @@ func (r *Runner) Execute(ctx context.Context, b module.Bindings, in module.Execu
 		r.count(-1)
 		<-r.slots
 	}()
-	w, err := r.pool.Get(ctx)
+	w, err := r.worker(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return canceled, nil
@@ -150,6 +153,23 @@ func (r *Runner) Execute(ctx context.Context, b module.Bindings, in module.Execu
 	})
 	return res, nil
 }
+
+// worker takes a warm worker from the pool, or waits while one is forked
+// or spawned, as the span execution.start of the execution's trace: the
+// tracer is the one of the span ctx carries (the host's, or a no-op one
+// when it does not trace), so the environment needs no tracing of its own.
+func (r *Runner) worker(ctx context.Context) (*Worker, error) {
+	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer(tracerName).Start(ctx, "execution.start")
+	defer span.End()
+	w, err := r.pool.Get(ctx)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return w, err
+}
+
+// tracerName is the instrumentation scope of the environments' spans.
+const tracerName = "github.com/cyrnel/cyrnel/envs/worker"
 
 func (r *Runner) count(d int) {
 	r.mu.Lock()
