@@ -16,6 +16,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // noPrometheus names why Debian's prometheus package (the server and
@@ -296,4 +300,154 @@ func TestScaleOutMetrics(t *testing.T) {
 	a.cmd.Process.Signal(syscall.SIGKILL)
 	<-a.exited
 	until("one host alive after a is killed", 2*ttl+2*time.Second, func() bool { return value("cyrnel_hosts_alive") == "1" })
+}
+
+// TestMetricsFamilies: a running host exposes every family of DESIGN §13
+// and docs/operating.md with the values of what the test did: executions by
+// environment, exit state and reason with their duration and queue wait
+// (buckets from 1 ms to 30 s), live executions, warm workers and template
+// restarts, sessions by state, tool calls by service, tool and outcome with
+// their duration, approvals pending, HTTP requests by route template, the
+// process-row writer's batches, and the Go and process collectors.
+func TestMetricsFamilies(t *testing.T) {
+	t.Parallel()
+	h, _ := governed(t, "")
+	setPolicies(t, h, "allow", [2]string{"petstore.getPetById", "ask"})
+	if p := h.run("cyrnel.services.petstore.findPetsByStatus(status='available')", nil); p.exit() != "success" {
+		t.Fatalf("tool call from code: %+v", p)
+	}
+	h.newSession(map[string]any{})
+	pid, a := approvalOf(t, h, "cyrnel.services.petstore.getPetById(petId=1)", 0)
+	h.do("GET", "/processes/999999", nil, nil) // 404
+
+	m := gather(t, h)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"cyrnel_executions_total", map[string]string{"environment": "python", "exit_state": "success", "reason": "completed"}, 1},
+		{"cyrnel_executions", map[string]string{"state": "suspended"}, 1},
+		{"cyrnel_template_restarts_total", map[string]string{"environment": "python"}, 0},
+		{"cyrnel_sessions", map[string]string{"state": "ready"}, 1},
+		{"cyrnel_tool_calls_total", map[string]string{"service": "petstore", "tool": "findPetsByStatus", "outcome": "success"}, 1},
+		{"cyrnel_approvals_pending", nil, 1},
+		{"cyrnel_http_requests_total", map[string]string{"route": "/processes/{pid}", "code": "404"}, 1},
+	} {
+		if got := m.value(c.name, c.labels); got != c.want {
+			t.Errorf("%s %v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"cyrnel_execution_duration_seconds", map[string]string{"environment": "python"}},
+		{"cyrnel_execution_queue_seconds", map[string]string{"environment": "python"}},
+		{"cyrnel_tool_call_duration_seconds", map[string]string{"service": "petstore", "tool": "findPetsByStatus"}},
+	} {
+		hist := m.histogram(c.name, c.labels)
+		if hist.GetSampleCount() != 1 {
+			t.Errorf("%s %v: %d samples, want 1", c.name, c.labels, hist.GetSampleCount())
+		}
+		// The executions' buckets tell a 1 ms fork from a 30 s program.
+		if b := hist.GetBucket(); strings.HasPrefix(c.name, "cyrnel_execution") &&
+			(len(b) == 0 || b[0].GetUpperBound() > .001 || b[len(b)-1].GetUpperBound() < 30) {
+			t.Errorf("%s: buckets %v do not reach from 1 ms to 30 s", c.name, b)
+		}
+	}
+	for _, name := range []string{"cyrnel_process_write_batch_size", "cyrnel_process_write_seconds", "cyrnel_http_request_duration_seconds"} {
+		if n := m.histogram(name, nil).GetSampleCount(); n == 0 {
+			t.Errorf("%s: no samples", name)
+		}
+	}
+	for _, state := range []string{"ready", "starting", "busy"} {
+		if !m.has("cyrnel_workers", map[string]string{"environment": "python", "state": state}) {
+			t.Errorf("no cyrnel_workers{environment=python,state=%s}", state)
+		}
+	}
+	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes"} {
+		if !m.has(name, nil) {
+			t.Errorf("no %s (the Go and process collectors)", name)
+		}
+	}
+	for _, s := range m["cyrnel_http_requests_total"].GetMetric() {
+		if route := label(s, "route"); strings.ContainsAny(route, "0123456789") {
+			t.Errorf("a route label carries a path: %s", route)
+		}
+	}
+
+	if st, _ := reviewer(h).do("POST", "/approvals/"+a.ID+"/approve", nil, nil); st != http.StatusOK {
+		t.Fatalf("approve: %d", st)
+	}
+	h.wait(pid)
+	m = gather(t, h)
+	if got := m.value("cyrnel_approvals_pending", nil); got != 0 {
+		t.Errorf("cyrnel_approvals_pending after the decision = %v", got)
+	}
+	if got := m.value("cyrnel_tool_calls_total", map[string]string{"service": "petstore", "tool": "getPetById", "outcome": "success"}); got != 1 {
+		t.Errorf("the approved call counted %v times", got)
+	}
+}
+
+// families is a scrape, parsed.
+type families map[string]*dto.MetricFamily
+
+// gather scrapes the host's GET /metrics with its key and parses it.
+func gather(t *testing.T, h *host) families {
+	t.Helper()
+	st, body := scrape(t, h.base+"/metrics", h.key)
+	if st != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", st)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("parse the exposition: %v", err)
+	}
+	return fams
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// find is the series of family name whose labels include labels.
+func (f families) find(name string, labels map[string]string) *dto.Metric {
+next:
+	for _, m := range f[name].GetMetric() {
+		for k, v := range labels {
+			if label(m, k) != v {
+				continue next
+			}
+		}
+		return m
+	}
+	return nil
+}
+
+func (f families) has(name string, labels map[string]string) bool {
+	return f.find(name, labels) != nil
+}
+
+// value is a counter's or gauge's value (-1: no such series).
+func (f families) value(name string, labels map[string]string) float64 {
+	m := f.find(name, labels)
+	switch {
+	case m == nil:
+		return -1
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	default:
+		return m.GetGauge().GetValue()
+	}
+}
+
+func (f families) histogram(name string, labels map[string]string) *dto.Histogram {
+	return f.find(name, labels).GetHistogram()
 }

@@ -43,7 +43,7 @@ func templatesOf(parent int) []int {
 	return out
 }
 
-// A template that dies is replaced: executions go on. The template is
+// A template that dies is replaced, and counted: executions go on. The template is
 // found among this process's children before it is killed, so the test
 // does kill the one that serves (and notices if there is none).
 func TestTemplateRestartsAfterDeath(t *testing.T) {
@@ -102,5 +102,9 @@ func TestTemplateRestartsAfterDeath(t *testing.T) {
 	}
 	if now := templatesOf(os.Getpid()); len(now) != 1 || now[0] == tpls[0] {
 		t.Errorf("templates after the restart: %v (the killed one was %d)", now, tpls[0])
+	}
+	// What cyrnel_template_restarts_total reports.
+	if n := e.Workers().TemplateRestarts; n != 1 {
+		t.Errorf("%d template restarts counted, want 1", n)
 	}
 }
