@@ -70,7 +70,8 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-var listening = regexp.MustCompile(`msg="cyrnel listening" addr=(\S+)`)
+// listening finds the address in the log, in text or JSON lines.
+var listening = regexp.MustCompile(`msg="cyrnel listening" addr=(\S+)|"msg":"cyrnel listening","addr":"([^"]+)"`)
 
 // start runs the binary on dataDir (a fresh one when empty) and waits until
 // it listens.
@@ -107,7 +108,7 @@ func startCommand(t testing.TB, cmd *exec.Cmd, dataDir string, env ...string) *h
 			line := sc.Text()
 			h.logs.Write([]byte(line + "\n"))
 			if m := listening.FindStringSubmatch(line); m != nil {
-				addr <- m[1]
+				addr <- m[1] + m[2]
 			}
 		}
 		cmd.Wait()
