@@ -271,6 +271,25 @@ func TestTraceOfAnApprovalWait(t *testing.T) {
 	}
 }
 
+// TestTracingOffByDefault: without OTEL_* variables the host traces
+// nothing: a caller's traceparent is not continued, the process shows no
+// traceId and the upstream receives no traceparent.
+func TestTracingOffByDefault(t *testing.T) {
+	t.Parallel()
+	h, up := governed(t, "")
+	st, p := postTraced(t, h, map[string]any{"code": "cyrnel.services.petstore.getPetById(petId=7)", "waitMs": 60000},
+		"00-8bf92f3577b34da6a3ce929d0e0e473a-00f067aa0ba902bb-01")
+	if st != http.StatusCreated || p.exit() != "success" {
+		t.Fatalf("run: %d %+v", st, p)
+	}
+	if p.TraceID != "" {
+		t.Errorf("process traceId %q with tracing off", p.TraceID)
+	}
+	if tp := up.last(t).Header.Get("traceparent"); tp != "" {
+		t.Errorf("upstream got traceparent %q with tracing off", tp)
+	}
+}
+
 // traceparentHeader sends a traceparent with every request of an MCP
 // client, as an instrumented agent does.
 type traceparentHeader struct {
