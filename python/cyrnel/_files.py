@@ -129,6 +129,9 @@ def collect(send: Callable[[str, Any], None]) -> None:
     ``file`` notifications, within the caps; one past them is reported on
     stderr (and by the host, which counts again). Each file is read and sent
     a part at a time, never held whole."""
+    with os.scandir() as entries:
+        if next(entries, None) is None:
+            return  # most programs leave nothing: no walk
     import sys
 
     total = 0

@@ -92,6 +92,34 @@ def _answer(msg: dict[str, Any]) -> tuple[Any, RPCError | None]:
     return msg.get("result"), None
 
 
+class _Lines:
+    """The lines of a pipe, read with os.read: fd 3 (the host's messages)
+    and fd 5 (the answers to the main thread's calls). A last line without
+    its newline is still a line; a read that fails (the program closed the
+    fd) is end-of-file."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._buf = bytearray()
+
+    def next(self) -> bytes | None:
+        """The next line without its newline, or None at end-of-file."""
+        while True:
+            i = self._buf.find(b"\n")
+            if i >= 0:
+                line = bytes(self._buf[:i])
+                del self._buf[: i + 1]
+                return line
+            try:
+                chunk = os.read(self._fd, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                line, self._buf = bytes(self._buf), bytearray()
+                return line or None
+            self._buf += chunk
+
+
 class _Direct:
     """The main thread's calls on its own pipes, each answer read by the
     caller itself. An answer left behind by an interrupted call (a cancel's
@@ -104,9 +132,8 @@ class _Direct:
     inside a call and, for good, those of a forked child."""
 
     def __init__(self, read_fd: int, write_fd: int) -> None:
-        self._read_fd = read_fd
+        self._lines = _Lines(read_fd)
         self._write_fd = write_fd
-        self._buf = bytearray()
         self._next_id = 0
         self.broken = False
         # A call is under way: a call made inside it (a signal handler,
@@ -150,20 +177,11 @@ class _Direct:
                 return result
 
     def _line(self) -> bytes:
-        while True:
-            i = self._buf.find(b"\n")
-            if i >= 0:
-                line = bytes(self._buf[:i])
-                del self._buf[: i + 1]
-                return line
-            try:
-                chunk = os.read(self._read_fd, 1 << 16)
-            except OSError:
-                chunk = b""  # closed under the caller (by the program): the same as end-of-file
-            if not chunk:
-                self.broken = True
-                raise _disconnected()
-            self._buf += chunk
+        line = self._lines.next()
+        if line is None:
+            self.broken = True
+            raise _disconnected()
+        return line
 
 
 class Connection:
@@ -173,7 +191,7 @@ class Connection:
         write_fd: int = WRITE_FD,
         call_fds: tuple[int, int] | None = (CALL_READ_FD, CALL_WRITE_FD),
     ) -> None:
-        self._reader = open(read_fd, "rb", buffering=1 << 16, closefd=False)
+        self._lines = _Lines(read_fd)
         self._write_fd = write_fd
         # The thread that made the connection runs the programs.
         self._main = threading.get_ident()
@@ -183,7 +201,8 @@ class Connection:
         self._next_id = 0
         self._pending: dict[int, _Pending] = {}
         self._closed = False  # fd 3 reached end-of-file (under _id_lock)
-        self.requests: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        # The host's requests, once the reader thread reads them.
+        self.requests: queue.Queue[dict[str, Any] | None] | None = None
         # Called on the reader thread when the host asks to stop the running
         # program: the main thread is busy running it, so the queue would
         # only be read after the program ends.
@@ -205,6 +224,7 @@ class Connection:
                 return
             if self._main_reading:
                 raise _disconnected()
+            self.requests = queue.Queue()
             self._thread = threading.Thread(target=self._read_loop, name="cyrnel-rpc", daemon=True)
             self._thread.start()
 
@@ -215,9 +235,10 @@ class Connection:
             direct = self._thread is None
             self._main_reading = direct
         if not direct:
+            assert self.requests is not None  # made before the thread
             return self.requests.get()
         try:
-            for line in self._reader:
+            while (line := self._lines.next()) is not None:
                 try:
                     msg = json.loads(line)
                 except ValueError:
@@ -227,8 +248,6 @@ class Connection:
                 # a request matters.
                 if isinstance(msg, dict) and "method" in msg and "id" in msg:
                     return msg
-        except (OSError, ValueError):
-            pass  # fd 3 closed under the reader (by the program): the same as end-of-file
         finally:
             with self._start_lock:
                 self._main_reading = False
@@ -294,24 +313,22 @@ class Connection:
         _wake(p)
 
     def _read_loop(self) -> None:
-        try:
-            for line in self._reader:
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                if not isinstance(msg, dict):
-                    continue
-                if msg.get("method") == "cancel" and "id" not in msg:
-                    params = msg.get("params")
-                    if self.on_cancel is not None and isinstance(params, dict):
-                        self.on_cancel(params.get("eid"))
-                elif "method" in msg:
-                    self.requests.put(msg)
-                else:
-                    self._resolve(msg)
-        except (OSError, ValueError):
-            pass  # fd 3 closed under the reader (by the program): the same as end-of-file
+        assert self.requests is not None  # made before the thread
+        while (line := self._lines.next()) is not None:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(msg, dict):
+                continue
+            if msg.get("method") == "cancel" and "id" not in msg:
+                params = msg.get("params")
+                if self.on_cancel is not None and isinstance(params, dict):
+                    self.on_cancel(params.get("eid"))
+            elif "method" in msg:
+                self.requests.put(msg)
+            else:
+                self._resolve(msg)
         # The host closed the pipe: nothing more will arrive, so nothing
         # waiting for an answer may wait on.
         with self._id_lock:
