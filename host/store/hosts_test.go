@@ -49,7 +49,8 @@ func TestConcurrentMigrationsOnPostgres(t *testing.T) {
 }
 
 // FinishLost finishes the live processes of hosts whose lease ran out or
-// that have none, and only those.
+// that have none, and only those, and expires their pending approvals in
+// the same transaction (a live host's stay pending).
 func TestFinishLostOnPostgres(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -73,6 +74,12 @@ func TestFinishLostOnPostgres(t *testing.T) {
 			t.Fatal(err)
 		}
 		pids[h] = p.PID
+		now := time.Now().UTC()
+		pid := p.PID
+		if err := st.InsertApproval(ctx, &Approval{ID: "apr_" + h, State: "pending", PID: &pid, ServiceID: "s", ToolID: "t",
+			Parameters: map[string]any{}, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var n int64
 	if err := st.WriteProcess(ctx, func(ctx context.Context, tx *Tx) (err error) {
@@ -91,6 +98,13 @@ func TestFinishLostOnPostgres(t *testing.T) {
 		}
 		if p.State != want || (want == "idle" && p.Reason != "host_lost") {
 			t.Fatalf("process of host %s: %s %s, want %s", h, p.State, p.Reason, want)
+		}
+		a, err := st.GetApproval(ctx, "apr_"+h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantApr := map[string]string{"running": "pending", "idle": "expired"}[want]; a.State != wantApr || (wantApr == "expired") != (a.DecidedAt != nil) {
+			t.Fatalf("approval of host %s's process: %s (decided %v), want %s", h, a.State, a.DecidedAt, wantApr)
 		}
 	}
 	if err := st.DropLease(ctx, "alive"); err != nil {
