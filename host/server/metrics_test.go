@@ -160,7 +160,7 @@ func TestMetricsCardinalityBounded(t *testing.T) {
 	load(8)
 	first, _ := series(t, h.s)
 
-	names := load(1200)
+	names := load(2500)
 	ids := services(20)
 	counts, values := series(t, h.s)
 	// Each service adds its tool's call series (one outcome) and duration.
@@ -177,13 +177,13 @@ func TestMetricsCardinalityBounded(t *testing.T) {
 			t.Fatalf("a random name became a label value: %s", name)
 		}
 	}
-	// 1200 rounds of random names made no series beyond the first round's
+	// 2500 rounds of random names made no series beyond the first round's
 	// (the services add theirs, counted above; the HTTP routes they used
 	// are a handful).
 	if extra := total(counts) - total(first) - 2*20; extra > 12 {
-		t.Errorf("%d series more after 1200 rounds of random names than after 8:\nbefore %v\nafter  %v", extra, first, counts)
+		t.Errorf("%d series more after 2500 rounds of random names than after 8:\nbefore %v\nafter  %v", extra, first, counts)
 	}
-	if hits(t, h.s, "cyrnel_tool_calls_total", map[string]string{"service": "other", "tool": "other", "outcome": "invalid"}) < 2400 {
+	if hits(t, h.s, "cyrnel_tool_calls_total", map[string]string{"service": "other", "tool": "other", "outcome": "invalid"}) < 5000 {
 		t.Errorf("calls to random services and tools are not counted under other")
 	}
 
