@@ -169,22 +169,22 @@ func (s *suite) kill(t *testing.T) {
 	}
 }
 
-func (s *suite) await(t *testing.T) {
-	_, res, r := s.exec(t, s.p.Await, 10000)
+// printsOnly runs code, which must succeed and print exactly want.
+func (s *suite) printsOnly(t *testing.T, code, want string) {
+	t.Helper()
+	_, res, r := s.exec(t, code, 10000)
 	expect(t, res, module.ExitSuccess, "", r)
-	if string(r.Stdout) != "awaited\n" {
-		t.Fatalf("stdout %q", r.Stdout)
+	if string(r.Stdout) != want {
+		t.Fatalf("stdout %q, want %q", r.Stdout, want)
 	}
 }
+
+func (s *suite) await(t *testing.T) { s.printsOnly(t, s.p.Await, "awaited\n") }
 
 func (s *suite) noLeaks(t *testing.T) {
 	_, res, r := s.exec(t, s.p.SetGlobal, 10000)
 	expect(t, res, module.ExitSuccess, "", r)
-	_, res, r = s.exec(t, s.p.ReadGlobal, 10000)
-	expect(t, res, module.ExitSuccess, "", r)
-	if string(r.Stdout) != "clean\n" {
-		t.Fatalf("stdout %q", r.Stdout)
-	}
+	s.printsOnly(t, s.p.ReadGlobal, "clean\n")
 }
 
 func (s *suite) tools(t *testing.T) {
@@ -208,13 +208,7 @@ func (s *suite) outputLimit(t *testing.T) {
 	}
 }
 
-func (s *suite) unicode(t *testing.T) {
-	_, res, r := s.exec(t, s.p.Unicode, 10000)
-	expect(t, res, module.ExitSuccess, "", r)
-	if string(r.Stdout) != "héllo €\n" {
-		t.Fatalf("stdout %q", r.Stdout)
-	}
-}
+func (s *suite) unicode(t *testing.T) { s.printsOnly(t, s.p.Unicode, "héllo €\n") }
 
 func (s *suite) concurrent(t *testing.T) {
 	var wg sync.WaitGroup
