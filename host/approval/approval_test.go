@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/cyrnel/cyrnel/host/retention"
 	"github.com/cyrnel/cyrnel/host/store"
 )
@@ -104,26 +106,6 @@ func TestDecisionsWakeTheirCall(t *testing.T) {
 	}
 }
 
-// clock is a clock the test moves.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // TestExpiresAtItsDeadline: the approval expires when the manager's clock
 // passes its deadline, not after TTL of real time. The clock passes it
 // while the approval is being announced, before the call starts waiting.
@@ -132,7 +114,7 @@ func TestExpiresAtItsDeadline(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel() // on failure only: it would expire the approval too
 	const ttl = time.Hour
-	clk := newClock()
+	clk := clockwork.NewFakeClockAt(time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC))
 	start := clk.Now()
 	m := newManager(t, openStore(t), Options{TTL: ttl, Now: clk.Now})
 	done := make(chan result, 1)

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/cyrnel/cyrnel/host/store/storetest"
 
 	"github.com/cyrnel/cyrnel/host/caller"
@@ -162,12 +164,12 @@ func TestExpiredKeysAreRefused(t *testing.T) {
 				}
 			}
 			// A cached key is refused once its expiry passes, cache or not.
-			clock := newClock()
-			later, _ := newManager(t, st, Options{Now: clock.now, CacheTTL: 2 * time.Hour})
+			clock := clockwork.NewFakeClockAt(time.Now())
+			later, _ := newManager(t, st, Options{Now: clock.Now, CacheTTL: 2 * time.Hour})
 			if _, err := later.Authenticate(ctx, "secret-1"); err != nil {
 				t.Fatalf("before its expiry: %v", err)
 			}
-			clock.advance(time.Hour)
+			clock.Advance(time.Hour)
 			if _, err := later.Authenticate(ctx, "secret-1"); !errors.Is(err, ErrExpired) {
 				t.Errorf("cached key an hour later: %v, want ErrExpired", err)
 			}
@@ -190,8 +192,8 @@ func TestRevocationReachesEveryHost(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			a, _ := newManager(t, st, Options{})
-			clock := newClock()
-			b, _ := newManager(t, st, Options{Now: clock.now, CacheTTL: time.Minute})
+			clock := clockwork.NewFakeClockAt(time.Now())
+			b, _ := newManager(t, st, Options{Now: clock.Now, CacheTTL: time.Minute})
 			k, err := a.Create(ctx, CreateInput{Name: "agent", Roles: []caller.Role{caller.Runner}})
 			if err != nil {
 				t.Fatal(err)
@@ -204,36 +206,16 @@ func TestRevocationReachesEveryHost(t *testing.T) {
 			}
 			// The control: within its cache time the other host still
 			// trusts what it read, so the refusal below is the cache's end.
-			clock.advance(time.Minute - time.Millisecond)
+			clock.Advance(time.Minute - time.Millisecond)
 			if _, err := b.Authenticate(ctx, k.Secret); err != nil {
 				t.Fatalf("within the cache time: %v", err)
 			}
-			clock.advance(2 * time.Millisecond)
+			clock.Advance(2 * time.Millisecond)
 			if _, err := b.Authenticate(ctx, k.Secret); !errors.Is(err, ErrUnknown) {
 				t.Fatalf("once the cache time passed: %v, want ErrUnknown", err)
 			}
 		})
 	}
-}
-
-// clock is a clock tests move by hand.
-type clock struct {
-	mu sync.Mutex
-	at time.Time
-}
-
-func newClock() *clock { return &clock{at: time.Now()} }
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.at
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.at = c.at.Add(d)
-	c.mu.Unlock()
 }
 
 // countingStore counts lastUsedAt writes and key reads.

@@ -11,27 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/cyrnel/cyrnel/envs/module"
 	"github.com/cyrnel/cyrnel/host/store"
 )
-
-// clock is a clock the test moves.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // interpreter stands in for a session's runtime: what is decided here is
 // when the session ends, not how code runs.
@@ -87,7 +71,7 @@ func TestTheClockEndsSessions(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { st.Close() })
-			clk := &clock{t: time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)}
+			clk := clockwork.NewFakeClockAt(time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC))
 			env := &environment{}
 			m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, env, "host-1", Config{Now: clk.Now})
 			if err := m.Start(ctx); err != nil {
