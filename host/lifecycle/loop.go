@@ -55,6 +55,12 @@ func (l *Loop) Stop(ctx context.Context) error {
 	if done == nil {
 		return nil
 	}
+	return Await(ctx, done)
+}
+
+// Await waits until done is closed, or until ctx ends (then it returns
+// ctx's error): how a Stop waits for what it ended.
+func Await(ctx context.Context, done <-chan struct{}) error {
 	select {
 	case <-done:
 		return nil

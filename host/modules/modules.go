@@ -346,12 +346,10 @@ func (r *Registry) Stop(ctx context.Context) error {
 		r.drains.Wait()
 		close(done)
 	}()
-	select {
-	case <-done:
-		return planeErr
-	case <-ctx.Done():
-		return fmt.Errorf("environments still tearing down at the shutdown deadline: %w", ctx.Err())
+	if err := lifecycle.Await(ctx, done); err != nil {
+		return fmt.Errorf("environments still tearing down at the shutdown deadline: %w", err)
 	}
+	return planeErr
 }
 
 // unknownModule is ErrUnknownModule for id, naming the modules there are

@@ -114,10 +114,7 @@ func (m *Manager) Drain(ctx context.Context) {
 		m.wg.Wait()
 		close(done)
 	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
+	_ = lifecycle.Await(ctx, done) // past ctx, Stop ends what is left
 }
 
 // Stop refuses new executions, kills the running ones (recorded as
@@ -135,10 +132,8 @@ func (m *Manager) Stop(ctx context.Context) error {
 		m.w.stop()
 		close(done)
 	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("processes still stopping: %w", ctx.Err())
+	if err := lifecycle.Await(ctx, done); err != nil {
+		return fmt.Errorf("processes still stopping: %w", err)
 	}
+	return nil
 }

@@ -287,10 +287,5 @@ func (s *Server) awaitRequests(ctx context.Context) error {
 	if done == nil {
 		return nil
 	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return lifecycle.Await(ctx, done)
 }

@@ -440,12 +440,10 @@ func (m *Manager) Stop(ctx context.Context) error {
 	m.mu.Unlock()
 	done := make(chan struct{})
 	go func() { m.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("sessions still ending: %w", ctx.Err())
+	if err := lifecycle.Await(ctx, done); err != nil {
+		return fmt.Errorf("sessions still ending: %w", err)
 	}
+	return nil
 }
 
 // Counts are this host's sessions by state (ended ones are not kept).
