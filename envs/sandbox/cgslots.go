@@ -138,6 +138,14 @@ func (cg *cgroups) startOver() error {
 		if err != nil || n > maxLeftBytes {
 			return fmt.Errorf("%s still holds %q bytes", cg.memory, strings.TrimSpace(string(b)))
 		}
+	}
+	return cg.restart()
+}
+
+// restart starts the cgroups' counters over for the next program: the
+// peak memory, and the base of CPU time, OOM kills and refused forks.
+func (cg *cgroups) restart() error {
+	if cg.memory != "" {
 		if err := cg.resetPeak(); err != nil {
 			return err
 		}

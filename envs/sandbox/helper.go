@@ -79,6 +79,9 @@ type exitReport struct {
 	Signal    int   `json:"signal"`
 	CPUNanos  int64 `json:"cpuNanos"`
 	MaxRSSKiB int64 `json:"maxRssKiB"`
+	// Spent: the keeper that ran the program could not clean up after it
+	// and retires (keeper.go).
+	Spent bool `json:"spent,omitempty"`
 }
 
 // IsHelper reports whether args (normally os.Args) start a sandbox helper

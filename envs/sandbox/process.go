@@ -71,9 +71,14 @@ type Process struct {
 	cg     *cgroups
 	// cgSlots takes cg back for reuse instead of its removal (a forked
 	// child's).
-	cgSlots  *cgroupSlots
-	workDir  string // host directory to remove; "" with namespaces
-	cpuLimit time.Duration
+	cgSlots *cgroupSlots
+	// keeper forked this program, in the keeper's cgroups: they are the
+	// keeper's to give back, and the keeper is taken back at the end
+	// when its report says clean.
+	keeper      *keeper
+	keeperClean bool
+	workDir     string // host directory to remove; "" with namespaces
+	cpuLimit    time.Duration
 	// cpuRate is the most CPU the sandbox can use per second of wall
 	// time, in millicores: it paces the CPU watch.
 	cpuRate int64

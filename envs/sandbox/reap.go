@@ -148,6 +148,10 @@ func (p *Process) exitInfo(state *os.ProcessState, waitErr error, r *exitReport,
 // cleanup removes what the sandbox leaves on the host: without namespaces,
 // strays in its cgroups and its work directory; always, the cgroups.
 func (p *Process) cleanup() {
+	if p.keeper != nil {
+		p.keeper.ran(p.keeperClean)
+		return
+	}
 	defer p.giveID()
 	if p.cg != nil {
 		if !p.layers.Namespaces {

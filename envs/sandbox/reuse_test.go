@@ -50,12 +50,13 @@ print("secret:", getattr(builtins, "secret", None))
 `
 
 // A child forked ahead of demand holds nothing of an execution that ran
-// while it waited, and the next child, which reuses the ended execution's
-// cgroups (cgslots.go), finds nothing of it either: not its memory, file,
-// socket, processes, CPU time, OOM kill or refused fork. Each child has a
-// network namespace of its own, not the execution's, nor a concurrent
-// sibling's, nor the host's. The first execution's own probe and report
-// show each of them, so the checks would notice one carried over.
+// while it waited, and the next child, which the ended execution's keeper
+// forks in the same namespaces and cgroups (keeper.go), finds nothing of
+// it either: not its memory, file, socket, processes, CPU time, OOM kill
+// or refused fork. Children alive at once have network namespaces of
+// their own, not each other's nor the host's. The first execution's own
+// probe and report show each of them, so the checks would notice one
+// carried over.
 func TestTemplateReusedSlotsCarryNothing(t *testing.T) {
 	t.Parallel()
 	tpl := startTemplate(t, Limits{Procs: 16, MemoryBytes: 128 << 20})
@@ -96,7 +97,10 @@ func TestTemplateReusedSlotsCarryNothing(t *testing.T) {
 	if got := b.p.cg.dirs(); strings.Join(got, " ") != strings.Join(slot, " ") {
 		t.Fatalf("the next child got cgroups %v, not the ended execution's %v: nothing was reused", got, slot)
 	}
-	nets["next"] = netNamespace(t, forkedPid(t, b.p))
+	// The same keeper forked it: its namespaces are the execution's.
+	if next := netNamespace(t, forkedPid(t, b.p)); b.p.keeper != a.p.keeper || next != nets["execution"] {
+		t.Fatalf("the next child is not the execution's keeper's (network namespace %d, the execution's %d)", next, nets["execution"])
+	}
 	seen := map[uint64]string{}
 	for who, ns := range nets {
 		if other, ok := seen[ns]; ok {

@@ -58,8 +58,9 @@ type Template struct {
 	proc *os.Process
 	done chan struct{}
 
-	mu     sync.Mutex // serialises fork requests and guards closed
+	mu     sync.Mutex // serialises fork requests and guards closed and idle
 	closed bool
+	idle   []*keeper // keepers between programs (keeper.go)
 }
 
 // TemplateSpec says how to start a template.
@@ -404,19 +405,22 @@ func (t *Template) Alive() bool {
 // Kill ends the template and, with its PID namespace, every child.
 func (t *Template) Kill() {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.closed = true
 	if t.proc != nil {
 		_ = t.proc.Kill() // already gone is fine
 	}
+	t.mu.Unlock()
+	t.retireIdle()
 }
 
-// Drain stops forking: the template exits once its last child has ended.
+// Drain stops forking: the idle keepers retire, a busy one once its
+// program has ended, and the template exits once its last child has ended.
 func (t *Template) Drain() {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.closed = true
 	if t.ctl != nil {
 		_ = t.ctl.CloseWrite()
 	}
+	t.mu.Unlock()
+	t.retireIdle()
 }

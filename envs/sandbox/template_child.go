@@ -62,6 +62,7 @@ func (p *Process) ownForked(conn *net.UnixConn, started chan<- error) {
 		startErr = fmt.Errorf("sandbox: the forked child ended before it was locked down (%+v)", exit)
 	}
 	tell(startErr)
+	p.keeperClean = exit != nil && !exit.Spent
 	p.exit = p.forkedExit(exit)
 	p.mu.Lock()
 	p.final, p.ended = p.usageLocked(), true

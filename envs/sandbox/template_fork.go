@@ -13,23 +13,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Fork starts one sandboxed child whose fds 1 and 2 are stdout and stderr
-// and 3, 4, … the extra files, and returns once it is locked down and
-// serving them. ctx bounds the start only.
+// Fork starts one sandboxed program whose fds 1 and 2 are stdout and
+// stderr and 3, 4, … the extra files, and returns once it runs, locked
+// down, and serves them. A keeper forks it (keeper.go): an idle one, or
+// one the template forks for it. ctx bounds the start only.
 func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*os.File) (*Process, error) {
-	return t.fork(ctx, stdout, stderr, extra, false)
+	k, err := t.keeper(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return k.run(ctx, stdout, stderr, extra)
 }
 
-// ForkSession is Fork for a child that serves a session: its runtime keeps
-// its state between executions (the fork request says so; nothing in the
-// child's environment does). Long-lived, it is held to its CPU limit per
-// execution by the CPU watch where a cgroup counts its time, not by an
-// RLIMIT_CPU that would count its whole life.
+// ForkSession is Fork for a child of the template's own that serves a
+// session: its runtime keeps its state between executions (the fork
+// request says so; nothing in the child's environment does). Long-lived,
+// it is held to its CPU limit per execution by the CPU watch where a
+// cgroup counts its time, not by an RLIMIT_CPU that would count its whole
+// life.
 func (t *Template) ForkSession(ctx context.Context, stdout, stderr *os.File, extra []*os.File) (*Process, error) {
-	return t.fork(ctx, stdout, stderr, extra, true)
+	return t.fork(ctx, forkRequest{Session: true}, stdout, stderr, extra)
 }
 
-func (t *Template) fork(ctx context.Context, stdout, stderr *os.File, extra []*os.File, session bool) (*Process, error) {
+// newProcess is a Process of a child of the template, or of a keeper.
+func (t *Template) newProcess() *Process {
 	p := &Process{
 		layers:   t.layers,
 		cpuLimit: time.Duration(t.limits.CPUSeconds) * time.Second,
@@ -42,6 +49,12 @@ func (t *Template) fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 	if p.layers.CPUQuota {
 		p.cpuRate = min(p.cpuRate, t.limits.CPUMillicores)
 	}
+	return p
+}
+
+// fork asks the template for a child of its own: a session's, or a keeper.
+func (t *Template) fork(ctx context.Context, req forkRequest, stdout, stderr *os.File, extra []*os.File) (*Process, error) {
+	p := t.newProcess()
 	// The child's own host uid: the template clones it with this
 	// effective uid, so its user namespace belongs to it, and maps
 	// sandboxID to it.
@@ -59,18 +72,15 @@ func (t *Template) fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 		return nil, p.abort(err)
 	}
 	files := append(append([]*os.File{childEnd, stdout, stderr}, extra...), procs...)
-	fds := make([]int, len(files))
-	for i, f := range files {
-		fds[i] = int(f.Fd())
-	}
-	msg, _ := json.Marshal(forkRequest{Cgroups: len(procs), Extra: len(extra), UID: p.hostID, Session: session}) // plain data
+	req.Cgroups, req.Extra, req.UID = len(procs), len(extra), p.hostID
+	msg, _ := json.Marshal(req) // plain data
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		closeAll(hostEnd, childEnd)
 		return nil, p.abort(errors.New("sandbox: template is closed"))
 	}
-	_, _, err = t.ctl.WriteMsgUnix(msg, unix.UnixRights(fds...), nil)
+	_, _, err = t.ctl.WriteMsgUnix(msg, unix.UnixRights(fdsOf(files)...), nil)
 	if err != nil && t.proc != nil {
 		// A template that cannot take requests is gone or broken.
 		t.closed = true
@@ -82,38 +92,59 @@ func (t *Template) fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 		_ = hostEnd.Close()
 		return nil, p.abort(fmt.Errorf("sandbox: fork request: %w", err))
 	}
+	// A hung template may still move a child into the cgroups and give it
+	// the uid: neither is reused until the template is gone.
+	if err := p.follow(ctx, hostEnd, !req.Keeper, func() { p.idsAfter, p.cgSlots = t.done, nil }); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// follow owns a started child through hostEnd, its status socket, and
+// waits until it runs, locked down, or ctx ends; then, with watchCPU, the
+// CPU watch holds it to its limit where a cgroup counts its time. abandon,
+// under p.mu, keeps what a child the template forks late may yet use.
+func (p *Process) follow(ctx context.Context, hostEnd *os.File, watchCPU bool, abandon func()) error {
 	conn, err := net.FileConn(hostEnd)
 	_ = hostEnd.Close()
 	if err != nil {
-		p.cgSlots = nil // the template has the request: a child may join them yet
-		return nil, p.abort(fmt.Errorf("sandbox: status socket: %w", err))
+		p.mu.Lock()
+		abandon()
+		p.mu.Unlock()
+		return p.abort(fmt.Errorf("sandbox: status socket: %w", err))
 	}
 	started := make(chan error, 1)
 	go p.ownForked(conn.(*net.UnixConn), started)
 	select {
 	case err := <-started:
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if p.layers.CPU != KindRlimit {
+		if watchCPU && p.layers.CPU != KindRlimit {
 			go p.watchCPU()
 		}
-		return p, nil
+		return nil
 	case <-ctx.Done():
 		_ = p.Kill()
-		// A hung template never closes its end: closing ours ends the
-		// owner's wait; a child forked later finds nobody to report to,
-		// and Kill reached it once its pidfd arrived, if ever. Its uid
-		// stays taken until the template (and so the child) is gone.
-		// Its cgroups are not reused either: the template may still move
-		// a child into them.
+		// A hung template or keeper never closes its end: closing ours
+		// ends the owner's wait; a child forked later finds nobody to
+		// report to, and Kill reached it once its pidfd arrived, if ever.
 		p.mu.Lock()
-		p.idsAfter, p.cgSlots = t.done, nil
+		abandon()
 		p.mu.Unlock()
 		_ = conn.Close()
 		<-p.done
-		return nil, fmt.Errorf("sandbox: fork: %w", ctx.Err())
+		return fmt.Errorf("sandbox: fork: %w", ctx.Err())
 	}
+}
+
+// fdsOf is the descriptors of files.
+func fdsOf(files []*os.File) []int {
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	return fds
 }
 
 // forkRequest asks the template for one child; the files travel beside it
@@ -122,8 +153,9 @@ func (t *Template) fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 type forkRequest struct {
 	Cgroups int  `json:"cgroups"`
 	Extra   int  `json:"extra"`
-	UID     int  `json:"uid"`     // the child's host uid
-	Session bool `json:"session"` // the child's runtime serves a session
+	UID     int  `json:"uid"`               // the child's host uid
+	Session bool `json:"session,omitempty"` // the child's runtime serves a session
+	Keeper  bool `json:"keeper,omitempty"`  // the child is a keeper (keeper.go)
 }
 
 // forkReport is one message of a forked child's status socket.

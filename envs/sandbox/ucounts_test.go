@@ -196,7 +196,8 @@ func (f *forked) outputPatch(t testing.TB, code string, wait bool) map[string]an
 
 // TestSandboxesNeverShareAUID: live sandboxes, spawned and forked, each
 // run as a uid of their own that owns their user namespace; a uid goes
-// back to the pool only once its sandbox has been reaped.
+// back to the pool only once its sandbox (for a forked one, its keeper)
+// has been reaped.
 func TestSandboxesNeverShareAUID(t *testing.T) {
 	t.Parallel()
 	needLayers(t, Relax{})
@@ -239,12 +240,18 @@ func TestSandboxesNeverShareAUID(t *testing.T) {
 		checkHostIdentity(t, forkedHostPid(t, f.p), f.p.Layers().UID)
 		note(fmt.Sprintf("forked child %d", i), f.p.Layers().UID)
 		if i == 2 {
-			// Given back once reaped, not before.
-			uid := f.p.Layers().UID
+			// A keeper's programs, one at a time, run as its uid: given
+			// back once the keeper has been reaped, not before.
+			uid, k := f.p.Layers().UID, f.p.keeper
 			_ = f.p.Kill()
 			f.p.Wait()
+			if !currentIDs().held(uid) {
+				t.Errorf("forked child: uid %d given back while its keeper lives", uid)
+			}
+			k.retire()
+			<-k.proc.Done()
 			if currentIDs().held(uid) {
-				t.Errorf("forked child: uid %d still held after it was reaped", uid)
+				t.Errorf("forked child: uid %d still held after its keeper was reaped", uid)
 			}
 		}
 	}

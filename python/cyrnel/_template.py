@@ -214,9 +214,10 @@ def _lower_rlimit(res: int, soft: int, hard: int) -> None:
     resource.setrlimit(res, (min(soft, hard), hard))
 
 
-def _program(cfg: dict[str, Any], status: int, fds: list[int], session: bool) -> NoReturn:
+def _program(cfg: dict[str, Any], status: int, fds: list[int], session: bool, keeper: bool) -> NoReturn:
     """PID 1 of the child's namespaces: lock down, then serve the worker
-    (one program; or, from a child of PID 1, a session's many)."""
+    (from a child of PID 1, a session's many executions) or, as a keeper,
+    fork each program it is given (_keep)."""
     limits = cfg["limits"]
     # fds 1-6 as the worker expects them; the status socket next until the
     # child is locked down; nothing else of the template's.
@@ -247,7 +248,7 @@ def _program(cfg: dict[str, Any], status: int, fds: list[int], session: bool) ->
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"mode=0700,size={limits['tmpBytes']}")
         _check(_libc.sethostname(b"sandbox", 7), "sethostname")
         os.chdir("/tmp")
-        if cfg["cpuRlimit"] or not session:
+        if not keeper and (cfg["cpuRlimit"] or not session):
             # A session lives long: where a cgroup counts its CPU time, the
             # host's watch holds each of its executions instead.
             _lower_rlimit(resource.RLIMIT_CPU, limits["cpuSeconds"], limits["cpuSeconds"] + 1)
@@ -262,14 +263,170 @@ def _program(cfg: dict[str, Any], status: int, fds: list[int], session: bool) ->
     except Exception as e:  # noqa: BLE001 - whatever failed, the child must not run
         os.write(status_fd, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
         os._exit(125)
-    _reseed()
     os.write(status_fd, b'{"started":true}')
     os.close(status_fd)
+    if keeper:
+        _keep(cfg["limits"], bool(ll["abi"]))
+    _reseed()
     if session:
         _stay_init()
     _worker.serve(session)
     sys.stdout.flush()
     os._exit(0)
+
+
+def _keep(limits: dict[str, int], reuse: bool) -> NoReturn:
+    """A keeper: PID 1 of namespaces and cgroups it keeps, locked down,
+    forking one program at a time from itself (docs/sandbox.md, "Keepers").
+    Each program is a fresh copy of the template's interpreter; once it
+    ends, the keeper kills what it left, empties /tmp and /dev/shm and
+    checks the IPC namespace, then reports the program's end. Where that
+    cannot be done, or without Landlock (nothing else keeps a program from
+    POSIX message queues, which nothing can list), it says so ("spent")
+    and exits: the host never gives it another program. It ends when the
+    host closes its control socket (fd 3)."""
+    ctl = socket.socket(fileno=3)
+    # A program runs as the keeper's uid: it must not ptrace it nor read
+    # its /proc files, and a signal it sends PID 1 must not end it.
+    _prctl(PR_SET_DUMPABLE, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    skeleton = _tree("/tmp") | _tree("/dev/shm")
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(ctl, 4096, 16)
+        except InterruptedError:
+            continue
+        if not msg:
+            os._exit(0)
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD) for fd in fds]
+        for fd in fds:
+            os.close(fd)
+        status, files = high[0], high[1:]
+        pid = os.fork()
+        if pid == 0:
+            _run(files, limits)
+        for fd in files:
+            os.close(fd)
+        if not _follow(pid, status, skeleton, reuse):
+            os._exit(0)
+
+
+def _run(files: list[int], limits: dict[str, int]) -> NoReturn:
+    """A keeper's program: its files as fds 1, 2, 3…; its own CPU limit
+    (the keeper has none: it lives long)."""
+    try:
+        for target, fd in enumerate(files, start=1):
+            os.dup2(fd, target)
+        os.closerange(len(files) + 1, 1 << 20)
+        _lower_rlimit(resource.RLIMIT_CPU, limits["cpuSeconds"], limits["cpuSeconds"] + 1)
+        _prctl(PR_SET_DUMPABLE, 1)  # its own /proc/self files are its own
+        _reseed()
+    except BaseException:  # noqa: BLE001 - a program half set up must not run
+        os._exit(125)
+    _worker.serve(False)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _follow(pid: int, status: int, skeleton: set[str], reuse: bool) -> bool:
+    """Report the program on its status socket, wait for it, kill and reap
+    what it left, clean up; whether the keeper may take another."""
+    try:
+        pidfd = os.pidfd_open(pid)
+        try:
+            socket.send_fds(socket.socket(fileno=os.dup(status)), [json.dumps({"pid": pid}).encode()], [pidfd])
+        finally:
+            os.close(pidfd)
+        os.write(status, b'{"started":true}')
+    except OSError:
+        pass  # the host gave up on it: the program reads end-of-file and ends
+    _, st, ru = os.wait4(pid, 0)
+    try:
+        os.kill(-1, signal.SIGKILL)  # every process of the namespace but PID 1
+    except ProcessLookupError:
+        pass
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            break
+    clean = reuse and _wipe(skeleton) and _ipc_empty()
+    _children[pid] = status
+    _report(pid, st, ru, spent=not clean)
+    return clean
+
+
+# The most entries a keeper removes after one program: more, and it retires
+# instead (its namespaces and their tmpfs go with it).
+_WIPE_MOST = 1024
+
+
+def _tree(root: str) -> set[str]:
+    """The paths below root when the keeper starts: the mount points of the
+    read paths below /tmp and the directories leading to them."""
+    found = {root}
+    dev = os.lstat(root).st_dev
+    for entry in os.scandir(root):
+        found.add(entry.path)
+        if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_dev == dev:
+            found |= _tree(entry.path)
+    return found
+
+
+def _wipe(skeleton: set[str]) -> bool:
+    """Remove everything a program left in /tmp and /dev/shm but the
+    skeleton, and give both their mode back; False if that failed."""
+    todo, seen = ["/tmp", "/dev/shm"], 0
+    try:
+        for d in todo:
+            os.chmod(d, 0o700)
+        while todo:
+            d = todo.pop()
+            dev = os.lstat(d).st_dev
+            for entry in os.scandir(d):
+                seen += 1
+                if seen > _WIPE_MOST:
+                    return False
+                if entry.path in skeleton:
+                    # A read path's mount point is left alone; the
+                    # directories leading to one are searched.
+                    if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_dev == dev:
+                        todo.append(entry.path)
+                elif entry.is_dir(follow_symlinks=False):
+                    _remove_tree(entry.path)
+                else:
+                    os.unlink(entry.path)
+    except OSError:
+        return False
+    return True
+
+
+def _remove_tree(path: str) -> None:
+    """Remove a directory a program made, whatever modes it gave it."""
+    os.chmod(path, 0o700)
+    for entry in os.scandir(path):
+        if entry.is_dir(follow_symlinks=False):
+            _remove_tree(entry.path)
+        else:
+            os.unlink(entry.path)
+    os.rmdir(path)
+
+
+_SHM_INFO, _MSG_INFO, _SEM_INFO = 14, 12, 19
+
+
+def _ipc_empty() -> bool:
+    """Whether the IPC namespace holds no System V shared memory segment,
+    message queue or semaphore set (a program's own to remove: the keeper
+    retires). POSIX message queues are Landlock's to refuse (the keeper
+    runs one program only without it)."""
+    buf = ctypes.create_string_buffer(256)
+    ints = ctypes.cast(buf, ctypes.POINTER(ctypes.c_int))
+    if _libc.shmctl(0, _SHM_INFO, buf) < 0 or ints[0] != 0:  # shm_info.used_ids
+        return False
+    if _libc.msgctl(0, _MSG_INFO, buf) < 0 or ints[0] != 0:  # msginfo.msgpool: queues in use
+        return False
+    return bool(_libc.semctl(0, 0, _SEM_INFO, buf) >= 0 and ints[7] == 0)  # seminfo.semusz: sets in use
 
 
 def _stay_init() -> None:
@@ -341,11 +498,13 @@ def _reseed() -> None:
 _children: dict[int, int] = {}
 
 
-def _report(pid: int, st: int, ru: resource.struct_rusage) -> None:
+def _report(pid: int, st: int, ru: resource.struct_rusage, spent: bool = False) -> None:
     status = _children.pop(pid, None)
     if status is None:
         return  # an orphan of a child's namespace, reparented here: nothing to tell
-    exit = {"code": -1, "signal": 0, "cpuNanos": int((ru.ru_utime + ru.ru_stime) * 1e9), "maxRssKiB": ru.ru_maxrss}
+    exit: dict[str, int | bool] = {"code": -1, "signal": 0, "cpuNanos": int((ru.ru_utime + ru.ru_stime) * 1e9), "maxRssKiB": ru.ru_maxrss}
+    if spent:
+        exit["spent"] = True
     if os.WIFEXITED(st):
         exit["code"] = os.WEXITSTATUS(st)
     elif os.WIFSIGNALED(st):
@@ -399,7 +558,7 @@ def _start_child(cfg: dict[str, Any], req: dict[str, Any], status: int, fds: lis
     cgroup (and network) namespaces, owned by its host uid; give it its
     uid/gid maps and cgroups before it runs; hand the host its pidfd. The
     program waits on a pipe until all of that is done."""
-    uid, session = req["uid"], bool(req.get("session"))
+    uid, session, keeper = req["uid"], bool(req.get("session")), bool(req.get("keeper"))
     # The cgroup namespace comes later, from the child itself: its root is
     # the cgroup the child is in when it is made, which must be its own.
     flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | signal.SIGCHLD
@@ -427,7 +586,7 @@ def _start_child(cfg: dict[str, Any], req: dict[str, Any], status: int, fds: lis
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.close(go_w)
             try:
-                _child(cfg, status, fds, go_r, session)
+                _child(cfg, status, fds, go_r, session, keeper)
             finally:
                 os._exit(1)  # whatever escaped, a child never returns into the template's loop
         _pythonapi.PyOS_AfterFork_Parent()
@@ -466,7 +625,7 @@ def _start_child(cfg: dict[str, Any], req: dict[str, Any], status: int, fds: lis
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
 
 
-def _child(cfg: dict[str, Any], status: int, fds: list[int], go: int, session: bool) -> NoReturn:
+def _child(cfg: dict[str, Any], status: int, fds: list[int], go: int, session: bool, keeper: bool) -> NoReturn:
     """The program before it locks itself down: wait for its maps and
     cgroups, become the unprivileged uid inside, then _program."""
     try:
@@ -488,7 +647,7 @@ def _child(cfg: dict[str, Any], status: int, fds: list[int], go: int, session: b
     except Exception as e:  # noqa: BLE001 - whatever failed, the child must not run
         os.write(status, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
         os._exit(125)
-    _program(cfg, status, fds, session)
+    _program(cfg, status, fds, session, keeper)
 
 
 def main(preload: list[str]) -> int:

@@ -1,0 +1,115 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+)
+
+// keeperLeaveCode leaves what a program could hope to pass on to the next
+// one its keeper forks: a module attribute, files in /tmp and /dev/shm (one
+// below directories it made unreadable), a socket file, /tmp opened to
+// all and a setsid sleeper.
+const keeperLeaveCode = `
+import builtins, os, socket, time
+marker = %[1]q
+builtins.secret = marker
+open("/tmp/" + marker, "w").write("x")
+os.makedirs("/tmp/d/e")
+open("/tmp/d/e/f", "w").write("x")
+os.chmod("/tmp/d/e", 0)
+os.chmod("/tmp/d", 0o100)
+open("/dev/shm/" + marker, "w").write("x")
+s = socket.socket(socket.AF_UNIX)
+s.bind("/tmp/sock")
+s.listen()
+builtins.kept = s
+os.chmod("/tmp", 0o777)
+if os.fork() == 0:
+    os.setsid()
+    os.closerange(0, 1024)
+    time.sleep(1000)
+`
+
+// keeperProbeCode prints what a program finds of those.
+const keeperProbeCode = `
+import builtins, ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+marker = %[1]q
+buf = ctypes.create_string_buffer(256)
+libc.shmctl(0, 14, buf)  # SHM_INFO
+print(json.dumps({
+    "file": os.path.exists("/tmp/" + marker), "dir": os.path.exists("/tmp/d"),
+    "shm": os.path.exists("/dev/shm/" + marker), "sock": os.path.exists("/tmp/sock"),
+    "tmpMode": os.stat("/tmp").st_mode & 0o777,
+    "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()),
+    "secret": getattr(builtins, "secret", None),
+    "sysv": ctypes.cast(buf, ctypes.POINTER(ctypes.c_int))[0],
+}))
+`
+
+type keeperView struct {
+	File, Dir, Shm, Sock bool
+	TmpMode              int
+	Pids                 []int
+	Secret               *string
+	SysV                 int
+}
+
+func probeKeeper(t *testing.T, f *forked, code, marker string) keeperView {
+	t.Helper()
+	var v keeperView
+	out := f.output(t, fmt.Sprintf(code+keeperProbeCode, marker))
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("probe output %q: %v", out, err)
+	}
+	return v
+}
+
+// A keeper's next program finds nothing of the last: each program is a
+// fresh fork of the template's interpreter, and the keeper removes what it
+// left in the namespaces they share. A program that leaves a System V IPC
+// object, which only its owner may remove, retires its keeper: the next
+// program, in another keeper, finds nothing either. The first program's
+// own probe shows each of them, so the checks would notice one carried
+// over; the keeper's identity shows it was reused.
+func TestKeeperCarriesNothing(t *testing.T) {
+	t.Parallel()
+	tpl := startTemplate(t, Limits{})
+	marker := newMarker()
+	a := fork(t, tpl)
+	k := a.p.keeper
+	own := probeKeeper(t, a, keeperLeaveCode, marker)
+	if !own.File || !own.Dir || !own.Shm || !own.Sock || own.TmpMode != 0o777 || len(own.Pids) == 0 || own.Secret == nil {
+		t.Fatalf("control: the program does not see what it left (%+v): the probe cannot notice a carry-over", own)
+	}
+	_ = a.p.Kill()
+	a.p.Wait()
+
+	b := fork(t, tpl)
+	if b.p.keeper != k {
+		t.Fatal("the next program was not forked by the same keeper: nothing was reused")
+	}
+	next := probeKeeper(t, b, "", marker)
+	if next.File || next.Dir || next.Shm || next.Sock || next.TmpMode != 0o700 || len(next.Pids) > 0 || next.Secret != nil || next.SysV != 0 {
+		t.Errorf("the keeper's next program found the last one's: %+v", next)
+	}
+
+	_ = b.p.Kill()
+	b.p.Wait()
+
+	s := fork(t, tpl)
+	if s.p.keeper != k {
+		t.Fatal("the third program was not forked by the same keeper")
+	}
+	if v := probeKeeper(t, s, "import ctypes; ctypes.CDLL(None).shmget(0, 4096, 0o1600)\n", marker); v.SysV != 1 {
+		t.Fatalf("control: %d System V segments after one was made", v.SysV)
+	}
+	_ = s.p.Kill()
+	s.p.Wait()
+	<-k.proc.Done() // retired
+	last := fork(t, tpl)
+	if v := probeKeeper(t, last, "", marker); last.p.keeper == k || v.SysV != 0 {
+		t.Errorf("after a System V segment was left: same keeper %v, %d segments", last.p.keeper == k, v.SysV)
+	}
+}
