@@ -19,9 +19,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A Template is a warm interpreter that forks one sandboxed child per
-// program instead of starting a fresh one (docs/sandbox.md, "The forking
-// template"). The template itself runs in its own mount (the sandbox root,
+// A Template is a warm interpreter that forks sandboxed children instead
+// of starting fresh interpreters (docs/sandbox.md, "The forking
+// template"): keepers, each of which forks one program at a time from
+// itself (keeper.go), and sessions' interpreters. The template itself runs
+// in its own mount (the sandbox root,
 // built once), PID, IPC, UTS and (unless the children have the network)
 // network namespaces, as root with only CAP_SETUID and CAP_SETGID and a
 // seccomp filter, and never runs untrusted code: it clones every child, as
@@ -40,8 +42,8 @@ import (
 //   - host → template, once: templateConfig (JSON); template → host:
 //     {"ready":true} or {"error":"…"}.
 //   - host → template, per child: a forkRequest ({"cgroups":n,"extra":n,
-//     "uid":n,"session":bool}) with the fds [status, fd 1, fd 2, extra
-//     files…, cgroup.procs of each cgroup] (SCM_RIGHTS).
+//     "uid":n,"session":bool,"keeper":bool}) with the fds [status, fd 1,
+//     fd 2, extra files…, cgroup.procs of each cgroup] (SCM_RIGHTS).
 //   - on the status socket: {"pid":n} with a pidfd of the child (from the
 //     template), {"started":true} or {"error":"…"} once it is locked down
 //     (from the child), {"exit":{…}} when the template has reaped it; then

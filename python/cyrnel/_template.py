@@ -1,6 +1,7 @@
-"""The forking template: a warm interpreter that forks one sandboxed child
-per execution (envs/sandbox/template.go has the protocol, docs/sandbox.md
-the design).
+"""The forking template: a warm interpreter that forks sandboxed children,
+sessions' interpreters and keepers, each of which forks one execution's
+interpreter at a time from itself (envs/sandbox/template.go and keeper.go
+have the protocol, docs/sandbox.md the design).
 
 The template runs as root in its own mount (the sandbox root), PID, IPC,
 UTS and (unless the children have the network) network namespaces with only
