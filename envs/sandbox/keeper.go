@@ -27,6 +27,10 @@ type keeper struct {
 	proc *Process      // the keeper itself
 	ctl  *net.UnixConn // the keeper's control socket
 	runs int           // programs given it, under tpl.mu
+	// free holds a token while no program of the keeper runs: a program
+	// shares the keeper's cgroups, which the keeper's end gives back only
+	// once it holds the token.
+	free chan struct{}
 }
 
 const (
@@ -44,10 +48,15 @@ func (t *Template) keeper(ctx context.Context) (*keeper, error) {
 	for len(t.idle) > 0 {
 		k := t.idle[len(t.idle)-1]
 		t.idle = t.idle[:len(t.idle)-1]
-		if !k.ended() {
-			k.runs++
-			t.mu.Unlock()
-			return k, nil
+		select {
+		case <-k.free:
+			if !k.ended() {
+				k.runs++
+				t.mu.Unlock()
+				return k, nil
+			}
+			k.free <- struct{}{}
+		default: // its end holds the token
 		}
 	}
 	t.mu.Unlock()
@@ -72,7 +81,11 @@ func (t *Template) keeper(ctx context.Context) (*keeper, error) {
 		_ = p.Kill()
 		return nil, fmt.Errorf("sandbox: keeper's control socket: %w", err)
 	}
-	return &keeper{tpl: t, proc: p, ctl: conn.(*net.UnixConn), runs: 1}, nil
+	k := &keeper{tpl: t, proc: p, ctl: conn.(*net.UnixConn), runs: 1, free: make(chan struct{}, 1)}
+	p.mu.Lock()
+	p.keeps = k
+	p.mu.Unlock()
+	return k, nil
 }
 
 // run has the keeper fork one program, with its cgroups' counters started
@@ -116,6 +129,7 @@ func (k *keeper) ended() bool {
 // itself clean; otherwise, or when the template holds enough idle ones,
 // the keeper retires.
 func (k *keeper) ran(clean bool) {
+	k.free <- struct{}{}
 	t := k.tpl
 	t.mu.Lock()
 	if clean && !t.closed && k.runs < maxKeeperRuns && len(t.idle) < maxIdleKeepers && !k.ended() {

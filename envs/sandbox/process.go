@@ -77,8 +77,12 @@ type Process struct {
 	// when its report says clean.
 	keeper      *keeper
 	keeperClean bool
-	workDir     string // host directory to remove; "" with namespaces
-	cpuLimit    time.Duration
+	// keeps: this is a keeper's own process (set once it is one), whose
+	// end reads and gives back the cgroups only once the keeper's
+	// program, if any, has ended.
+	keeps    *keeper
+	workDir  string // host directory to remove; "" with namespaces
+	cpuLimit time.Duration
 	// cpuRate is the most CPU the sandbox can use per second of wall
 	// time, in millicores: it paces the CPU watch.
 	cpuRate int64

@@ -57,7 +57,11 @@ func (p *Process) ownForked(conn *net.UnixConn, started chan<- error) {
 		_ = unix.Close(p.pidfd)
 		p.pidfd = -1
 	}
+	keeps := p.keeps
 	p.mu.Unlock()
+	if keeps != nil {
+		<-keeps.free // a keeper's program shares its cgroups: it has ended now
+	}
 	if !reported && startErr == nil {
 		startErr = fmt.Errorf("sandbox: the forked child ended before it was locked down (%+v)", exit)
 	}
