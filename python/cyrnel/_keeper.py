@@ -48,7 +48,11 @@ def keep(limits: dict[str, int], reuse: bool) -> NoReturn:
         for fd in fds:
             os.close(fd)
         status, files = high[0], high[1:]
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as e:
+            os.write(status, json.dumps({"error": f"sandbox: keeper: fork: {e}"}).encode())
+            os._exit(1)
         if pid == 0:
             _run(files, limits)
         for fd in files:
