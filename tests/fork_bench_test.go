@@ -82,9 +82,9 @@ func spawnRate(b *testing.B, python string, n, c int) float64 {
 }
 
 // BenchmarkForkTemplate measures fresh Python interpreters forked from a
-// template against spawned ones (fork: false) and against spawning
-// `python3 -I -S -c pass`, all in one run (issue 12's table). Run with
-// -benchtime 1x.
+// template against spawned ones (fork: false), against spawning
+// `python3 -I -S -c pass` and against a warm Jupyter kernel, all in one
+// run (issues 12 and 28). Run with -benchtime 1x.
 func BenchmarkForkTemplate(b *testing.B) {
 	h, python := forkingHost(b)
 	for range b.N {
@@ -113,6 +113,7 @@ func BenchmarkForkTemplate(b *testing.B) {
 		slat, swall := load(b, h, 120, 8, "pass")
 
 		b.ReportMetric(p50(one), "fork-1client-p50-ms")
+		b.ReportMetric(percentile(one, 99), "fork-1client-p99-ms")
 		b.ReportMetric(p50(isolated), "fork-isolated-p50-ms")
 		b.ReportMetric(forkRate, "fork-8clients-exec/s")
 		b.ReportMetric(p50(lat), "fork-8clients-p50-ms")
@@ -122,6 +123,12 @@ func BenchmarkForkTemplate(b *testing.B) {
 		b.ReportMetric(p50(spawnIsolated), "spawn-isolated-p50-ms")
 		b.ReportMetric(float64(len(slat))/swall.Seconds(), "spawn-8clients-exec/s")
 		b.ReportMetric(p50(one)/p50(spawnOne), "fork-vs-spawn-1client-latency-x")
+		// `pass` in a warm Jupyter kernel, back to back (issue 28's baseline).
+		var ms []float64
+		if jupyterBaseline(b, &ms, jupyterRoundTrips, "300") {
+			b.ReportMetric(p50(millis(ms)), "jupyter-pass-p50-ms")
+			b.ReportMetric(p50(one)/p50(millis(ms)), "fork-vs-jupyter-x")
+		}
 	}
 }
 
