@@ -179,8 +179,9 @@ def probe():
 
 // HogProblems says where what hog() returned falls short of each limit
 // (the control: a sibling sharing the hog's user would have failed). The
-// hog cannot make message queues where Landlock holds it (EACCES);
-// mqueues reports whether it could, and so whether a probe must.
+// hog cannot make message queues where seccomp (EPERM) or Landlock
+// (EACCES) holds it; mqueues reports whether it could, and so whether a
+// probe must.
 func HogProblems(hog map[string]any) (problems []string, mqueues bool) {
 	num := func(k string) int { v, _ := hog[k].(float64); return int(v) }
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
@@ -195,7 +196,7 @@ func HogProblems(hog map[string]any) (problems []string, mqueues bool) {
 			num("pipes1MiB"), num("pipeErrno"), num("pipeBytes"))
 	}
 	switch {
-	case num("mqueues") == 0 && num("mqueueErrno") == int(unix.EACCES):
+	case num("mqueues") == 0 && (num("mqueueErrno") == int(unix.EPERM) || num("mqueueErrno") == int(unix.EACCES)):
 	case num("mqueueErrno") != int(unix.EMFILE) || num("mqueues") == 0:
 		bad("the hog opened %d message queues (errno %d), want some then EMFILE at RLIMIT_MSGQUEUE", num("mqueues"), num("mqueueErrno"))
 	default:
@@ -213,15 +214,15 @@ func HogProblems(hog map[string]any) (problems []string, mqueues bool) {
 }
 
 // ProbeProblems says what probe() could not take that it should have: all
-// of it on the host (root); in a sandbox all but AIO (EPERM) and, unless
-// mqueues, message queues (EACCES).
+// of it on the host (root); in a sandbox all but AIO and, unless mqueues,
+// message queues (EPERM: seccomp refuses both).
 func ProbeProblems(got map[string]any, host, mqueues bool) (problems []string) {
 	want := map[string]float64{"inotify": 0, "fanotify": 0, "inotifyWatch": 0, "fanotifyMark": 0,
 		"signal": 0, "pipe1MiB": 0, "mqueue": 0, "aio": 0, "pipeBytes": 65536}
 	if !host {
 		want["aio"] = float64(unix.EPERM)
 		if !mqueues {
-			want["mqueue"] = float64(unix.EACCES)
+			want["mqueue"] = float64(unix.EPERM)
 		}
 	}
 	for k, v := range want {

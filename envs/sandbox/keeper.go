@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -45,6 +46,10 @@ const (
 // keeper returns an idle keeper of the template, or forks a new one.
 func (t *Template) keeper(ctx context.Context) (*keeper, error) {
 	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, errors.New("sandbox: template is closed")
+	}
 	for len(t.idle) > 0 {
 		k := t.idle[len(t.idle)-1]
 		t.idle = t.idle[:len(t.idle)-1]
@@ -58,6 +63,7 @@ func (t *Template) keeper(ctx context.Context) (*keeper, error) {
 			k.free <- struct{}{}
 		default: // its end holds the token
 		}
+		_ = k.ctl.Close()
 	}
 	t.mu.Unlock()
 	host, child, err := seqpacketPair()
@@ -69,22 +75,29 @@ func (t *Template) keeper(ctx context.Context) (*keeper, error) {
 		closeAll(host, child)
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	p, err := t.fork(ctx, forkRequest{Keeper: true}, null, null, []*os.File{child})
+	k := &keeper{tpl: t, runs: 1, free: make(chan struct{}, 1)}
+	k.free <- struct{}{}
+	p, err := t.fork(ctx, forkRequest{Keeper: true}, null, null, []*os.File{child}, k)
 	closeAll(null, child)
 	if err != nil {
 		_ = host.Close()
 		return nil, err
 	}
+	k.proc = p
+	select {
+	case <-k.free: // busy with the program it is forked for
+	default:
+		_ = host.Close()
+		return nil, errors.New("sandbox: the keeper ended as it started")
+	}
 	conn, err := net.FileConn(host)
 	_ = host.Close()
 	if err != nil {
+		k.free <- struct{}{}
 		_ = p.Kill()
 		return nil, fmt.Errorf("sandbox: keeper's control socket: %w", err)
 	}
-	k := &keeper{tpl: t, proc: p, ctl: conn.(*net.UnixConn), runs: 1, free: make(chan struct{}, 1)}
-	p.mu.Lock()
-	p.keeps = k
-	p.mu.Unlock()
+	k.ctl = conn.(*net.UnixConn)
 	return k, nil
 }
 

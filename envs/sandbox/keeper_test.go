@@ -3,13 +3,16 @@ package sandbox
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 )
 
 // keeperLeaveCode leaves what a program could hope to pass on to the next
 // one its keeper forks: a module attribute, files in /tmp and /dev/shm (one
 // below directories it made unreadable), a socket file, /tmp opened to
-// all and a setsid sleeper.
+// all and given an extended attribute, and a setsid sleeper.
 const keeperLeaveCode = `
 import builtins, os, socket, time
 marker = %[1]q
@@ -25,6 +28,7 @@ s.bind("/tmp/sock")
 s.listen()
 builtins.kept = s
 os.chmod("/tmp", 0o777)
+os.setxattr("/tmp", "user.secret", marker.encode())
 if os.fork() == 0:
     os.setsid()
     os.closerange(0, 1024)
@@ -41,7 +45,7 @@ libc.shmctl(0, 14, buf)  # SHM_INFO
 print(json.dumps({
     "file": os.path.exists("/tmp/" + marker), "dir": os.path.exists("/tmp/d"),
     "shm": os.path.exists("/dev/shm/" + marker), "sock": os.path.exists("/tmp/sock"),
-    "tmpMode": os.stat("/tmp").st_mode & 0o777,
+    "tmpMode": os.stat("/tmp").st_mode & 0o777, "xattrs": os.listxattr("/tmp"),
     "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()),
     "secret": getattr(builtins, "secret", None),
     "sysv": ctypes.cast(buf, ctypes.POINTER(ctypes.c_int))[0],
@@ -51,6 +55,7 @@ print(json.dumps({
 type keeperView struct {
 	File, Dir, Shm, Sock bool
 	TmpMode              int
+	Xattrs               []string
 	Pids                 []int
 	Secret               *string
 	SysV                 int
@@ -80,18 +85,26 @@ func TestKeeperCarriesNothing(t *testing.T) {
 	a := fork(t, tpl)
 	k := a.p.keeper
 	own := probeKeeper(t, a, keeperLeaveCode, marker)
-	if !own.File || !own.Dir || !own.Shm || !own.Sock || own.TmpMode != 0o777 || len(own.Pids) == 0 || own.Secret == nil {
+	if !own.File || !own.Dir || !own.Shm || !own.Sock || own.TmpMode != 0o777 || len(own.Xattrs) != 1 || len(own.Pids) == 0 || own.Secret == nil {
 		t.Fatalf("control: the program does not see what it left (%+v): the probe cannot notice a carry-over", own)
 	}
 	_ = a.p.Kill()
 	a.p.Wait()
+	// Seen from the host: the keeper alone is left in its cgroups (a
+	// process /proc would hide from the next program included).
+	keeperPid := strconv.Itoa(forkedHostPid(t, k.proc))
+	for _, dir := range k.proc.cg.dirs() {
+		if b, err := os.ReadFile(dir + "/cgroup.procs"); err != nil || strings.TrimSpace(string(b)) != keeperPid {
+			t.Errorf("%s/cgroup.procs holds %q (%v), want the keeper %s alone", dir, b, err, keeperPid)
+		}
+	}
 
 	b := fork(t, tpl)
 	if b.p.keeper != k {
 		t.Fatal("the next program was not forked by the same keeper: nothing was reused")
 	}
 	next := probeKeeper(t, b, "", marker)
-	if next.File || next.Dir || next.Shm || next.Sock || next.TmpMode != 0o700 || len(next.Pids) > 0 || next.Secret != nil || next.SysV != 0 {
+	if next.File || next.Dir || next.Shm || next.Sock || next.TmpMode != 0o700 || len(next.Xattrs) > 0 || len(next.Pids) > 0 || next.Secret != nil || next.SysV != 0 {
 		t.Errorf("the keeper's next program found the last one's: %+v", next)
 	}
 
@@ -106,10 +119,25 @@ func TestKeeperCarriesNothing(t *testing.T) {
 		t.Fatalf("control: %d System V segments after one was made", v.SysV)
 	}
 	_ = s.p.Kill()
-	s.p.Wait()
-	<-k.proc.Done() // retired
+	s.p.Wait() // the keeper said it was spent: retired, never idle again
 	last := fork(t, tpl)
 	if v := probeKeeper(t, last, "", marker); last.p.keeper == k || v.SysV != 0 {
 		t.Errorf("after a System V segment was left: same keeper %v, %d segments", last.p.keeper == k, v.SysV)
+	}
+
+	// What a program of the keeper's uid may change of the keeper itself
+	// (its rlimits, its nice value), which a later program would inherit,
+	// retires it too.
+	k = last.p.keeper
+	changed := last.run(t, "import os, resource; resource.prlimit(1, resource.RLIMIT_NOFILE, (40, 40)); os.setpriority(os.PRIO_PROCESS, 1, 19)")
+	if changed["status"] != "success" {
+		t.Fatalf("control: the program could not change its keeper: %v", changed)
+	}
+	_ = last.p.Kill()
+	last.p.Wait()
+	after := fork(t, tpl)
+	out := after.output(t, "import os, resource; print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], os.getpriority(os.PRIO_PROCESS, 0))")
+	if after.p.keeper == k || strings.TrimSpace(out) != "256 0" {
+		t.Errorf("after a program changed its keeper: same keeper %v, open files and nice %q, want 256 0", after.p.keeper == k, out)
 	}
 }

@@ -77,7 +77,7 @@ type Process struct {
 	// when its report says clean.
 	keeper      *keeper
 	keeperClean bool
-	// keeps: this is a keeper's own process (set once it is one), whose
+	// keeps: this is a keeper's own process, whose
 	// end reads and gives back the cgroups only once the keeper's
 	// program, if any, has ended.
 	keeps    *keeper

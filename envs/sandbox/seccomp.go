@@ -12,7 +12,7 @@ import (
 )
 
 // deniedSyscalls fail with EPERM: they reach kernel surface (modules, keys,
-// BPF, perf, mounts, namespaces, tracing, io_uring) a sandboxed interpreter
+// BPF, perf, mounts, namespaces, tracing, io_uring, message queues) a sandboxed interpreter
 // never needs, or a count the whole host shares: Linux AIO contexts
 // (fs.aio-max-nr, 65536 events by default, which one io_setup could take).
 var deniedSyscalls = []string{
@@ -24,6 +24,10 @@ var deniedSyscalls = []string{
 	"init_module", "finit_module", "delete_module",
 	"kexec_load", "kexec_file_load", "reboot",
 	"keyctl", "add_key", "request_key",
+	// A POSIX message queue outlives its program in the IPC namespace a
+	// keeper's next program shares, and nothing there can list it; mq_open
+	// makes it even where Landlock then refuses to open it.
+	"mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
 	"swapon", "swapoff", "acct", "quotactl", "syslog",
 	"name_to_handle_at", "open_by_handle_at",
 	"io_uring_setup", "io_uring_enter", "io_uring_register",

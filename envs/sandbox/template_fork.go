@@ -18,11 +18,19 @@ import (
 // down, and serves them. A keeper forks it (keeper.go): an idle one, or
 // one the template forks for it. ctx bounds the start only.
 func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*os.File) (*Process, error) {
-	k, err := t.keeper(ctx)
-	if err != nil {
-		return nil, err
+	for {
+		k, err := t.keeper(ctx)
+		if err != nil {
+			return nil, err
+		}
+		p, err := k.run(ctx, stdout, stderr, extra)
+		// An idle keeper may have died since its last program (the
+		// template's end, a kill): another one takes the program.
+		if err != nil && k.runs > 1 && k.ended() && ctx.Err() == nil {
+			continue
+		}
+		return p, err
 	}
-	return k.run(ctx, stdout, stderr, extra)
 }
 
 // ForkSession is Fork for a child of the template's own that serves a
@@ -32,7 +40,7 @@ func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 // cgroup counts its time, not by an RLIMIT_CPU that would count its whole
 // life.
 func (t *Template) ForkSession(ctx context.Context, stdout, stderr *os.File, extra []*os.File) (*Process, error) {
-	return t.fork(ctx, forkRequest{Session: true}, stdout, stderr, extra)
+	return t.fork(ctx, forkRequest{Session: true}, stdout, stderr, extra, nil)
 }
 
 // newProcess is a Process of a child of the template, or of a keeper.
@@ -52,9 +60,11 @@ func (t *Template) newProcess() *Process {
 	return p
 }
 
-// fork asks the template for a child of its own: a session's, or a keeper.
-func (t *Template) fork(ctx context.Context, req forkRequest, stdout, stderr *os.File, extra []*os.File) (*Process, error) {
+// fork asks the template for a child of its own: a session's, or keeps
+// (req.Keeper).
+func (t *Template) fork(ctx context.Context, req forkRequest, stdout, stderr *os.File, extra []*os.File, keeps *keeper) (*Process, error) {
 	p := t.newProcess()
+	p.keeps = keeps
 	// The child's own host uid: the template clones it with this
 	// effective uid, so its user namespace belongs to it, and maps
 	// sandboxID to it.

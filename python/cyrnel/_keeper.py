@@ -21,22 +21,23 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
 
-def keep(limits: dict[str, int], reuse: bool) -> NoReturn:
+def keep(limits: dict[str, int]) -> NoReturn:
     """A keeper: PID 1 of namespaces and cgroups it keeps, locked down,
     forking one program at a time from itself (docs/sandbox.md, "Keepers").
     Each program is a fresh copy of the template's interpreter; once it
     ends, the keeper kills what it left, empties /tmp and /dev/shm and
-    checks the IPC namespace, then reports the program's end. Where that
-    cannot be done, or without Landlock (nothing else keeps a program from
-    POSIX message queues, which nothing can list), it says so ("spent")
-    and exits: the host never gives it another program. It ends when the
-    host closes its control socket (fd 3)."""
+    checks the IPC namespace and its own settings, then reports the
+    program's end. Where that cannot be done, or the program changed what
+    it should not have, it says so ("spent") and exits: the host never
+    gives it another program. It ends when the host closes its control
+    socket (fd 3)."""
     ctl = socket.socket(fileno=3)
     # A program runs as the keeper's uid: it must not ptrace it nor read
     # its /proc files, and a signal it sends PID 1 must not end it.
     _template._prctl(_template.PR_SET_DUMPABLE, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     skeleton = _tree("/tmp") | _tree("/dev/shm")
+    settings = _settings()
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(ctl, 4096, 16)
@@ -57,7 +58,7 @@ def keep(limits: dict[str, int], reuse: bool) -> NoReturn:
             _run(files, limits)
         for fd in files:
             os.close(fd)
-        if not _follow(pid, status, skeleton, reuse):
+        if not _follow(pid, status, skeleton, settings):
             os._exit(0)
 
 
@@ -70,6 +71,7 @@ def _run(files: list[int], limits: dict[str, int]) -> NoReturn:
         os.closerange(len(files) + 1, 1 << 20)
         _template._lower_rlimit(resource.RLIMIT_CPU, limits["cpuSeconds"], limits["cpuSeconds"] + 1)
         _template._prctl(_template.PR_SET_DUMPABLE, 1)  # its own /proc/self files are its own
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the keeper's is ignored
         _template._reseed()
     except BaseException:  # noqa: BLE001 - a program half set up must not run
         os._exit(125)
@@ -78,7 +80,7 @@ def _run(files: list[int], limits: dict[str, int]) -> NoReturn:
     os._exit(0)
 
 
-def _follow(pid: int, status: int, skeleton: set[str], reuse: bool) -> bool:
+def _follow(pid: int, status: int, skeleton: dict[str, tuple[int, int, int] | None], settings: bytes) -> bool:
     """Report the program on its status socket, wait for it, kill and reap
     what it left, clean up; whether the keeper may take another."""
     try:
@@ -100,7 +102,10 @@ def _follow(pid: int, status: int, skeleton: set[str], reuse: bool) -> bool:
             os.wait()
         except ChildProcessError:
             break
-    clean = reuse and _wipe(skeleton) and _ipc_empty()
+    try:
+        clean = _settings() == settings and _wipe(skeleton) and _ipc_empty()
+    except OSError:
+        clean = False
     _template._children[pid] = status
     _template._report(pid, st, ru, spent=not clean)
     return clean
@@ -111,55 +116,82 @@ def _follow(pid: int, status: int, skeleton: set[str], reuse: bool) -> bool:
 _WIPE_MOST = 1024
 
 
-def _tree(root: str) -> set[str]:
-    """The paths below root when the keeper starts: the mount points of the
-    read paths below /tmp and the directories leading to them."""
-    found = {root}
+def _tree(root: str) -> dict[str, tuple[int, int, int] | None]:
+    """The paths below root when the keeper starts — the mount points of the
+    read paths below /tmp and the directories leading to them — with, for
+    each directory of root's file system, its mode and times to give back."""
+    found: dict[str, tuple[int, int, int] | None] = {}
+    todo = [root]
     dev = os.lstat(root).st_dev
-    for entry in os.scandir(root):
-        found.add(entry.path)
-        if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_dev == dev:
-            found |= _tree(entry.path)
+    while todo:
+        d = todo.pop()
+        st = os.lstat(d)
+        found[d] = (st.st_mode & 0o7777, st.st_atime_ns, st.st_mtime_ns)
+        for entry in os.scandir(d):
+            if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_dev == dev:
+                todo.append(entry.path)
+            else:
+                found[entry.path] = None  # a mount point: left alone
     return found
 
 
-def _wipe(skeleton: set[str]) -> bool:
+def _wipe(skeleton: dict[str, tuple[int, int, int] | None]) -> bool:
     """Remove everything a program left in /tmp and /dev/shm but the
-    skeleton, and give both their mode back; False if that failed."""
-    todo, seen = ["/tmp", "/dev/shm"], 0
+    skeleton, and give the skeleton's directories their attributes, mode
+    and times back; False if that failed or found more than _WIPE_MOST
+    entries."""
+    todo, dirs, seen = ["/tmp", "/dev/shm"], [], 0
     try:
-        for d in todo:
-            os.chmod(d, 0o700)
         while todo:
             d = todo.pop()
-            dev = os.lstat(d).st_dev
+            kept = d in skeleton
+            os.chmod(d, 0o700)  # readable and writable, whatever the program made it
+            if kept:
+                for name in os.listxattr(d, follow_symlinks=False):
+                    os.removexattr(d, name, follow_symlinks=False)
+            dirs.append(d)
             for entry in os.scandir(d):
                 seen += 1
                 if seen > _WIPE_MOST:
                     return False
-                if entry.path in skeleton:
-                    # A read path's mount point is left alone; the
-                    # directories leading to one are searched.
-                    if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_dev == dev:
+                if kept and entry.path in skeleton:
+                    if skeleton[entry.path] is not None:
                         todo.append(entry.path)
                 elif entry.is_dir(follow_symlinks=False):
-                    _remove_tree(entry.path)
+                    todo.append(entry.path)
                 else:
                     os.unlink(entry.path)
-    except OSError:
+        # Deepest first: a directory is empty once those below it are gone.
+        for d in reversed(dirs):
+            attrs = skeleton.get(d)
+            if attrs is None:
+                os.rmdir(d)
+            else:
+                mode, atime, mtime = attrs
+                os.chmod(d, mode)
+                os.utime(d, ns=(atime, mtime))
+    except Exception:  # noqa: BLE001 - whatever failed, the keeper retires
         return False
     return True
 
 
-def _remove_tree(path: str) -> None:
-    """Remove a directory a program made, whatever modes it gave it."""
-    os.chmod(path, 0o700)
-    for entry in os.scandir(path):
-        if entry.is_dir(follow_symlinks=False):
-            _remove_tree(entry.path)
-        else:
-            os.unlink(entry.path)
-    os.rmdir(path)
+# sched_getattr, ioprio_get: x86_64 and aarch64 (the generic table).
+_NR = {"x86_64": (315, 252), "aarch64": (275, 31)}[os.uname().machine]
+_RLIMITS = sorted(getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_"))
+
+
+def _settings() -> bytes:
+    """What a program, as the keeper's uid, may change of the keeper (PID 1)
+    though it cannot trace it: its rlimits (prlimit), its scheduling —
+    policy, nice, priority, utilisation clamps (sched_setattr,
+    setpriority) — its CPU affinity and its I/O priority. A later program
+    would inherit them."""
+    attr = ctypes.create_string_buffer(56)
+    if _template._libc.syscall(_NR[0], 0, attr, 56, 0) < 0:
+        raise OSError(ctypes.get_errno(), "sched_getattr")
+    ioprio = _template._libc.syscall(_NR[1], 1, 0)  # IOPRIO_WHO_PROCESS, self
+    limits = [resource.getrlimit(r) for r in _RLIMITS]
+    return repr((attr.raw, ioprio, sorted(os.sched_getaffinity(0)), limits)).encode()
 
 
 _SHM_INFO, _MSG_INFO, _SEM_INFO = 14, 12, 19
@@ -168,8 +200,7 @@ _SHM_INFO, _MSG_INFO, _SEM_INFO = 14, 12, 19
 def _ipc_empty() -> bool:
     """Whether the IPC namespace holds no System V shared memory segment,
     message queue or semaphore set (a program's own to remove: the keeper
-    retires). POSIX message queues are Landlock's to refuse (the keeper
-    runs one program only without it)."""
+    retires). POSIX message queues are refused by seccomp."""
     buf = ctypes.create_string_buffer(256)
     ints = ctypes.cast(buf, ctypes.POINTER(ctypes.c_int))
     if _template._libc.shmctl(0, _SHM_INFO, buf) < 0 or ints[0] != 0:  # shm_info.used_ids

@@ -267,7 +267,7 @@ def _program(cfg: dict[str, Any], status: int, fds: list[int], session: bool, ke
     os.write(status_fd, b'{"started":true}')
     os.close(status_fd)
     if keeper:
-        _keeper.keep(cfg["limits"], bool(ll["abi"]))
+        _keeper.keep(cfg["limits"])
     _reseed()
     if session:
         _stay_init()
