@@ -6,7 +6,6 @@ from itself (envs/sandbox/keeper.go has the protocol, docs/sandbox.md,
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import json
 import os
 import resource
@@ -39,15 +38,9 @@ def keep(limits: dict[str, int]) -> NoReturn:
     skeleton = _tree("/tmp") | _tree("/dev/shm")
     settings = _settings()
     while True:
-        try:
-            msg, fds, _, _ = socket.recv_fds(ctl, 4096, 16)
-        except InterruptedError:
-            continue
+        msg, high = _template.receive(ctl, 16)
         if not msg:
             os._exit(0)
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _template._HIGH_FD) for fd in fds]
-        for fd in fds:
-            os.close(fd)
         status, files = high[0], high[1:]
         try:
             pid = os.fork()

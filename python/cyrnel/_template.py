@@ -90,6 +90,21 @@ MOVE_MOUNT_F_EMPTY_PATH = 4
 _HIGH_FD = 64
 
 
+def receive(sock: socket.socket, most: int) -> tuple[bytes, list[int]]:
+    """The next message on sock and the files it carries, moved clear of
+    fds 0-7, which a program's own files take; b"" at end-of-file."""
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 4096, most)
+            break
+        except InterruptedError:
+            continue
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD) for fd in fds]
+    for fd in fds:
+        os.close(fd)
+    return msg, high
+
+
 def _check(ret: int, what: str) -> int:
     if ret < 0:
         err = ctypes.get_errno()
@@ -552,17 +567,10 @@ def main(preload: list[str]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     while True:
-        try:
-            msg, fds, _, _ = socket.recv_fds(ctl, 4096, 64)
-        except InterruptedError:
-            continue
+        msg, high = receive(ctl, 64)
         if not msg:
             break  # the host drains this template
         req = json.loads(msg)
-        # Clear of fds 0-7, which the program's own files take.
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD) for fd in fds]
-        for fd in fds:
-            os.close(fd)
         n = 3 + req["extra"]
         _start_child(cfg, req, high[0], high[1:n], high[n:])
         for fd in high:
