@@ -79,10 +79,10 @@ def _follow(pid: int, status: int, skeleton: dict[str, tuple[int, int, int] | No
     try:
         pidfd = os.pidfd_open(pid)
         try:
-            socket.send_fds(socket.socket(fileno=os.dup(status)), [json.dumps({"pid": pid}).encode()], [pidfd])
+            # Locked down already: its pidfd and its start in one message.
+            socket.send_fds(socket.socket(fileno=os.dup(status)), [b'{"pid":%d,"started":true}' % pid], [pidfd])
         finally:
             os.close(pidfd)
-        os.write(status, b'{"started":true}')
     except OSError:
         pass  # the host gave up on it: the program reads end-of-file and ends
     _, st, ru = os.wait4(pid, 0)
