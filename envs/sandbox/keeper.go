@@ -77,7 +77,7 @@ func (t *Template) keeper(ctx context.Context) (*keeper, error) {
 	}
 	k := &keeper{tpl: t, runs: 1, free: make(chan struct{}, 1)}
 	k.free <- struct{}{}
-	p, err := t.fork(ctx, forkRequest{Keeper: true}, null, null, []*os.File{child}, k)
+	p, err := t.fork(ctx, null, null, []*os.File{child}, k)
 	closeAll(null, child)
 	if err != nil {
 		_ = host.Close()

@@ -42,8 +42,9 @@ import (
 //   - host → template, once: templateConfig (JSON); template → host:
 //     {"ready":true} or {"error":"…"}.
 //   - host → template, per child: a forkRequest ({"cgroups":n,"extra":n,
-//     "uid":n,"session":bool,"keeper":bool}) with the fds [status, fd 1,
-//     fd 2, extra files…, cgroup.procs of each cgroup] (SCM_RIGHTS).
+//     "uid":n,"session":bool}: a session's child, otherwise a keeper) with
+//     the fds [status, fd 1, fd 2, extra files…, cgroup.procs of each
+//     cgroup] (SCM_RIGHTS).
 //   - on the status socket: {"pid":n} with a pidfd of the child (from the
 //     template), {"started":true} or {"error":"…"} once it is locked down
 //     (from the child), {"exit":{…}} when the template has reaped it; then

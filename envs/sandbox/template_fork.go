@@ -40,7 +40,7 @@ func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*o
 // cgroup counts its time, not by an RLIMIT_CPU that would count its whole
 // life.
 func (t *Template) ForkSession(ctx context.Context, stdout, stderr *os.File, extra []*os.File) (*Process, error) {
-	return t.fork(ctx, forkRequest{Session: true}, stdout, stderr, extra, nil)
+	return t.fork(ctx, stdout, stderr, extra, nil)
 }
 
 // newProcess is a Process of a child of the template, or of a keeper.
@@ -60,9 +60,9 @@ func (t *Template) newProcess() *Process {
 	return p
 }
 
-// fork asks the template for a child of its own: a session's, or keeps
-// (req.Keeper).
-func (t *Template) fork(ctx context.Context, req forkRequest, stdout, stderr *os.File, extra []*os.File, keeps *keeper) (*Process, error) {
+// fork asks the template for a child of its own: the keeper keeps, or
+// with none a session's.
+func (t *Template) fork(ctx context.Context, stdout, stderr *os.File, extra []*os.File, keeps *keeper) (*Process, error) {
 	p := t.newProcess()
 	p.keeps = keeps
 	// The child's own host uid: the template clones it with this
@@ -82,8 +82,7 @@ func (t *Template) fork(ctx context.Context, req forkRequest, stdout, stderr *os
 		return nil, p.abort(err)
 	}
 	files := append(append([]*os.File{childEnd, stdout, stderr}, extra...), procs...)
-	req.Cgroups, req.Extra, req.UID = len(procs), len(extra), p.hostID
-	msg, _ := json.Marshal(req) // plain data
+	msg, _ := json.Marshal(forkRequest{Cgroups: len(procs), Extra: len(extra), UID: p.hostID, Session: keeps == nil}) // plain data
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -104,7 +103,8 @@ func (t *Template) fork(ctx context.Context, req forkRequest, stdout, stderr *os
 	}
 	// A hung template may still move a child into the cgroups and give it
 	// the uid: neither is reused until the template is gone.
-	if err := p.follow(ctx, hostEnd, !req.Keeper, func() { p.idsAfter, p.cgSlots = t.done, nil }); err != nil {
+	// A keeper's CPU is its programs' to watch, each its own.
+	if err := p.follow(ctx, hostEnd, keeps == nil, func() { p.idsAfter, p.cgSlots = t.done, nil }); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -161,11 +161,12 @@ func fdsOf(files []*os.File) []int {
 // (SCM_RIGHTS): the status socket, fds 1 and 2, Extra files, then Cgroups
 // cgroup.procs files.
 type forkRequest struct {
-	Cgroups int  `json:"cgroups"`
-	Extra   int  `json:"extra"`
-	UID     int  `json:"uid"`               // the child's host uid
-	Session bool `json:"session,omitempty"` // the child's runtime serves a session
-	Keeper  bool `json:"keeper,omitempty"`  // the child is a keeper (keeper.go)
+	Cgroups int `json:"cgroups"`
+	Extra   int `json:"extra"`
+	UID     int `json:"uid"` // the child's host uid
+	// Session: the child's runtime serves a session; otherwise the child
+	// is a keeper (keeper.go).
+	Session bool `json:"session,omitempty"`
 }
 
 // forkReport is one message of a forked child's status socket.

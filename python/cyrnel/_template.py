@@ -230,10 +230,10 @@ def _lower_rlimit(res: int, soft: int, hard: int) -> None:
     resource.setrlimit(res, (min(soft, hard), hard))
 
 
-def _program(cfg: dict[str, Any], status: int, fds: list[int], session: bool, keeper: bool) -> NoReturn:
-    """PID 1 of the child's namespaces: lock down, then serve the worker
-    (from a child of PID 1, a session's many executions) or, as a keeper,
-    fork each program it is given (_keep)."""
+def _program(cfg: dict[str, Any], status: int, fds: list[int], session: bool) -> NoReturn:
+    """PID 1 of the child's namespaces: lock down, then serve a session's
+    executions from a child of PID 1 or, as a keeper (every other child),
+    fork each program it is given (_keeper.keep)."""
     limits = cfg["limits"]
     # fds 1-6 as the worker expects them; the status socket next until the
     # child is locked down; nothing else of the template's.
@@ -264,9 +264,10 @@ def _program(cfg: dict[str, Any], status: int, fds: list[int], session: bool, ke
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"mode=0700,size={limits['tmpBytes']}")
         _check(_libc.sethostname(b"sandbox", 7), "sethostname")
         os.chdir("/tmp")
-        if not keeper and (cfg["cpuRlimit"] or not session):
+        if session and cfg["cpuRlimit"]:
             # A session lives long: where a cgroup counts its CPU time, the
-            # host's watch holds each of its executions instead.
+            # host's watch holds each of its executions instead. A keeper's
+            # programs each lower their own.
             _lower_rlimit(resource.RLIMIT_CPU, limits["cpuSeconds"], limits["cpuSeconds"] + 1)
         _lower_rlimit(resource.RLIMIT_FSIZE, limits["fileSizeBytes"], limits["fileSizeBytes"])
         _lower_rlimit(resource.RLIMIT_NOFILE, limits["openFiles"], limits["openFiles"])
@@ -281,12 +282,11 @@ def _program(cfg: dict[str, Any], status: int, fds: list[int], session: bool, ke
         os._exit(125)
     os.write(status_fd, b'{"started":true}')
     os.close(status_fd)
-    if keeper:
+    if not session:
         _keeper.keep(cfg["limits"])
     _reseed()
-    if session:
-        _stay_init()
-    _worker.serve(session)
+    _stay_init()
+    _worker.serve(True)
     sys.stdout.flush()
     os._exit(0)
 
@@ -420,7 +420,7 @@ def _start_child(cfg: dict[str, Any], req: dict[str, Any], status: int, fds: lis
     cgroup (and network) namespaces, owned by its host uid; give it its
     uid/gid maps and cgroups before it runs; hand the host its pidfd. The
     program waits on a pipe until all of that is done."""
-    uid, session, keeper = req["uid"], bool(req.get("session")), bool(req.get("keeper"))
+    uid, session = req["uid"], bool(req.get("session"))
     # The cgroup namespace comes later, from the child itself: its root is
     # the cgroup the child is in when it is made, which must be its own.
     flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | signal.SIGCHLD
@@ -448,7 +448,7 @@ def _start_child(cfg: dict[str, Any], req: dict[str, Any], status: int, fds: lis
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.close(go_w)
             try:
-                _child(cfg, status, fds, go_r, session, keeper)
+                _child(cfg, status, fds, go_r, session)
             finally:
                 os._exit(1)  # whatever escaped, a child never returns into the template's loop
         _pythonapi.PyOS_AfterFork_Parent()
@@ -487,7 +487,7 @@ def _start_child(cfg: dict[str, Any], req: dict[str, Any], status: int, fds: lis
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
 
 
-def _child(cfg: dict[str, Any], status: int, fds: list[int], go: int, session: bool, keeper: bool) -> NoReturn:
+def _child(cfg: dict[str, Any], status: int, fds: list[int], go: int, session: bool) -> NoReturn:
     """The program before it locks itself down: wait for its maps and
     cgroups, become the unprivileged uid inside, then _program."""
     try:
@@ -509,7 +509,7 @@ def _child(cfg: dict[str, Any], status: int, fds: list[int], go: int, session: b
     except Exception as e:  # noqa: BLE001 - whatever failed, the child must not run
         os.write(status, json.dumps({"error": f"sandbox: forked child: {type(e).__name__}: {e}"}).encode())
         os._exit(125)
-    _program(cfg, status, fds, session, keeper)
+    _program(cfg, status, fds, session)
 
 
 def main(preload: list[str]) -> int:
