@@ -86,21 +86,21 @@ func (s *Store) DropLease(ctx context.Context, hostID string) error {
 // lease ran out (or that never had one) to idle with the given exit state
 // and reason. PostgreSQL only.
 func (t *Tx) FinishLost(ctx context.Context, self string, from []string, exitState, reason, msg string) (int64, error) {
+	lost := t.db.NewSelect().Model((*Process)(nil)).Column("pid").
+		Where("state IN (?)", bun.List(from)).Where("host_id <> ?", self).
+		Where("NOT EXISTS (SELECT 1 FROM hosts h WHERE h.host_id = process.host_id AND h.lease_until > now())")
 	// Their pending approvals expire in the same transaction: a reader that
 	// sees a process ended host_lost never finds its approval pending.
 	if _, err := t.db.NewUpdate().Model((*Approval)(nil)).
 		Set("state = ?", "expired").Set("decided_at = now()").
-		Where("state = ?", "pending").
-		Where("pid IN (SELECT p.pid FROM processes AS p WHERE p.state IN (?) AND p.host_id <> ? AND "+
-			"NOT EXISTS (SELECT 1 FROM hosts h WHERE h.host_id = p.host_id AND h.lease_until > now()))", bun.List(from), self).
+		Where("state = ?", "pending").Where("pid IN (?)", lost).
 		Exec(ctx); err != nil {
 		return 0, fmt.Errorf("expire approvals of lost hosts' processes: %w", err)
 	}
 	res, err := t.db.NewUpdate().Model((*Process)(nil)).
 		Set("state = ?", "idle").Set("exit_state = ?", exitState).
 		Set("reason = ?", reason).Set("error = ?", msg).Set("finished_at = now()").
-		Where("state IN (?)", bun.List(from)).Where("host_id <> ?", self).
-		Where("NOT EXISTS (SELECT 1 FROM hosts h WHERE h.host_id = process.host_id AND h.lease_until > now())").
+		Where("pid IN (?)", lost).
 		Exec(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("finish processes of lost hosts: %w", err)
