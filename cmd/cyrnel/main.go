@@ -246,6 +246,7 @@ func serveConfig(f *serveFlags) (server.Config, error) {
 		Version:          version,
 		Limits:           limits,
 		Announce:         true,
+		AdaptProcs:       true,
 		MetricsAddr:      cli.Setting(fs, "metrics-addr", "CYRNEL_METRICS_ADDR", ""),
 	}, nil
 }

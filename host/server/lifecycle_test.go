@@ -26,7 +26,8 @@ var errInjected = errors.New("injected start failure")
 // newWithHook runs New on dir (and dbURL, "": SQLite) with hook before
 // each start step.
 func newWithHook(dir, dbURL string, hook func(string) error) (*Server, error) {
-	cfg := Config{Addr: "127.0.0.1:0", DataDir: dir, DBURL: dbURL, Limits: process.DefaultLimits(), APIKey: "test-key", startHook: hook}
+	cfg := Config{Addr: "127.0.0.1:0", DataDir: dir, DBURL: dbURL, Limits: process.DefaultLimits(), APIKey: "test-key", startHook: hook,
+		AdaptProcs: true}
 	if dbURL != "" {
 		cfg.SecretsKey = base64.StdEncoding.EncodeToString(make([]byte, 32))
 	}
@@ -55,6 +56,9 @@ func failEachStep(t *testing.T, dbURL string) {
 	s.Close()
 	if len(steps) < 10 || !slices.Contains(steps, "environment") || !slices.Contains(steps, "store") {
 		t.Fatalf("start steps %v: the stack no longer holds the host's parts", steps)
+	}
+	if !slices.Contains(steps, "maxprocs") {
+		t.Fatalf("start steps %v: no GOMAXPROCS controller", steps)
 	}
 	if dbURL != "" && !slices.Contains(steps, "cluster handlers") {
 		t.Fatalf("start steps %v: no cluster on PostgreSQL", steps)

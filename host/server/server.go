@@ -27,6 +27,7 @@ import (
 	"github.com/cyrnel/cyrnel/host/gate"
 	"github.com/cyrnel/cyrnel/host/keys"
 	"github.com/cyrnel/cyrnel/host/lifecycle"
+	"github.com/cyrnel/cyrnel/host/maxprocs"
 	"github.com/cyrnel/cyrnel/host/mcp"
 	"github.com/cyrnel/cyrnel/host/metrics"
 	"github.com/cyrnel/cyrnel/host/modules"
@@ -89,7 +90,11 @@ type Config struct {
 	// Announce records the listen URL in the data directory, so the CLI's
 	// commands on it send their work here (cyrnel serve; not the CLI's own
 	// embedded hosts).
-	Announce   bool
+	Announce bool
+	// AdaptProcs lets the host set its GOMAXPROCS from its load (package
+	// maxprocs): a process-wide setting, so the serving process's (cyrnel
+	// serve), not a test's or the CLI's embedded hosts.
+	AdaptProcs bool
 	Governance Governance
 	// Sessions bounds the sessions this host runs.
 	Sessions session.Config
@@ -207,6 +212,11 @@ func New(ctx context.Context, log *slog.Logger, cfg Config) (srv *Server, err er
 	}
 	if err = CheckAddr(cfg.Addr, cfg.APIKey, cfg.Insecure); err != nil {
 		return nil, err
+	}
+	if cfg.AdaptProcs {
+		if err = stack.Start(ctx, "maxprocs", maxprocs.New(log.With("component", "maxprocs"))); err != nil {
+			return nil, err
+		}
 	}
 	if err = cfg.packageSource().Check(); err != nil {
 		return nil, err

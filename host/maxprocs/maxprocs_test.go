@@ -1,0 +1,193 @@
+package maxprocs
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestDecide(t *testing.T) {
+	idle := load{busy: 0.1, waits: 500, slowWaits: 20}
+	for _, tc := range []struct {
+		name string
+		from state
+		l    load
+		want state
+	}{
+		{"one P busy raises", state{procs: 1, need: 40, since: 500}, load{busy: 0.9}, state{procs: 4, need: 40, since: 501}},
+		{"goroutines waiting for the P raise", state{procs: 1, need: 40, since: 500}, load{busy: 0.3, waits: 100, slowWaits: 10}, state{procs: 4, need: 40, since: 501}},
+		{"a few slow waits do not", state{procs: 1, need: 40, since: 500}, load{busy: 0.3, waits: 100, slowWaits: 9}, state{procs: 1, need: 40, since: 501}},
+		{"nor does a small sample", state{procs: 1, need: 40, since: 500}, load{busy: 0.3, waits: 10, slowWaits: 10}, state{procs: 1, need: 40, since: 501}},
+		{"a busy host stays on all", state{procs: 4, quiet: 39, need: 40}, load{busy: 0.8}, state{procs: 4, quiet: 0, need: 40, since: 1}},
+		{"a quiet tick counts", state{procs: 4, quiet: 3, need: 40}, idle, state{procs: 4, quiet: 4, need: 40, since: 1}},
+		{"enough quiet ticks lower", state{procs: 4, quiet: 39, need: 40, since: 20}, idle, state{procs: 1, need: 40}},
+		{"a raise soon after a lowering doubles the quiet ticks", state{procs: 1, need: 40, since: 5}, load{busy: 0.9}, state{procs: 4, need: 80, since: 6}},
+		{"up to a bound", state{procs: 1, need: 2000, since: 5}, load{busy: 0.9}, state{procs: 4, need: 2400, since: 6}},
+		{"one P that kept up long lowers promptly again", state{procs: 1, need: 320, since: 400}, idle, state{procs: 1, need: 40, since: 401}},
+	} {
+		if got := tc.from.decide(4, tc.l); got != tc.want {
+			t.Errorf("%s: %+v after %+v = %+v, want %+v", tc.name, tc.from, tc.l, got, tc.want)
+		}
+	}
+}
+
+// fake drives a controller tick by tick with the loads a test gives.
+type fake struct {
+	c     *Controller
+	ticks chan time.Time
+	procs chan int
+	mu    sync.Mutex
+	at    time.Time
+	cpu   time.Duration
+	set   []int
+}
+
+func newFake() *fake {
+	f := &fake{ticks: make(chan time.Time), procs: make(chan int), at: time.Unix(0, 0)}
+	f.c = New(quiet)
+	f.c.sample = func() sample {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return sample{at: f.at, cpu: f.cpu, ok: true}
+	}
+	f.c.set = func(n int) { f.mu.Lock(); f.set = append(f.set, n); f.mu.Unlock() }
+	f.c.ticks = func() (<-chan time.Time, func()) { return f.ticks, func() {} }
+	f.c.decided = func(n int) { f.procs <- n }
+	return f
+}
+
+// tick advances the clock by a tick in which the host used busy of a
+// CPU, and returns the Ps the controller then chose.
+func (f *fake) tick(busy float64) int {
+	f.mu.Lock()
+	f.at = f.at.Add(tick)
+	f.cpu += time.Duration(busy * float64(tick))
+	f.mu.Unlock()
+	f.ticks <- f.at
+	return <-f.procs
+}
+
+func TestControllerFollowsTheLoad(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "")
+	f := newFake()
+	if err := f.c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	most := f.c.most
+	if most < 2 {
+		t.Fatalf("the runtime chose %d Ps: the test needs 2 or more (run it with GOMAXPROCS unset on a machine with 2 CPUs)", most)
+	}
+	for i := 1; i < quietTicks; i++ {
+		if p := f.tick(0.1); p != most {
+			t.Fatalf("lowered after %d quiet ticks", i)
+		}
+	}
+	if p := f.tick(0.1); p != 1 {
+		t.Fatalf("after %d quiet ticks: %d Ps, want 1", quietTicks, p)
+	}
+	if p := f.tick(0.5); p != 1 {
+		t.Fatalf("half a CPU raised to %d Ps", p)
+	}
+	if p := f.tick(0.95); p != most {
+		t.Fatalf("a busy P: %d Ps, want %d", p, most)
+	}
+	if err := f.c.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if want := []int{1, most, most}; !equal(f.set, want) {
+		t.Errorf("set %v, want %v (the last by Stop)", f.set, want)
+	}
+}
+
+func TestOperatorsGOMAXPROCSIsLeftAlone(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "2")
+	f := newFake()
+	if err := f.c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f.c.adapted || len(f.set) != 0 {
+		t.Errorf("took GOMAXPROCS over (set it to %v) though the operator set it", f.set)
+	}
+}
+
+// TestRealRuntime: the controller measuring this process lowers it to one
+// P while it idles and gives every P back once goroutines queue for the
+// one, then Stop leaves GOMAXPROCS as it found it.
+func TestRealRuntime(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "")
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2)) // at least two to go back to, on any machine
+	c := New(quiet)
+	procs := make(chan int, 1)
+	c.decided = func(n int) {
+		select {
+		case <-procs:
+		default:
+		}
+		procs <- n
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	most := c.most
+	until := func(want int) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case n := <-procs:
+				if n == want && runtime.GOMAXPROCS(0) == want {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("GOMAXPROCS is %d, want %d", runtime.GOMAXPROCS(0), want)
+			}
+		}
+	}
+	until(1)
+	// Goroutines that each work 100 µs and yield: on one P each waits
+	// for the others.
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for !stop.Load() {
+				for t := time.Now(); time.Since(t) < 100*time.Microsecond; {
+				}
+				runtime.Gosched()
+			}
+		})
+	}
+	until(most)
+	stop.Store(true)
+	wg.Wait()
+	if err := c.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := runtime.GOMAXPROCS(0); n != most {
+		t.Errorf("after Stop GOMAXPROCS is %d, want %d", n, most)
+	}
+}
+
+func equal(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
