@@ -12,7 +12,7 @@ import (
 
 // setPython replaces the python module's config and waits until the new
 // environment is warm and the old one drained.
-func setPython(b *testing.B, h *host, cfg map[string]any) {
+func setPython(b testing.TB, h *host, cfg map[string]any) {
 	b.Helper()
 	if st, _ := h.do("PUT", "/modules/python/config", cfg, nil); st != 200 {
 		b.Fatalf("set python config %v: %d", cfg, st)

@@ -95,3 +95,32 @@ func BenchmarkFirstPlot(b *testing.B) {
 	b.ReportMetric(p50(firstCPU), "first-plot-session-cpu-p50-ms")
 	b.ReportMetric(p50(secondCPU), "second-plot-session-cpu-p50-ms")
 }
+
+// TestPandasPreloadIsWarm: a preloaded pandas is ready for frames in a
+// fresh interpreter, forked and spawned: a frame's first grouping,
+// description and printing import nothing more (the template or the
+// interpreter's start paid for them).
+func TestPandasPreloadIsWarm(t *testing.T) {
+	t.Parallel()
+	py := dataSciencePython(t)
+	h := start(t, "", "CYRNEL_PYTHON="+py)
+	const code = `import sys
+before = set(sys.modules)
+import pandas as pd
+df = pd.DataFrame({"k": ["a", "b", "a"], "v": [1, 2, 3]})
+text = str(df) + str(df.groupby("k")["v"].sum()) + str(df.describe())
+cyrnel.output({"imported": sorted(set(sys.modules) - before), "text": "describe" if "mean" in text else text})`
+	for _, fork := range []bool{true, false} {
+		setPython(t, h, map[string]any{"preload": []string{"pandas"}, "fork": fork, "startTimeoutMs": 120000})
+		if ok, why := templateStatus(h); ok != fork {
+			t.Fatalf("fork %v: template enabled %v (%s)", fork, ok, why)
+		}
+		p := h.run(code, nil)
+		if p.exit() != "success" || p.Output["text"] != "describe" {
+			t.Fatalf("fork %v: %s %v %s", fork, p.exit(), p.Output, p.Stderr)
+		}
+		if imported, _ := p.Output["imported"].([]any); len(imported) != 0 {
+			t.Errorf("fork %v: the first frame imported %v", fork, imported)
+		}
+	}
+}
