@@ -6,7 +6,7 @@
 // work between goroutines. With a second P idle, each hand-off wakes a
 // thread to run or steal the goroutine; on one P the woken goroutine
 // simply runs next. On 2 cores, one client of TypeScript executions: the
-// host's CPU per execution 28 % lower and its context switches 14 → 6.6
+// host's CPU per execution a fifth lower and its context switches 14 → 6.7
 // (docs/benchmarks.md). Under load one P would cap the host, so the
 // controller gives every CPU back once work waits for the P.
 package maxprocs
