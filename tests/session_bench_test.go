@@ -12,32 +12,6 @@ import (
 	"time"
 )
 
-// jupyterRoundTrips measures n (argv 1) execute round trips of `pass`, or
-// of the code in argv 3 after the set-up in argv 2, in a warm Jupyter kernel
-// (Debian's python3-ipykernel and python3-jupyter-client), in milliseconds,
-// measured by jupyter_client itself.
-const jupyterRoundTrips = `
-import json, sys, time
-from jupyter_client.manager import start_new_kernel
-km, kc = start_new_kernel(kernel_name="python3")
-quiet = lambda msg: None  # a cell's result is a message, not our stdout
-try:
-    code = sys.argv[3] if len(sys.argv) > 3 else "pass"
-    reply = kc.execute_interactive(sys.argv[2] if len(sys.argv) > 2 else "pass", timeout=120, output_hook=quiet)
-    assert reply["content"]["status"] == "ok", reply
-    kc.execute_interactive(code, timeout=30, output_hook=quiet)
-    out = []
-    for _ in range(int(sys.argv[1])):
-        t0 = time.perf_counter()
-        reply = kc.execute_interactive(code, timeout=30, output_hook=quiet)
-        out.append((time.perf_counter() - t0) * 1000)
-        assert reply["content"]["status"] == "ok", reply
-    print(json.dumps(out))
-finally:
-    kc.stop_channels()
-    km.shutdown_kernel(now=True)
-`
-
 // BenchmarkSessionExecution: an execution in a ready session through HTTP
 // (POST /processes {session, code: "pass", waitMs}), beside a one-shot
 // execution and a Jupyter kernel's execute round trip measured in the same
@@ -76,20 +50,21 @@ func BenchmarkSessionExecution(b *testing.B) {
 	b.ReportMetric(p50(oneShot), "oneshot-p50-ms")
 	b.Logf("session HTTP p50 %.2f ms (p99 %.2f); one-shot warm p50 %.2f ms", p50(inSession), percentile(inSession, 99), p50(oneShot))
 
-	var ms []float64
-	if !jupyterBaseline(b, &ms, jupyterRoundTrips, fmt.Sprint(max(b.N, 20))) {
+	k := startKernel(b, "pass", "pass")
+	if k == nil {
 		return
 	}
-	jupyter := millis(ms)
+	jupyter := k.block(max(b.N, 20))
 	b.ReportMetric(p50(jupyter), "jupyter-p50-ms")
 	b.ReportMetric(p50(jupyter)/p50(inSession), "session-vs-jupyter-x")
 	b.Logf("Jupyter execute round trip p50 %.2f ms; the session is %.1fx faster", p50(jupyter), p50(jupyter)/p50(inSession))
 }
 
-// jupyterBlocks keeps one warm kernel that runs setup, then answers each
-// line on its stdin (a count) with that many timed round trips of code, as
-// a JSON list of milliseconds: a baseline that alternates with cyrnel's
-// blocks in the same period.
+// jupyterBlocks keeps one warm kernel (Debian's python3-ipykernel and
+// python3-jupyter-client) that runs setup, then answers each line on its
+// stdin (a count) with that many execute round trips of code, timed by
+// jupyter_client itself, as a JSON list of milliseconds: a baseline that
+// can alternate with cyrnel's blocks in the same period.
 const jupyterBlocks = `
 import json, sys, time
 from jupyter_client.manager import start_new_kernel
@@ -118,7 +93,6 @@ type kernel struct {
 	b   *testing.B
 	in  io.WriteCloser
 	out *bufio.Scanner
-	cmd *exec.Cmd
 }
 
 // startKernel starts a kernel that ran setup and code once; nil when there
@@ -139,11 +113,14 @@ func startKernel(b *testing.B, setup, code string) *kernel {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	k := &kernel{b: b, in: in, out: bufio.NewScanner(stdout), cmd: cmd}
-	b.Cleanup(func() { in.Close(); cmd.Wait() })
-	if !k.out.Scan() {
-		in.Close()
+	b.Cleanup(func() {
+		in.Close() // the driver's loop ends, and it shuts the kernel down
 		cmd.Wait()
+	})
+	k := &kernel{b: b, in: in, out: bufio.NewScanner(stdout)}
+	if !k.out.Scan() { // the driver's first line: the kernel is warm
+		in.Close()
+		cmd.Wait() // stderr is complete
 		if why := os.Getenv("CYRNEL_TEST_NO_JUPYTER"); why != "" {
 			b.Logf("no Jupyter kernel to compare with (CYRNEL_TEST_NO_JUPYTER: %s)", why)
 			return nil

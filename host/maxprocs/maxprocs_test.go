@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -103,7 +104,7 @@ func TestControllerFollowsTheLoad(t *testing.T) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if want := []int{1, most, most}; !equal(f.set, want) {
+	if want := []int{1, most, most}; !slices.Equal(f.set, want) {
 		t.Errorf("set %v, want %v (the last by Stop)", f.set, want)
 	}
 }
@@ -178,16 +179,4 @@ func TestRealRuntime(t *testing.T) {
 	if n := runtime.GOMAXPROCS(0); n != most {
 		t.Errorf("after Stop GOMAXPROCS is %d, want %d", n, most)
 	}
-}
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
