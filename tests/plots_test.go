@@ -1,7 +1,9 @@
 package tests
 
 import (
+	"bytes"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -121,6 +123,20 @@ cyrnel.output({"imported": sorted(set(sys.modules) - before), "text": "describe"
 		}
 		if imported, _ := p.Output["imported"].([]any); len(imported) != 0 {
 			t.Errorf("fork %v: the first frame imported %v", fork, imported)
+		}
+	}
+	// A pandas template (~41 MiB) is large: the log tells an operator
+	// whose kernel has 64 kB folios off to turn them on, and only then.
+	const advice = "template is large"
+	knob, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled")
+	switch logs := h.logs.String(); {
+	case err != nil || bytes.Contains(knob, []byte("[always]")):
+		if strings.Contains(logs, advice) {
+			t.Errorf("folios on or absent (%q, %v), yet the log advises them:\n%s", knob, err, logs)
+		}
+	case bytes.Contains(knob, []byte("[never]")):
+		if !strings.Contains(logs, advice) {
+			t.Errorf("folios off, and the log does not say so:\n%s", logs)
 		}
 	}
 }

@@ -187,6 +187,7 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 		t.Kill()
 		return nil, err
 	}
+	t.adviseFolios()
 	return t, nil
 }
 
