@@ -1,10 +1,16 @@
 package tests
 
 import (
+	"os"
 	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 var gomaxprocs = regexp.MustCompile(`(?m)^go_sched_gomaxprocs_threads (\d+)$`)
@@ -41,4 +47,109 @@ func TestIdleHostRunsOnOneP(t *testing.T) {
 			t.Errorf("GOMAXPROCS %s, want the operator's 3", p)
 		}
 	})
+}
+
+// TestIdleHostPinsWithItsTypeScriptWorker: on one P, a host whose active
+// environment is TypeScript runs on one CPU with its worker
+// (envs/affinity); with Python active nothing is pinned, the forking
+// template and its programs included (started off the pin).
+func TestIdleHostPinsWithItsTypeScriptWorker(t *testing.T) {
+	t.Parallel()
+	h := start(t, "")
+	server := h.cmd.Process.Pid
+	all := cpusOf(t, os.Getpid()) // the server's CPUs before any pin: the test's
+	if st, _ := h.do("PUT", "/environment", map[string]any{"module": "typescript"}, nil); st != 200 {
+		t.Fatalf("switch to typescript: %d", st)
+	}
+	if p := h.run("1+1", nil); p.exit() != "success" {
+		t.Fatalf("%+v", p)
+	}
+	worker := descendants(t, server, "__cyrnel_worker_typescript")
+	if len(worker) == 0 {
+		t.Fatal("no TypeScript worker among the host's processes")
+	}
+	eventuallyWithin(t, 30*time.Second, "GOMAXPROCS 1 on an idle host", func() bool { return procsOf(t, h) == "1" })
+	if runtime.NumCPU() < 2 {
+		if c := cpusOf(t, server); c != all {
+			t.Errorf("one CPU (%s): the server's threads on %q", all, c)
+		}
+		return
+	}
+	var pinned string
+	eventuallyWithin(t, 30*time.Second, "the server's threads on one CPU", func() bool {
+		pinned = cpusOf(t, server)
+		return !strings.ContainsAny(pinned, "-,") && pinned != "mixed"
+	})
+	for _, w := range worker {
+		if c := cpusOf(t, w); c != pinned {
+			t.Errorf("the server on CPU %s, its TypeScript worker %d on %q", pinned, w, c)
+		}
+	}
+
+	if st, _ := h.do("PUT", "/environment", map[string]any{"module": "python"}, nil); st != 200 {
+		t.Fatalf("switch to python: %d", st)
+	}
+	if p := h.run("pass", nil); p.exit() != "success" {
+		t.Fatalf("%+v", p)
+	}
+	// The TypeScript workers are gone with their environment: nothing follows.
+	eventuallyWithin(t, 30*time.Second, "the server's threads back on "+all, func() bool { return cpusOf(t, server) == all })
+	for _, pid := range descendants(t, server, "") {
+		if c := cpusOf(t, pid); c != all && c != "" {
+			t.Errorf("with Python active, process %d on %q, not %s", pid, c, all)
+		}
+	}
+}
+
+// cpusOf is the CPUs every thread of pid may run on, as the kernel lists
+// them ("1", "0-1"), or "mixed" when its threads differ.
+func cpusOf(t *testing.T, pid int) string {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := ""
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/status")
+		if err != nil {
+			continue // a thread that ended
+		}
+		_, rest, _ := strings.Cut(string(b), "Cpus_allowed_list:")
+		list, _, _ := strings.Cut(strings.TrimSpace(rest), "\n")
+		if seen != "" && list != seen {
+			return "mixed"
+		}
+		seen = list
+	}
+	return seen
+}
+
+// descendants are the descendants of pid whose command line holds arg
+// (every one for "").
+func descendants(t *testing.T, pid int, arg string) []int {
+	t.Helper()
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := map[int]int{}
+	for _, p := range procs {
+		if st, err := p.Stat(); err == nil {
+			parent[p.PID] = st.PPID
+		}
+	}
+	var found []int
+	for _, p := range procs {
+		if line, err := p.CmdLine(); err != nil || (arg != "" && !slices.Contains(line, arg)) {
+			continue
+		}
+		for a := parent[p.PID]; a > 1; a = parent[a] {
+			if a == pid {
+				found = append(found, p.PID)
+				break
+			}
+		}
+	}
+	return found
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cyrnel/cyrnel/envs/affinity"
 	"github.com/cyrnel/cyrnel/envs/module"
 )
 
@@ -113,7 +114,7 @@ func (src PackageSource) resolve(ctx context.Context, req buildRequest, reqs []r
 	}
 	var stderr tailBuffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	if err := affinity.Process.Spawn(cmd.Start); err != nil {
 		return nil, fmt.Errorf("packages: run pip: %w", err)
 	}
 	sc := bufio.NewScanner(stdout)

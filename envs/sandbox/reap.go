@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"syscall"
 	"time"
+
+	"github.com/cyrnel/cyrnel/envs/affinity"
 )
 
 // own is the owner goroutine: it starts the init from its locked thread,
@@ -21,11 +23,12 @@ func (p *Process) own(cmd *exec.Cmd, spec []byte, specR, specW, statusR, statusW
 	if p.hostID != 0 {
 		// The init's user namespace must belong to the sandbox's uid.
 		var restored bool
-		if err, restored = asOwner(p.hostID, cmd.Start); restored {
+		start := func() error { return affinity.Process.Spawn(cmd.Start) }
+		if err, restored = asOwner(p.hostID, start); restored {
 			defer runtime.UnlockOSThread()
 		}
 	} else {
-		err = cmd.Start()
+		err = affinity.Process.Spawn(cmd.Start)
 		defer runtime.UnlockOSThread()
 	}
 	closeAll(specR, statusW) // the init has its copies

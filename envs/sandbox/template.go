@@ -17,6 +17,8 @@ import (
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	"golang.org/x/sys/unix"
+
+	"github.com/cyrnel/cyrnel/envs/affinity"
 )
 
 // A Template is a warm interpreter that forks sandboxed children instead
@@ -363,7 +365,7 @@ func (t *Template) own(cmd *exec.Cmd, started chan<- error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	defer close(t.done)
-	if err := cmd.Start(); err != nil {
+	if err := affinity.Process.Spawn(cmd.Start); err != nil {
 		started <- err
 		return
 	}

@@ -165,7 +165,7 @@ func (e *Environment) Setup(ctx context.Context, sc module.SetupContext) error {
 	cmd := worker.Command{Path: self, Args: []string{WorkerArg}, Env: workerEnv(cfg.Limits), OutOfMemory: []string{
 		"fatal error: out of memory", "fatal error: runtime: out of memory", "fatal error: pageAlloc: out of memory",
 		"fatal error: runtime: cannot allocate memory",
-	}}
+	}, FollowHost: true}
 	spawn := func(ctx context.Context) (*worker.Worker, error) {
 		w, err := worker.Start(ctx, e.logger, launcher, cmd)
 		if err != nil {

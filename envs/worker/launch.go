@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cyrnel/cyrnel/envs/affinity"
 )
 
 // Files are the child's ends of its six pipes: fds 1 and 2 (raw output),
@@ -69,6 +71,11 @@ type Command struct {
 	// fallback nothing else says so). Only for a runtime whose stderr its
 	// programs cannot write to, such as the TypeScript worker's.
 	OutOfMemory []string
+	// FollowHost: the worker's processes follow the host onto one CPU
+	// while it is pinned (envs/affinity), for a worker that answers each
+	// request in microseconds, so the two trade the CPU instead of waking
+	// each other across CPUs.
+	FollowHost bool
 }
 
 // Plain launches workers as ordinary child processes in their own process
@@ -112,7 +119,7 @@ func (Plain) Launch(_ context.Context, c Command, f Files) (Handle, error) {
 		cmd.Stderr = f.Stderr
 		cmd.ExtraFiles = f.Extra()
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
+		if err := affinity.Process.Spawn(cmd.Start); err != nil {
 			started <- fmt.Errorf("start %s: %w", c.Path, err)
 			return
 		}
@@ -158,6 +165,7 @@ func waitExited(pid int) {
 
 func (h *plainHandle) Done() <-chan struct{} { return h.done }
 func (h *plainHandle) Exit() Exit            { return h.exit }
+func (h *plainHandle) Pid() int              { return h.pid }
 
 func exitOf(ps *os.ProcessState) Exit {
 	if ps == nil {

@@ -43,6 +43,9 @@ type sandboxHandle struct{ p *sandbox.Process }
 func (h sandboxHandle) Kill()                 { _ = h.p.Kill() }
 func (h sandboxHandle) Done() <-chan struct{} { return h.p.Done() }
 
+// Pid is the sandbox's init, whose descendants are the worker.
+func (h sandboxHandle) Pid() int { return h.p.Pid() }
+
 func (h sandboxHandle) ResetUsage() { h.p.ResetUsage() }
 
 func (h sandboxHandle) Usage() (time.Duration, int64) {

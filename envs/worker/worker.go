@@ -22,6 +22,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/cyrnel/cyrnel/envs/affinity"
 	"github.com/cyrnel/cyrnel/envs/module"
 )
 
@@ -49,6 +50,7 @@ type Worker struct {
 
 	oomTexts    []string    // Command.OutOfMemory
 	outOfMemory atomic.Bool // the runtime wrote one of oomTexts to stderr
+	unfollow    func()      // ends Command.FollowHost's following
 
 	cur atomic.Pointer[execution]
 
@@ -144,6 +146,10 @@ func Start(ctx context.Context, log *slog.Logger, l Launcher, cmd Command) (*Wor
 		ready:    make(chan struct{}),
 		outs:     [2]*os.File{pipes[0][0], pipes[1][0]},
 		oomTexts: cmd.OutOfMemory,
+		unfollow: func() {},
+	}
+	if p, ok := h.(interface{ Pid() int }); ok && cmd.FollowHost {
+		w.unfollow = affinity.Process.Follow(p.Pid())
 	}
 	// A message past the limit ends the worker at once: the host reads no
 	// more of what the program writes.
@@ -210,6 +216,7 @@ func (w *Worker) Dead() bool {
 func (w *Worker) Close() {
 	w.h.Kill()
 	<-w.h.Done()
+	w.unfollow()
 	w.conn.Close()
 	w.direct.Close()
 	w.drain()

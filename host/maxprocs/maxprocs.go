@@ -1,6 +1,7 @@
 // Package maxprocs sets how many threads run the host's Go code at once
 // (GOMAXPROCS) from the host's own load: one while one keeps up, every
-// CPU the runtime would use as soon as it does not.
+// CPU the runtime would use as soon as it does not. With one P the host
+// is also pinned to one CPU (envs/affinity).
 //
 // Why: a host serving one client at a time spends much of its CPU handing
 // work between goroutines. With a second P idle, each hand-off wakes a
@@ -20,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cyrnel/cyrnel/envs/affinity"
 	"github.com/cyrnel/cyrnel/host/lifecycle"
 )
 
@@ -68,8 +70,26 @@ type Controller struct {
 
 // New returns a controller; Start starts it.
 func New(log *slog.Logger) *Controller {
-	return &Controller{log: log, sample: read, set: func(n int) { runtime.GOMAXPROCS(n) },
+	return &Controller{log: log, sample: read, set: func(n int) { setProcs(log, n) },
 		ticks: func() (<-chan time.Time, func()) { t := time.NewTicker(tick); return t.C, t.Stop }}
+}
+
+// setProcs sets GOMAXPROCS. On one P the host's threads, and the workers
+// that follow them, are pinned to the CPU it runs on (envs/affinity: a
+// wake-up across CPUs is dear on a VM); on more they get their CPUs back
+// first. A pin that fails costs only its gain.
+func setProcs(log *slog.Logger, n int) {
+	if n > 1 {
+		if err := affinity.Process.Release(); err != nil {
+			log.Debug("release the CPU pin", "err", err)
+		}
+		runtime.GOMAXPROCS(n)
+		return
+	}
+	runtime.GOMAXPROCS(n)
+	if err := affinity.Process.To(); err != nil {
+		log.Debug("pin to one CPU", "err", err)
+	}
 }
 
 // Start takes GOMAXPROCS over, unless the operator set it (the GOMAXPROCS

@@ -4,12 +4,15 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os/exec"
 	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cyrnel/cyrnel/envs/affinity"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -157,6 +160,16 @@ func TestRealRuntime(t *testing.T) {
 		}
 	}
 	until(1)
+	// With a follower, one P pins the host where there is a CPU to leave.
+	sleeper := exec.Command("sleep", "600")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() }()
+	defer affinity.Process.Follow(sleeper.Process.Pid)()
+	if pinned := affinity.Process.CPU() >= 0; pinned != (runtime.NumCPU() > 1) {
+		t.Errorf("on one P with %d CPUs and a follower, pinned to a CPU: %v", runtime.NumCPU(), pinned)
+	}
 	// Goroutines that each work 100 µs and yield: on one P each waits
 	// for the others.
 	var stop atomic.Bool
@@ -171,6 +184,9 @@ func TestRealRuntime(t *testing.T) {
 		})
 	}
 	until(most)
+	if cpu := affinity.Process.CPU(); cpu >= 0 {
+		t.Errorf("on every P, still pinned to CPU %d", cpu)
+	}
 	stop.Store(true)
 	wg.Wait()
 	if err := c.Stop(context.Background()); err != nil {
@@ -178,5 +194,8 @@ func TestRealRuntime(t *testing.T) {
 	}
 	if n := runtime.GOMAXPROCS(0); n != most {
 		t.Errorf("after Stop GOMAXPROCS is %d, want %d", n, most)
+	}
+	if cpu := affinity.Process.CPU(); cpu >= 0 {
+		t.Errorf("after Stop still pinned to CPU %d", cpu)
 	}
 }
