@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"errors"
 	"os"
 	"regexp"
 	"runtime"
@@ -51,8 +52,9 @@ func TestIdleHostRunsOnOneP(t *testing.T) {
 
 // TestIdleHostPinsWithItsTypeScriptWorker: on one P, a host whose active
 // environment is TypeScript runs on one CPU with its worker
-// (envs/affinity); with Python active nothing is pinned, the forking
-// template and its programs included (started off the pin).
+// (envs/affinity), except while an execution computes for long; with
+// Python active nothing is pinned, the forking template and its programs
+// included (started off the pin).
 func TestIdleHostPinsWithItsTypeScriptWorker(t *testing.T) {
 	t.Parallel()
 	h := start(t, "")
@@ -64,8 +66,8 @@ func TestIdleHostPinsWithItsTypeScriptWorker(t *testing.T) {
 	if p := h.run("1+1", nil); p.exit() != "success" {
 		t.Fatalf("%+v", p)
 	}
-	worker := descendants(t, server, "__cyrnel_worker_typescript")
-	if len(worker) == 0 {
+	workers := descendants(t, server, "__cyrnel_worker_typescript")
+	if len(workers) == 0 {
 		t.Fatal("no TypeScript worker among the host's processes")
 	}
 	eventuallyWithin(t, 30*time.Second, "GOMAXPROCS 1 on an idle host", func() bool { return procsOf(t, h) == "1" })
@@ -75,16 +77,30 @@ func TestIdleHostPinsWithItsTypeScriptWorker(t *testing.T) {
 		}
 		return
 	}
-	var pinned string
-	eventuallyWithin(t, 30*time.Second, "the server's threads on one CPU", func() bool {
-		pinned = cpusOf(t, server)
-		return !strings.ContainsAny(pinned, "-,") && pinned != "mixed"
-	})
-	for _, w := range worker {
-		if c := cpusOf(t, w); c != pinned {
-			t.Errorf("the server on CPU %s, its TypeScript worker %d on %q", pinned, w, c)
+	onOne := func() bool { // the server and its live workers on one and the same CPU
+		c := cpusOf(t, server)
+		if strings.ContainsAny(c, "-,") || c == "mixed" || c == "" {
+			return false
 		}
+		for _, w := range workers {
+			if wc := cpusOf(t, w); wc != c && wc != "" {
+				return false
+			}
+		}
+		return true
 	}
+	eventuallyWithin(t, 30*time.Second, "the server and its TypeScript worker on one CPU", onOne)
+
+	// An execution that computes for long releases the pin until it ends.
+	var busy proc
+	if st, _ := h.do("POST", "/processes", map[string]any{"code": "const t0 = Date.now(); while (Date.now() - t0 < 3000) {}"}, &busy); st != 201 {
+		t.Fatalf("create a long execution: %d", st)
+	}
+	eventuallyWithin(t, 30*time.Second, "the server back on "+all+" while an execution computes", func() bool { return cpusOf(t, server) == all })
+	if p := h.waitFor(busy.PID, func(p proc) bool { return p.State == "idle" }); p.exit() != "success" {
+		t.Fatalf("the long execution: %+v", p)
+	}
+	eventuallyWithin(t, 30*time.Second, "pinned again once it ended", onOne)
 
 	if st, _ := h.do("PUT", "/environment", map[string]any{"module": "python"}, nil); st != 200 {
 		t.Fatalf("switch to python: %d", st)
@@ -92,8 +108,10 @@ func TestIdleHostPinsWithItsTypeScriptWorker(t *testing.T) {
 	if p := h.run("pass", nil); p.exit() != "success" {
 		t.Fatalf("%+v", p)
 	}
-	// The TypeScript workers are gone with their environment: nothing follows.
-	eventuallyWithin(t, 30*time.Second, "the server's threads back on "+all, func() bool { return cpusOf(t, server) == all })
+	// The TypeScript workers end with their environment: nothing follows.
+	eventuallyWithin(t, 30*time.Second, "no TypeScript worker left and the server back on "+all, func() bool {
+		return len(descendants(t, server, "__cyrnel_worker_typescript")) == 0 && cpusOf(t, server) == all
+	})
 	for _, pid := range descendants(t, server, "") {
 		if c := cpusOf(t, pid); c != all && c != "" {
 			t.Errorf("with Python active, process %d on %q, not %s", pid, c, all)
@@ -102,10 +120,13 @@ func TestIdleHostPinsWithItsTypeScriptWorker(t *testing.T) {
 }
 
 // cpusOf is the CPUs every thread of pid may run on, as the kernel lists
-// them ("1", "0-1"), or "mixed" when its threads differ.
+// them ("1", "0-1"), "mixed" when its threads differ, "" when it ended.
 func cpusOf(t *testing.T, pid int) string {
 	t.Helper()
 	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if errors.Is(err, os.ErrNotExist) {
+		return "" // it ended
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Package affinity keeps the host's threads, and the worker processes that
 // answer it back and forth, on one CPU while the host runs its Go code on
 // one P (host/maxprocs pins and releases) and such a worker runs (it
-// follows the pin), and starts every other child off that pin.
+// follows the pin) without computing for long (Busy), and starts every
+// other child off that pin.
 //
 // Why: on a VM an idle vCPU halts, and waking a thread on it is an
 // interrupt through the hypervisor. A TypeScript execution crosses from
@@ -38,6 +39,10 @@ type Pin struct {
 	// one: a host whose work is forked Python programs, spread over every
 	// CPU, is better off free (docs/benchmarks.md).
 	followers map[int]int
+	// long counts the followers' executions that run past a moment
+	// (Busy): programs that compute rather than answer, which want a CPU
+	// each, not the server's.
+	long int
 }
 
 // Process is this process's pin.
@@ -48,7 +53,8 @@ func New() *Pin { return &Pin{cpu: -1, followers: map[int]int{}} }
 
 // To pins every thread of this process, and of the followers' process
 // trees, to the CPU the caller runs on, while there are followers (from
-// the first one on otherwise). It does nothing on a single CPU.
+// the first one on otherwise) and none of their executions runs long. It
+// does nothing on a single CPU.
 func (p *Pin) To() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -73,30 +79,53 @@ func (p *Pin) CPU() int {
 }
 
 // Follow makes the process pid and its descendants follow the pin until
-// the returned func is called. A process that ended is fine: there is
-// nothing to pin.
-func (p *Pin) Follow(pid int) (unfollow func()) {
+// the returned func is called, which must be as soon as pid has ended (a
+// pid is reused). The error is the pin's, which costs only its gain.
+func (p *Pin) Follow(pid int) (unfollow func() error, err error) {
+	if pid <= 0 {
+		return func() error { return nil }, nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.followers[pid]++
 	if p.cpu >= 0 {
-		_ = p.applyTrees([]int{pid}, one(p.cpu)) // it may have ended already
+		err = p.applyTrees([]int{pid}, one(p.cpu))
 	} else {
-		_ = p.sync() // a pin that fails costs only its gain
+		err = p.sync()
 	}
-	return sync.OnceFunc(func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
+	return p.undo(func() {
 		if p.followers[pid]--; p.followers[pid] <= 0 {
 			delete(p.followers, pid)
 		}
-		_ = p.sync()
-	})
+	}), err
 }
 
-// sync pins or releases as want and the followers say.
+// Busy says a follower's execution runs long: the pin is released until
+// the returned func is called.
+func (p *Pin) Busy() (done func() error, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.long++
+	return p.undo(func() { p.long-- }), p.sync()
+}
+
+// undo returns a func that, once, changes what the pin follows and syncs.
+func (p *Pin) undo(change func()) func() error {
+	var once sync.Once
+	return func() (err error) {
+		once.Do(func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			change()
+			err = p.sync()
+		})
+		return err
+	}
+}
+
+// sync pins or releases as want, the followers and long say.
 func (p *Pin) sync() error {
-	switch should := p.want && len(p.followers) > 0; {
+	switch should := p.want && len(p.followers) > 0 && p.long == 0; {
 	case should && p.cpu < 0:
 		var own unix.CPUSet
 		if err := unix.SchedGetaffinity(0, &own); err != nil {
@@ -112,11 +141,24 @@ func (p *Pin) sync() error {
 		p.own, p.cpu = own, cpu
 		return p.apply(one(cpu))
 	case !should && p.cpu >= 0:
-		p.cpu = -1
-		return p.apply(&p.own)
+		// Released only once this process's own threads are: until then
+		// Spawn keeps starting children off the pin, and the next sync
+		// tries again.
+		err := p.apply(&p.own)
+		var self *selfError
+		if !errors.As(err, &self) {
+			p.cpu = -1
+		}
+		return err
 	}
 	return nil
 }
+
+// selfError is a failure to set this process's own threads.
+type selfError struct{ err error }
+
+func (e *selfError) Error() string { return e.err.Error() }
+func (e *selfError) Unwrap() error { return e.err }
 
 // Spawn runs start, which starts a child process, from a thread holding
 // the CPUs the process had before the pin, so the child never inherits
@@ -137,17 +179,21 @@ func (p *Pin) Spawn(start func() error) error {
 	return err
 }
 
-// apply sets set on this process's threads and the followers' trees.
+// apply sets set on this process's threads (a failure there is a
+// *selfError) and the followers' trees.
 func (p *Pin) apply(set *unix.CPUSet) error {
-	err := setThreads(os.Getpid(), set)
+	var self error
+	if err := setThreads(os.Getpid(), set); err != nil {
+		self = &selfError{err}
+	}
 	if len(p.followers) == 0 {
-		return err
+		return self
 	}
 	roots := make([]int, 0, len(p.followers))
 	for pid := range p.followers {
 		roots = append(roots, pid)
 	}
-	return errors.Join(err, p.applyTrees(roots, set))
+	return errors.Join(self, p.applyTrees(roots, set))
 }
 
 // applyTrees sets set on every thread of the processes roots and their
@@ -174,26 +220,38 @@ func (p *Pin) applyTrees(roots []int, set *unix.CPUSet) error {
 	return errors.Join(errs...)
 }
 
-// setThreads sets set on every thread of pid. Twice: a thread started
-// while the first pass ran may come from one not yet set.
+// setThreads sets set on every thread of pid, pass after pass until a
+// pass finds no thread it had not seen (a thread started meanwhile may
+// come from one not yet set), at most maxPasses.
 func setThreads(pid int, set *unix.CPUSet) error {
-	for range 2 {
+	seen := map[int]bool{}
+	var errs []error
+	for range maxPasses {
 		tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
 		if err != nil {
 			return fmt.Errorf("affinity: threads of %d: %w", pid, err)
 		}
+		fresh := false
 		for _, t := range tasks {
 			tid, err := strconv.Atoi(t.Name())
-			if err != nil {
+			if err != nil || seen[tid] {
 				continue
 			}
+			seen[tid], fresh = true, true
 			if err := unix.SchedSetaffinity(tid, set); err != nil && !errors.Is(err, unix.ESRCH) {
-				return fmt.Errorf("affinity: thread %d of %d: %w", tid, pid, err)
+				errs = append(errs, fmt.Errorf("affinity: thread %d of %d: %w", tid, pid, err))
 			}
 		}
+		if !fresh {
+			break
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
+
+// maxPasses bounds setThreads' passes over a process whose threads keep
+// coming.
+const maxPasses = 5
 
 func one(cpu int) *unix.CPUSet {
 	var s unix.CPUSet

@@ -81,11 +81,21 @@ func child(t *testing.T, p *Pin) (shell, grandchild int) {
 	return cmd.Process.Pid, grandchild
 }
 
+// follow is p.Follow(pid), which must not fail here.
+func follow(t *testing.T, p *Pin, pid int) func() error {
+	t.Helper()
+	unfollow, err := p.Follow(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return unfollow
+}
+
 func TestPinFollowSpawnRelease(t *testing.T) {
 	before := own(t)
 	p := New()
 	follower, followersChild := child(t, p)
-	unfollow := p.Follow(follower)
+	unfollow := follow(t, p, follower)
 	if err := p.To(); err != nil {
 		t.Fatal(err)
 	}
@@ -111,10 +121,13 @@ func TestPinFollowSpawnRelease(t *testing.T) {
 	allAre(t, "a child started while pinned", other, before)
 	allAre(t, "pinned after a start", os.Getpid(), pinned)
 	// A follower that joins while pinned is pinned at once.
-	defer p.Follow(other)()
+	unfollowOther := follow(t, p, other)
+	defer unfollowOther()
 	allAre(t, "a follower joining", other, pinned)
 
-	unfollow()
+	if err := unfollow(); err != nil {
+		t.Fatal(err)
+	}
 	if p.CPU() != cpu {
 		t.Fatalf("one of two followers gone: pinned to %d, want %d", p.CPU(), cpu)
 	}
@@ -143,7 +156,7 @@ func TestPinHoldsOnlyWithAFollower(t *testing.T) {
 	}
 	allAre(t, "no follower", os.Getpid(), before)
 	pid, _ := child(t, p)
-	unfollow := p.Follow(pid)
+	unfollow := follow(t, p, pid)
 	if before.Count() < 2 {
 		if p.CPU() != -1 {
 			t.Fatalf("one CPU, pinned to %d", p.CPU())
@@ -153,9 +166,29 @@ func TestPinHoldsOnlyWithAFollower(t *testing.T) {
 	if p.CPU() < 0 {
 		t.Fatal("a follower came, nothing pinned")
 	}
-	allAre(t, "a follower came", os.Getpid(), *one(p.CPU()))
-	allAre(t, "the follower", pid, *one(p.CPU()))
-	unfollow()
+	cpu := p.CPU()
+	allAre(t, "a follower came", os.Getpid(), *one(cpu))
+	allAre(t, "the follower", pid, *one(cpu))
+	// A follower's execution that runs long releases the pin until it ends.
+	done, err := p.Busy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.CPU() != -1 {
+		t.Fatalf("a long execution, still pinned to %d", p.CPU())
+	}
+	allAre(t, "a long execution", os.Getpid(), before)
+	allAre(t, "the follower in a long execution", pid, before)
+	if err := done(); err != nil {
+		t.Fatal(err)
+	}
+	if p.CPU() < 0 {
+		t.Fatal("the long execution ended, nothing pinned")
+	}
+	allAre(t, "the long execution ended", pid, *one(p.CPU()))
+	if err := unfollow(); err != nil {
+		t.Fatal(err)
+	}
 	if p.CPU() != -1 {
 		t.Fatalf("the last follower gone, still pinned to %d", p.CPU())
 	}

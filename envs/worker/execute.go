@@ -132,6 +132,9 @@ func (w *Worker) Run(ctx context.Context, b module.Bindings, req Request) (modul
 	defer w.setFrameLimit(0)
 
 	w.resetUsage()
+	if w.follow {
+		defer w.runsLong()()
+	}
 	b.SetState(in.EID, module.StateRunning)
 	// The call outlives ctx: after a kill a graceful runtime still answers.
 	callCtx, cancelCall := context.WithCancel(context.Background())

@@ -22,7 +22,6 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 	"golang.org/x/sync/semaphore"
 
-	"github.com/cyrnel/cyrnel/envs/affinity"
 	"github.com/cyrnel/cyrnel/envs/module"
 )
 
@@ -50,7 +49,7 @@ type Worker struct {
 
 	oomTexts    []string    // Command.OutOfMemory
 	outOfMemory atomic.Bool // the runtime wrote one of oomTexts to stderr
-	unfollow    func()      // ends Command.FollowHost's following
+	follow      bool        // Command.FollowHost
 
 	cur atomic.Pointer[execution]
 
@@ -146,10 +145,9 @@ func Start(ctx context.Context, log *slog.Logger, l Launcher, cmd Command) (*Wor
 		ready:    make(chan struct{}),
 		outs:     [2]*os.File{pipes[0][0], pipes[1][0]},
 		oomTexts: cmd.OutOfMemory,
-		unfollow: func() {},
 	}
-	if p, ok := h.(interface{ Pid() int }); ok && cmd.FollowHost {
-		w.unfollow = affinity.Process.Follow(p.Pid())
+	if cmd.FollowHost {
+		w.followHost()
 	}
 	// A message past the limit ends the worker at once: the host reads no
 	// more of what the program writes.
@@ -216,7 +214,6 @@ func (w *Worker) Dead() bool {
 func (w *Worker) Close() {
 	w.h.Kill()
 	<-w.h.Done()
-	w.unfollow()
 	w.conn.Close()
 	w.direct.Close()
 	w.drain()

@@ -1,7 +1,8 @@
 // Package maxprocs sets how many threads run the host's Go code at once
 // (GOMAXPROCS) from the host's own load: one while one keeps up, every
 // CPU the runtime would use as soon as it does not. With one P the host
-// is also pinned to one CPU (envs/affinity).
+// is also pinned to one CPU while a TypeScript worker follows it
+// (envs/affinity).
 //
 // Why: a host serving one client at a time spends much of its CPU handing
 // work between goroutines. With a second P idle, each hand-off wakes a

@@ -166,7 +166,11 @@ func TestRealRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() }()
-	defer affinity.Process.Follow(sleeper.Process.Pid)()
+	unfollow, err := affinity.Process.Follow(sleeper.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = unfollow() }()
 	if pinned := affinity.Process.CPU() >= 0; pinned != (runtime.NumCPU() > 1) {
 		t.Errorf("on one P with %d CPUs and a follower, pinned to a CPU: %v", runtime.NumCPU(), pinned)
 	}
