@@ -148,6 +148,13 @@ func BenchmarkForkPandas(b *testing.B) {
 	if err := exec.Command(system, "-c", "import pandas").Run(); err != nil {
 		b.Skipf("%s has no pandas (make datascience installs python3-pandas on Debian): %v", system, err)
 	}
+	// The kernel's default first, whatever this machine was left with;
+	// where the setting cannot be changed the log says what it is.
+	folios := kernelFolios(b)
+	if folios == nil || !folios("never") {
+		knob, _ := os.ReadFile(foliosKnob)
+		b.Logf("64 kB folios as found: %s", strings.TrimSpace(string(knob)))
+	}
 	h := start(b, "", "CYRNEL_PYTHON="+system)
 	// Spawned pandas interpreters take seconds to start on a busy machine.
 	cfg := map[string]any{"interpreter": system, "preload": []string{"pandas"}, "fork": true, "startTimeoutMs": 120000}
@@ -167,10 +174,10 @@ func BenchmarkForkPandas(b *testing.B) {
 		cfg["fork"] = true
 		b.ReportMetric(p50(spawned), "spawn-pandas-p50-ms")
 		b.ReportMetric(p50(spawned)/p50(forked), "speedup-x")
-		if restore := largeFolios(b); restore != nil {
+		if folios != nil && folios("always") {
 			setPython(b, h, cfg) // a new template: its memory in 64 kB folios
 			pandasPairs(b, h, k, code, "folios64k-")
-			restore()
+			folios("never")
 		}
 	}
 }
@@ -209,37 +216,38 @@ func pandasPairs(b *testing.B, h *host, k *kernel, code, prefix string) []time.D
 	return forked
 }
 
-// largeFolios turns on the kernel's 64 kB anonymous folios and returns
-// what gives the previous setting back, or nil (logged) when they are on
-// already or this process may not set them.
-func largeFolios(b *testing.B) (restore func()) {
-	const knob = "/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled"
-	was, err := os.ReadFile(knob)
+// foliosKnob is the kernel's switch for 64 kB anonymous folios.
+const foliosKnob = "/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled"
+
+// kernelFolios returns a func that sets the kernel's 64 kB anonymous
+// folios ("never", "always") and says whether it could, or nil (logged)
+// where they cannot be set (not root, or a kernel without them). The
+// setting found is given back when the benchmark ends, whatever happens.
+func kernelFolios(b *testing.B) (set func(mode string) bool) {
+	was, err := os.ReadFile(foliosKnob)
 	if err != nil {
 		b.Logf("64 kB folios: %v", err)
 		return nil
 	}
 	// The file lists every choice with the current one in brackets.
 	_, rest, _ := strings.Cut(string(was), "[")
-	current, _, _ := strings.Cut(rest, "]")
-	if current == "always" {
-		b.Logf("64 kB folios: on already, in the run above")
+	found, _, _ := strings.Cut(rest, "]")
+	set = func(mode string) bool {
+		if err := os.WriteFile(foliosKnob, []byte(mode), 0); err != nil {
+			b.Logf("64 kB folios: cannot set %q: %v", mode, err)
+			return false
+		}
+		return true
+	}
+	if !set(found) {
 		return nil
 	}
-	if err := os.WriteFile(knob, []byte("always"), 0); err != nil {
-		b.Logf("64 kB folios: cannot turn them on: %v", err)
-		return nil
-	}
-	var once sync.Once
-	restore = func() {
-		once.Do(func() {
-			if err := os.WriteFile(knob, []byte(current), 0); err != nil {
-				b.Errorf("64 kB folios: give back %q: %v", current, err)
-			}
-		})
-	}
-	b.Cleanup(restore) // a benchmark that fails half way gives it back too
-	return restore
+	b.Cleanup(func() {
+		if err := os.WriteFile(foliosKnob, []byte(found), 0); err != nil {
+			b.Errorf("64 kB folios: give back %q: %v", found, err)
+		}
+	})
+	return set
 }
 
 // BenchmarkForkPandasEnvironment: one client back to back, a fresh
