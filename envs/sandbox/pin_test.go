@@ -1,12 +1,12 @@
 package sandbox
 
 import (
-	"os/exec"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cyrnel/cyrnel/envs/affinity"
+	"github.com/cyrnel/cyrnel/envs/envtest"
 )
 
 // TestTemplateStartsOffTheHostsPin: a template started while the host is
@@ -19,16 +19,7 @@ func TestTemplateStartsOffTheHostsPin(t *testing.T) {
 	if err := unix.SchedGetaffinity(0, &own); err != nil {
 		t.Fatal(err)
 	}
-	sleeper := exec.Command("sleep", "600")
-	if err := sleeper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() }()
-	unfollow, err := affinity.Process.Follow(sleeper.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = unfollow() }()
+	envtest.Follower(t)
 	if err := affinity.Process.To(); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os/exec"
 	"runtime"
 	"slices"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cyrnel/cyrnel/envs/affinity"
+	"github.com/cyrnel/cyrnel/envs/envtest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -161,16 +161,7 @@ func TestRealRuntime(t *testing.T) {
 	}
 	until(1)
 	// With a follower, one P pins the host where there is a CPU to leave.
-	sleeper := exec.Command("sleep", "600")
-	if err := sleeper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() }()
-	unfollow, err := affinity.Process.Follow(sleeper.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = unfollow() }()
+	envtest.Follower(t)
 	if pinned := affinity.Process.CPU() >= 0; pinned != (runtime.NumCPU() > 1) {
 		t.Errorf("on one P with %d CPUs and a follower, pinned to a CPU: %v", runtime.NumCPU(), pinned)
 	}
