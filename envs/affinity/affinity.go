@@ -111,16 +111,12 @@ func (p *Pin) Busy() (done func() error, err error) {
 
 // undo returns a func that, once, changes what the pin follows and syncs.
 func (p *Pin) undo(change func()) func() error {
-	var once sync.Once
-	return func() (err error) {
-		once.Do(func() {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			change()
-			err = p.sync()
-		})
-		return err
-	}
+	return sync.OnceValue(func() error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		change()
+		return p.sync()
+	})
 }
 
 // sync pins or releases as want, the followers and long say.
