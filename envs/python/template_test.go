@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,5 +107,51 @@ func TestTemplateRestartsAfterDeath(t *testing.T) {
 	// What cyrnel_template_restarts_total reports.
 	if n := e.Workers().TemplateRestarts; n != 1 {
 		t.Errorf("%d template restarts counted, want 1", n)
+	}
+}
+
+// TestStatusSocketSendsCloseTheirSocket: the template and each keeper send
+// a pidfd over a status socket through a socket object of their own, which
+// they must close themselves. One left to the collector closes the same fd
+// but formats a ResourceWarning on the way, and in a keeper that copies
+// about 30 more pages after each program's fork (BenchmarkCPUSplit's
+// keeper-minflt/exec).
+func TestStatusSocketSendsCloseTheirSocket(t *testing.T) {
+	t.Parallel()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatal("this test needs python3:", err)
+	}
+	dir, _, err := extractRuntime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	script := `
+import os, socket, sys, warnings
+sys.path.insert(0, sys.argv[1])
+from cyrnel import _template
+unraised = []
+sys.unraisablehook = unraised.append
+warnings.simplefilter("error")
+host, status = socket.socketpair()
+r, w = os.pipe()
+before = len(os.listdir("/proc/self/fd"))
+_template.send_fd(status.fileno(), b"started", r)
+after = len(os.listdir("/proc/self/fd"))
+msg, fds, _, _ = socket.recv_fds(host, 64, 1)
+same = os.path.samestat(os.fstat(fds[0]), os.fstat(r))
+print(msg.decode(), same, after - before, [str(u.exc_value) for u in unraised])
+for fd in fds + [r, w]:
+    os.close(fd)
+host.close()
+status.close()
+`
+	out, err := exec.Command(python, "-I", "-S", "-c", script, dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "started True 0 []" {
+		t.Fatalf("got %q, want the message and the fd received, no fd left open and no socket left to the collector", got)
 	}
 }

@@ -80,7 +80,7 @@ def _follow(pid: int, status: int, skeleton: dict[str, tuple[int, int, int] | No
         pidfd = os.pidfd_open(pid)
         try:
             # Locked down already: its pidfd and its start in one message.
-            socket.send_fds(socket.socket(fileno=os.dup(status)), [b'{"pid":%d,"started":true}' % pid], [pidfd])
+            _template.send_fd(status, b'{"pid":%d,"started":true}' % pid, pidfd)
         finally:
             os.close(pidfd)
     except OSError:

@@ -105,6 +105,15 @@ def receive(sock: socket.socket, most: int) -> tuple[bytes, list[int]]:
     return msg, high
 
 
+def send_fd(status: int, message: bytes, fd: int) -> None:
+    """Send message with fd over the status socket, through a duplicate
+    closed here: one left to the collector formats a ResourceWarning (the
+    socket's repr and its enums), about 30 pages a keeper copies again after
+    each fork."""
+    with socket.socket(fileno=os.dup(status)) as sock:
+        socket.send_fds(sock, [message], [fd])
+
+
 def _check(ret: int, what: str) -> int:
     if ret < 0:
         err = ctypes.get_errno()
@@ -470,7 +479,7 @@ def _start_child(cfg: dict[str, Any], req: dict[str, Any], status: int, fds: lis
                 os.write(fd, str(pid).encode())
             pidfd = os.pidfd_open(pid)
             try:
-                socket.send_fds(socket.socket(fileno=os.dup(status)), [json.dumps({"pid": pid}).encode()], [pidfd])
+                send_fd(status, json.dumps({"pid": pid}).encode(), pidfd)
             finally:
                 os.close(pidfd)
             os.write(go_w, b"g")
