@@ -49,7 +49,7 @@ type lineStream struct {
 }
 
 func newLineStream(rw io.ReadWriteCloser) *lineStream {
-	return &lineStream{rw: rw, r: bufio.NewReaderSize(rw, 64<<10)}
+	return &lineStream{rw: rw, r: bufio.NewReader(rw)}
 }
 
 // setLimit bounds the lines read from now on (0: maxMessage).
