@@ -19,6 +19,9 @@ TYPE_CHECKING = False  # typing costs every interpreter an import; mypy reads it
 if TYPE_CHECKING:
     from typing import NoReturn
 
+    # _settings(): sched_attr, I/O priority, CPU affinity, rlimits.
+    Settings = tuple[bytes, int, set[int], tuple[tuple[int, int], ...]]
+
 
 def keep(limits: dict[str, int]) -> NoReturn:
     """A keeper: PID 1 of namespaces and cgroups it keeps, locked down,
@@ -73,7 +76,7 @@ def _run(files: list[int], limits: dict[str, int]) -> NoReturn:
     os._exit(0)
 
 
-def _follow(pid: int, status: int, skeleton: dict[str, tuple[int, int, int] | None], settings: bytes) -> bool:
+def _follow(pid: int, status: int, skeleton: dict[str, tuple[int, int, int] | None], settings: Settings) -> bool:
     """Report the program on its status socket, wait for it, kill and reap
     what it left, clean up; whether the keeper may take another."""
     try:
@@ -171,20 +174,22 @@ def _wipe(skeleton: dict[str, tuple[int, int, int] | None]) -> bool:
 # sched_getattr, ioprio_get: x86_64 and aarch64 (the generic table).
 _NR = {"x86_64": (315, 252), "aarch64": (275, 31)}[os.uname().machine]
 _RLIMITS = sorted(getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_"))
+# The kernel's answers, in buffers made once: a keeper runs single-threaded,
+# and every object it makes between forks is a page copied again.
+_ATTR = ctypes.create_string_buffer(56)  # struct sched_attr
+_INFO = (ctypes.c_int * 64)()  # shm_info, msginfo, seminfo
 
 
-def _settings() -> bytes:
+def _settings() -> Settings:
     """What a program, as the keeper's uid, may change of the keeper (PID 1)
     though it cannot trace it: its rlimits (prlimit), its scheduling —
     policy, nice, priority, utilisation clamps (sched_setattr,
     setpriority) — its CPU affinity and its I/O priority. A later program
     would inherit them."""
-    attr = ctypes.create_string_buffer(56)
-    if _template._libc.syscall(_NR[0], 0, attr, 56, 0) < 0:
+    if _template._libc.syscall(_NR[0], 0, _ATTR, 56, 0) < 0:
         raise OSError(ctypes.get_errno(), "sched_getattr")
     ioprio = _template._libc.syscall(_NR[1], 1, 0)  # IOPRIO_WHO_PROCESS, self
-    limits = [resource.getrlimit(r) for r in _RLIMITS]
-    return repr((attr.raw, ioprio, sorted(os.sched_getaffinity(0)), limits)).encode()
+    return (_ATTR.raw, ioprio, os.sched_getaffinity(0), tuple(map(resource.getrlimit, _RLIMITS)))
 
 
 _SHM_INFO, _MSG_INFO, _SEM_INFO = 14, 12, 19
@@ -194,10 +199,8 @@ def _ipc_empty() -> bool:
     """Whether the IPC namespace holds no System V shared memory segment,
     message queue or semaphore set (a program's own to remove: the keeper
     retires). POSIX message queues are refused by seccomp."""
-    buf = ctypes.create_string_buffer(256)
-    ints = ctypes.cast(buf, ctypes.POINTER(ctypes.c_int))
-    if _template._libc.shmctl(0, _SHM_INFO, buf) < 0 or ints[0] != 0:  # shm_info.used_ids
+    if _template._libc.shmctl(0, _SHM_INFO, _INFO) < 0 or _INFO[0] != 0:  # shm_info.used_ids
         return False
-    if _template._libc.msgctl(0, _MSG_INFO, buf) < 0 or ints[0] != 0:  # msginfo.msgpool: queues in use
+    if _template._libc.msgctl(0, _MSG_INFO, _INFO) < 0 or _INFO[0] != 0:  # msginfo.msgpool: queues in use
         return False
-    return bool(_template._libc.semctl(0, 0, _SEM_INFO, buf) >= 0 and ints[7] == 0)  # seminfo.semusz: sets in use
+    return bool(_template._libc.semctl(0, 0, _SEM_INFO, _INFO) >= 0 and _INFO[7] == 0)  # seminfo.semusz: sets in use
