@@ -163,15 +163,7 @@ cyrnel.output({"signature": str(inspect.signature(tool)), "doc": tool.__doc__})`
 // go over fds 3 and 4 once their pair is broken.
 func TestPendingCallsFailAtEndOfFile(t *testing.T) {
 	t.Parallel()
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatal("this test needs python3:", err)
-	}
-	dir, _, err := extractRuntime()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	python, dir := runtimeOnDisk(t)
 	script := `
 import json, os, sys, threading
 sys.path.insert(0, sys.argv[1])
@@ -306,4 +298,20 @@ cyrnel.output({"before": before, "still": still, "after": after, "direct": direc
 	if string(got) != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
+}
+
+// runtimeOnDisk finds python3 and writes the embedded runtime to a
+// directory removed after the test, for a script that imports its modules.
+func runtimeOnDisk(t *testing.T) (python, dir string) {
+	t.Helper()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatal("this test needs python3:", err)
+	}
+	dir, _, err = extractRuntime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return python, dir
 }

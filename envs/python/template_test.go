@@ -118,15 +118,7 @@ func TestTemplateRestartsAfterDeath(t *testing.T) {
 // keeper-minflt/exec).
 func TestStatusSocketSendsCloseTheirSocket(t *testing.T) {
 	t.Parallel()
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatal("this test needs python3:", err)
-	}
-	dir, _, err := extractRuntime()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	python, dir := runtimeOnDisk(t)
 	script := `
 import os, socket, sys, warnings
 sys.path.insert(0, sys.argv[1])
