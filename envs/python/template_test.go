@@ -114,7 +114,7 @@ func TestTemplateRestartsAfterDeath(t *testing.T) {
 // a pidfd over a status socket through a socket object of their own, which
 // they must close themselves. One left to the collector closes the same fd
 // but formats a ResourceWarning on the way, and in a keeper that copies
-// about 30 more pages after each program's fork (BenchmarkCPUSplit's
+// about 20 more pages after each program's fork (BenchmarkCPUSplit's
 // keeper-minflt/exec).
 func TestStatusSocketSendsCloseTheirSocket(t *testing.T) {
 	t.Parallel()

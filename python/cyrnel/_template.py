@@ -108,7 +108,7 @@ def receive(sock: socket.socket, most: int) -> tuple[bytes, list[int]]:
 def send_fd(status: int, message: bytes, fd: int) -> None:
     """Send message with fd over the status socket, through a duplicate
     closed here: one left to the collector formats a ResourceWarning (the
-    socket's repr and its enums), about 30 pages a keeper copies again after
+    socket's repr and its enums), about 20 pages a keeper copies again after
     each fork."""
     with socket.socket(fileno=os.dup(status)) as sock:
         socket.send_fds(sock, [message], [fd])
