@@ -18,7 +18,7 @@ func TestTemplateForksIsolatedChildren(t *testing.T) {
 	tpl := startTemplate(t, Limits{})
 	f := fork(t, tpl)
 	out := f.output(t, `
-import json, os
+import json, os, signal
 print(json.dumps({
     "pid": os.getpid(), "uid": os.getuid(), "gid": os.getgid(),
     "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
@@ -26,6 +26,7 @@ print(json.dumps({
     "proc_sys": os.path.exists("/proc/sys"), "kallsyms": os.path.exists("/proc/kallsyms"),
     "tmp": os.listdir("/tmp"), "cwd": os.getcwd(),
     "own_environ": b"HOME=/tmp" in open("/proc/self/environ", "rb").read(),
+    "sigint": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
     "cgroups": sorted({l.rstrip("\n").split(":", 2)[2] for l in open("/proc/self/cgroup")}),
     "visible": [p for p in ("/etc/passwd", "/home", "/var", "/root/.bash_history", "/work/wt-fork/envs") if os.path.exists(p)],
 }))
@@ -39,6 +40,7 @@ print(json.dumps({
 		Tmp           []string
 		Visible       []string
 		OwnEnviron    bool `json:"own_environ"`
+		SIGINT        bool `json:"sigint"`
 		Cgroups       []string
 	}
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
@@ -73,6 +75,10 @@ print(json.dumps({
 	// Its own /proc files are its own (a non-dumpable process's are root's).
 	if !got.OwnEnviron {
 		t.Error("the program cannot read its own /proc/self/environ")
+	}
+	// SIGINT raises KeyboardInterrupt in the program (its keeper ignores it).
+	if !got.SIGINT {
+		t.Error("the program's SIGINT handler is not Python's default_int_handler")
 	}
 	// (The network is cut off: the sibling test and the hostile suite.)
 	if len(got.Visible) > 0 {
