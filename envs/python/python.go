@@ -136,7 +136,7 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	tplWhy := "turned off by config (fork: false)"
 	if cfg.Fork {
 		argv := append([]string{py.exe, "-I", "-S", "-c", templateBoot, strings.Join(paths, "\n")}, cfg.Preload...)
-		forking, tplWhy = worker.ChooseForking(e.log, cfg.Sandbox, cfg.Limits, append(py.readPaths(), readPaths...), argv, dataScienceEnv)
+		forking, tplWhy = worker.ChooseForking(e.log, cfg.Sandbox, cfg.Limits, append(py.readPaths(), readPaths...), argv, dataScienceEnv, cfg.PoolSize+spareKeepers)
 		if forking != nil {
 			launcher, sessionLaunch = forking, forking.Sessions()
 		}
@@ -257,6 +257,12 @@ func (p interpreter) readPaths() []string {
 	}
 	return paths
 }
+
+// spareKeepers: the keepers a forking template makes before its first
+// program beyond one per warm slot. One client back to back needs one for
+// the execution under way and a few whose program has ended and which
+// are still cleaning up; more clients get theirs as they come.
+const spareKeepers = 4
 
 // extractRuntime writes the embedded cyrnel package to a fresh directory;
 // it returns the directory and its Python source files (relative paths).

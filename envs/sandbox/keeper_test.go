@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -139,5 +140,42 @@ func TestKeeperCarriesNothing(t *testing.T) {
 	out := after.output(t, "import os, resource; print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], os.getpriority(os.PRIO_PROCESS, 0))")
 	if after.p.keeper == k || strings.TrimSpace(out) != "256 0" {
 		t.Errorf("after a program changed its keeper: same keeper %v, open files and nice %q, want 256 0", after.p.keeper == k, out)
+	}
+}
+
+// A template started with Keepers forks them before it returns, idle: the
+// first programs are each given one of them (no clone of their own), and
+// a keeper that ran a program goes back to the idle ones.
+func TestTemplateForksKeepersAhead(t *testing.T) {
+	t.Parallel()
+	spec := testTemplateSpec(t, needPython(t), Limits{}, nil)
+	spec.Keepers = 3
+	tpl := startTemplateSpec(t, spec)
+	tpl.mu.Lock()
+	ahead := slices.Clone(tpl.idle)
+	tpl.mu.Unlock()
+	if len(ahead) != 3 {
+		t.Fatalf("%d keepers idle after the start, want the 3 forked ahead", len(ahead))
+	}
+	var held []*forked
+	for range ahead {
+		f := fork(t, tpl)
+		if !slices.Contains(ahead, f.p.keeper) {
+			t.Fatal("a program was given a keeper forked for it, with keepers forked ahead still idle")
+		}
+		tpl.mu.Lock()
+		runs := f.p.keeper.runs
+		tpl.mu.Unlock()
+		if runs != 1 {
+			t.Errorf("a keeper forked ahead counts %d programs at its first, want 1", runs)
+		}
+		held = append(held, f)
+	}
+	for _, f := range held {
+		_ = f.p.Kill()
+		f.p.Wait()
+	}
+	if next := fork(t, tpl); !slices.Contains(ahead, next.p.keeper) {
+		t.Error("the next program was not given one of the keepers back from their programs")
 	}
 }

@@ -85,6 +85,9 @@ type TemplateSpec struct {
 	// nil discards it.
 	Stderr io.Writer
 	Logger *slog.Logger
+	// Keepers is how many keepers StartTemplate forks before it returns,
+	// idle for the first programs (at most maxIdleKeepers).
+	Keepers int
 }
 
 // templateConfig is what the template needs to lock each child down.
@@ -190,6 +193,7 @@ func StartTemplate(ctx context.Context, spec TemplateSpec) (*Template, error) {
 		return nil, err
 	}
 	t.adviseFolios()
+	t.forkKeepers(ctx, min(spec.Keepers, maxIdleKeepers))
 	return t, nil
 }
 

@@ -33,8 +33,9 @@ type Forking struct {
 // ChooseForking returns a forking launcher for the template argv when the
 // sandbox config asks for the full sandbox and the machine can hold forked
 // children as tightly as spawned ones; otherwise nil and the reason, for
-// GET /environment.
-func ChooseForking(log *slog.Logger, s module.SandboxConfig, l module.LimitsConfig, readPaths []string, argv, env []string) (*Forking, string) {
+// GET /environment. Each template it starts forks keepers idle keepers
+// before its first program (sandbox.TemplateSpec.Keepers).
+func ChooseForking(log *slog.Logger, s module.SandboxConfig, l module.LimitsConfig, readPaths []string, argv, env []string, keepers int) (*Forking, string) {
 	if !s.Enabled {
 		return nil, "the sandbox is disabled"
 	}
@@ -43,7 +44,7 @@ func ChooseForking(log *slog.Logger, s module.SandboxConfig, l module.LimitsConf
 	}
 	return &Forking{log: log, spec: sandbox.TemplateSpec{
 		Argv: argv, Env: env, ReadPaths: readPaths, Limits: limitsOf(l), Network: s.Network,
-		Stderr: slogWriter{log}, Logger: log,
+		Stderr: slogWriter{log}, Logger: log, Keepers: keepers,
 	}}, ""
 }
 
