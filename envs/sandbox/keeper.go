@@ -110,9 +110,9 @@ func (t *Template) newKeeper(ctx context.Context) (*keeper, error) {
 // forkKeepers forks n keepers and leaves them idle. A new keeper is a clone
 // into seven namespaces with its mounts, filters and uid maps, which the
 // template makes one at a time (3–14 ms each here): the first programs of
-// a new template would otherwise queue behind them, one client's fourth
-// request after a switch waiting 17–25 ms. A keeper that fails to start
-// is logged: programs then fork their own.
+// a new template would otherwise queue behind them, one of one client's
+// first requests after a switch waiting 12–25 ms. A keeper that fails to
+// start is logged: programs then fork their own.
 func (t *Template) forkKeepers(ctx context.Context, n int) {
 	for range n {
 		k, err := t.newKeeper(ctx)
