@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"unsafe"
 
@@ -223,14 +222,14 @@ func setThreads(pid int, set *unix.CPUSet) error {
 	seen := map[int]bool{}
 	var errs []error
 	for range maxPasses {
-		tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+		threads, err := procfs.AllThreads(pid)
 		if err != nil {
 			return fmt.Errorf("affinity: threads of %d: %w", pid, err)
 		}
 		fresh := false
-		for _, t := range tasks {
-			tid, err := strconv.Atoi(t.Name())
-			if err != nil || seen[tid] {
+		for _, t := range threads {
+			tid := t.PID
+			if seen[tid] {
 				continue
 			}
 			seen[tid], fresh = true, true
