@@ -5,7 +5,6 @@ from itself (envs/sandbox/keeper.go has the protocol, docs/sandbox.md,
 
 from __future__ import annotations
 
-import _signal  # type: ignore[import]  # signal.signal's C function, without its enums
 import ctypes
 import json
 import os
@@ -68,9 +67,7 @@ def _run(files: list[int], limits: dict[str, int]) -> NoReturn:
         os.closerange(len(files) + 1, 1 << 20)
         _template._lower_rlimit(resource.RLIMIT_CPU, limits["cpuSeconds"], limits["cpuSeconds"] + 1)
         _template._prctl(_template.PR_SET_DUMPABLE, 1)  # its own /proc/self files are its own
-        # The keeper's is ignored. signal.signal itself would turn the handler
-        # it replaces into an enum: ~30 pages each program copies for nothing.
-        _signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the keeper's is ignored
         _template._reseed()
     except BaseException:  # noqa: BLE001 - a program half set up must not run
         os._exit(125)

@@ -373,17 +373,15 @@ def _report(pid: int, st: int, ru: resource.struct_rusage, spent: bool = False) 
     status = _children.pop(pid, None)
     if status is None:
         return  # an orphan of a child's namespace, reparented here: nothing to tell
-    code, sig = -1, 0
+    exit: dict[str, int | bool] = {"code": -1, "signal": 0, "cpuNanos": int((ru.ru_utime + ru.ru_stime) * 1e9), "maxRssKiB": ru.ru_maxrss}
+    if spent:
+        exit["spent"] = True
     if os.WIFEXITED(st):
-        code = os.WEXITSTATUS(st)
+        exit["code"] = os.WEXITSTATUS(st)
     elif os.WIFSIGNALED(st):
-        sig = os.WTERMSIG(st)
-    # Four integers, formatted rather than encoded: json's encoder is Python
-    # code, and a keeper copies again every page it touches after a fork.
-    msg = b'{"exit":{"code":%d,"signal":%d,"cpuNanos":%d,"maxRssKiB":%d%s}}' % (
-        code, sig, int((ru.ru_utime + ru.ru_stime) * 1e9), ru.ru_maxrss, b',"spent":true' if spent else b"")
+        exit["signal"] = os.WTERMSIG(st)
     try:
-        os.write(status, msg)
+        os.write(status, json.dumps({"exit": exit}).encode())
     except OSError:
         pass  # the host gave up on it
     os.close(status)
