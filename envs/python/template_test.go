@@ -182,7 +182,9 @@ print(sys.getallocatedblocks() - before)
 	}
 	// Byte-compiled first, as the environment's probe does: compiling the
 	// sources at import would build the types on its way.
-	blocks("import compileall, sys\nprint(0 if compileall.compile_dir(sys.argv[1], quiet=1) else 1)")
+	if failed := blocks("import compileall, sys\nprint(0 if compileall.compile_dir(sys.argv[1], quiet=1) else 1)"); failed != 0 {
+		t.Fatal("the runtime did not byte-compile")
+	}
 	warm := "import sys\nsys.path.insert(0, sys.argv[1])\nfrom cyrnel import _worker\n_worker.warm([])\n" + firstCompile
 	if n := blocks(warm); n > 50 {
 		t.Errorf("after warm the first AST compile kept %d blocks: the compiler's types were built in the program, not in warm", n)
