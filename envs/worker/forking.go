@@ -33,7 +33,7 @@ type Forking struct {
 // ChooseForking returns a forking launcher for the template argv when the
 // sandbox config asks for the full sandbox and the machine can hold forked
 // children as tightly as spawned ones; otherwise nil and the reason, for
-// GET /environment. Each template it starts forks keepers idle keepers
+// GET /environment. Each template it starts forks that many idle keepers
 // before its first program (sandbox.TemplateSpec.Keepers).
 func ChooseForking(log *slog.Logger, s module.SandboxConfig, l module.LimitsConfig, readPaths []string, argv, env []string, keepers int) (*Forking, string) {
 	if !s.Enabled {
