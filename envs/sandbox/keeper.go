@@ -43,12 +43,13 @@ const (
 	maxKeeperRuns = 1000
 )
 
-// keeper returns an idle keeper of the template, or forks a new one.
-func (t *Template) keeper(ctx context.Context) (*keeper, error) {
+// keeper returns an idle keeper of the template, or one forked for the
+// program (fresh), its token taken and the program counted.
+func (t *Template) keeper(ctx context.Context) (k *keeper, fresh bool, err error) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return nil, errors.New("sandbox: template is closed")
+		return nil, false, errors.New("sandbox: template is closed")
 	}
 	for len(t.idle) > 0 {
 		k := t.idle[len(t.idle)-1]
@@ -58,7 +59,7 @@ func (t *Template) keeper(ctx context.Context) (*keeper, error) {
 			if !k.ended() {
 				k.runs++
 				t.mu.Unlock()
-				return k, nil
+				return k, false, nil
 			}
 			k.free <- struct{}{}
 		default: // its end holds the token
@@ -66,11 +67,16 @@ func (t *Template) keeper(ctx context.Context) (*keeper, error) {
 		_ = k.ctl.Close()
 	}
 	t.mu.Unlock()
-	return t.newKeeper(ctx)
+	if k, err = t.newKeeper(ctx); err != nil {
+		return nil, true, err
+	}
+	t.mu.Lock()
+	k.runs++
+	t.mu.Unlock()
+	return k, true, nil
 }
 
-// newKeeper forks a keeper, busy (its token taken) for the program it is
-// forked for.
+// newKeeper forks a keeper, busy (its token taken), with no program yet.
 func (t *Template) newKeeper(ctx context.Context) (*keeper, error) {
 	host, child, err := seqpacketPair()
 	if err != nil {
@@ -81,7 +87,7 @@ func (t *Template) newKeeper(ctx context.Context) (*keeper, error) {
 		closeAll(host, child)
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	k := &keeper{tpl: t, runs: 1, free: make(chan struct{}, 1)}
+	k := &keeper{tpl: t, free: make(chan struct{}, 1)}
 	k.free <- struct{}{}
 	p, err := t.fork(ctx, null, null, []*os.File{child}, k)
 	closeAll(null, child)
@@ -91,7 +97,7 @@ func (t *Template) newKeeper(ctx context.Context) (*keeper, error) {
 	}
 	k.proc = p
 	select {
-	case <-k.free: // busy with the program it is forked for
+	case <-k.free: // busy until its caller gives it a program or lets it idle
 	default:
 		_ = host.Close()
 		return nil, errors.New("sandbox: the keeper ended as it started")
@@ -120,9 +126,6 @@ func (t *Template) forkKeepers(ctx context.Context, n int) {
 			t.logger.Warn("sandbox: a keeper forked ahead failed", "err", err)
 			return
 		}
-		t.mu.Lock()
-		k.runs = 0 // no program yet
-		t.mu.Unlock()
 		k.ran(true)
 	}
 }

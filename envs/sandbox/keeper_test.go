@@ -179,3 +179,28 @@ func TestTemplateForksKeepersAhead(t *testing.T) {
 		t.Error("the next program was not given one of the keepers back from their programs")
 	}
 }
+
+// A keeper forked ahead that dies before its first program (a kill, say)
+// is an idle keeper like any other: passed over when it is picked (here),
+// or, when it dies between the pick and its run, Fork gives the program to
+// another keeper as it does for one back from a program.
+func TestDeadKeeperForkedAheadIsPassedOver(t *testing.T) {
+	t.Parallel()
+	spec := testTemplateSpec(t, needPython(t), Limits{}, nil)
+	spec.Keepers = 1
+	tpl := startTemplateSpec(t, spec)
+	tpl.mu.Lock()
+	dead := tpl.idle[0]
+	tpl.mu.Unlock()
+	if err := dead.proc.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-dead.proc.Done()
+	f := fork(t, tpl)
+	if f.p.keeper == dead {
+		t.Fatal("the program was given the dead keeper")
+	}
+	if out := f.output(t, "print(6 * 7)"); strings.TrimSpace(out) != "42" {
+		t.Errorf("the program on the next keeper printed %q, want 42", out)
+	}
+}

@@ -19,14 +19,15 @@ import (
 // one the template forks for it. ctx bounds the start only.
 func (t *Template) Fork(ctx context.Context, stdout, stderr *os.File, extra []*os.File) (*Process, error) {
 	for {
-		k, err := t.keeper(ctx)
+		k, fresh, err := t.keeper(ctx)
 		if err != nil {
 			return nil, err
 		}
 		p, err := k.run(ctx, stdout, stderr, extra)
-		// An idle keeper may have died since its last program (the
-		// template's end, a kill): another one takes the program.
-		if err != nil && k.runs > 1 && k.ended() && ctx.Err() == nil {
+		// An idle keeper (forked ahead, or back from a program) may have
+		// died while it waited (the template's end, a kill): another one
+		// takes the program.
+		if err != nil && !fresh && k.ended() && ctx.Err() == nil {
 			continue
 		}
 		return p, err
