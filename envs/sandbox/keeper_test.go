@@ -148,12 +148,7 @@ func TestKeeperCarriesNothing(t *testing.T) {
 // a keeper that ran a program goes back to the idle ones.
 func TestTemplateForksKeepersAhead(t *testing.T) {
 	t.Parallel()
-	spec := testTemplateSpec(t, needPython(t), Limits{}, nil)
-	spec.Keepers = 3
-	tpl := startTemplateSpec(t, spec)
-	tpl.mu.Lock()
-	ahead := slices.Clone(tpl.idle)
-	tpl.mu.Unlock()
+	tpl, ahead := startWithKeepersAhead(t, 3)
 	if len(ahead) != 3 {
 		t.Fatalf("%d keepers idle after the start, want the 3 forked ahead", len(ahead))
 	}
@@ -186,12 +181,11 @@ func TestTemplateForksKeepersAhead(t *testing.T) {
 // another keeper as it does for one back from a program.
 func TestDeadKeeperForkedAheadIsPassedOver(t *testing.T) {
 	t.Parallel()
-	spec := testTemplateSpec(t, needPython(t), Limits{}, nil)
-	spec.Keepers = 1
-	tpl := startTemplateSpec(t, spec)
-	tpl.mu.Lock()
-	dead := tpl.idle[0]
-	tpl.mu.Unlock()
+	tpl, ahead := startWithKeepersAhead(t, 1)
+	if len(ahead) != 1 {
+		t.Fatalf("%d keepers idle after the start, want the one forked ahead", len(ahead))
+	}
+	dead := ahead[0]
 	if err := dead.proc.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -203,4 +197,16 @@ func TestDeadKeeperForkedAheadIsPassedOver(t *testing.T) {
 	if out := f.output(t, "print(6 * 7)"); strings.TrimSpace(out) != "42" {
 		t.Errorf("the program on the next keeper printed %q, want 42", out)
 	}
+}
+
+// startWithKeepersAhead starts a template that forks n keepers ahead and
+// returns it with its idle keepers.
+func startWithKeepersAhead(t *testing.T, n int) (*Template, []*keeper) {
+	t.Helper()
+	spec := testTemplateSpec(t, needPython(t), Limits{}, nil)
+	spec.Keepers = n
+	tpl := startTemplateSpec(t, spec)
+	tpl.mu.Lock()
+	defer tpl.mu.Unlock()
+	return tpl, slices.Clone(tpl.idle)
 }
