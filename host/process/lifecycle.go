@@ -37,6 +37,11 @@ func (m *Manager) Start(ctx context.Context) error {
 		m.w.stop()
 		return err
 	}
+	if err := m.pruner.Start(ctx, m.pruneEvery); err != nil {
+		m.flusher.Stop(context.Background()) //nolint:errcheck // no deadline: it only waits
+		m.w.stop()
+		return err
+	}
 	m.started = true
 	return nil
 }
@@ -46,18 +51,11 @@ func (m *Manager) Start(ctx context.Context) error {
 func (m *Manager) flushEvery(ctx context.Context) {
 	t := time.NewTicker(m.every)
 	defer t.Stop()
-	m.prune() // at start-up, then every PruneEvery
-	// The pace is measured on the monotonic clock, as the ticker's is.
-	lastPrune := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		if time.Since(lastPrune) >= PruneEvery {
-			m.prune()
-			lastPrune = time.Now()
 		}
 		m.mu.Lock()
 		runs := slices.Collect(maps.Values(m.runs))
@@ -128,6 +126,7 @@ func (m *Manager) Stop(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		m.flusher.Stop(context.Background()) //nolint:errcheck // no deadline: it only waits
+		m.pruner.Stop(context.Background())  //nolint:errcheck // no deadline: it only waits
 		m.wg.Wait()
 		m.w.stop()
 		close(done)

@@ -16,7 +16,7 @@ import (
 )
 
 // TestStopEndsItsGoroutines: New starts nothing; Stop, with an execution
-// running, leaves no goroutine of the manager's (writer, flusher, run)
+// running, leaves no goroutine of the manager's (writer, flusher, pruner, run)
 // once its result is stored; a second Stop does nothing and Start after
 // Stop is refused. Not parallel: it counts the process's goroutines.
 func TestStopEndsItsGoroutines(t *testing.T) {

@@ -84,6 +84,9 @@ type Store interface {
 	// can proceed; Reclaim returns pruned rows' room and makes it again.
 	Reclaim(ctx context.Context) error
 	FreeReserve() bool
+	// RetentionCut reads where the retention bounds cut, outside the
+	// writer (store.Tx.PruneProcesses deletes up to it).
+	RetentionCut(ctx context.Context, maxBytes int64, before time.Time) (store.RetentionCut, error)
 	// Local is true on SQLite, false on PostgreSQL.
 	Local() bool
 }
@@ -144,9 +147,11 @@ type Manager struct {
 	stopping bool
 
 	beforeLaunch func() // tests: runs in Create between the insert and the launch
+	afterPrune   func() // tests: runs after each round of the pruner's
 
 	every   time.Duration  // how often progress is flushed
-	flusher lifecycle.Loop // flushes progress and prunes, from Start to Stop
+	flusher lifecycle.Loop // flushes progress, from Start to Stop
+	pruner  lifecycle.Loop // applies the retention bounds, from Start to Stop
 	started bool           // under mu: Start ran
 }
 

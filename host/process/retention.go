@@ -24,28 +24,67 @@ func DefaultRetention() Retention {
 // PruneEvery is how often the retention bounds are applied.
 const PruneEvery = time.Minute
 
-// prune applies the retention bounds through the writer, then gives the
-// room back to the file system; a failure is logged and tried again at the
-// next round.
-func (m *Manager) prune() {
+// pruneBatch is how many processes one write of a prune deletes: the
+// writer commits executions' rows between two batches.
+const pruneBatch = 500
+
+// pruneEvery applies the retention bounds at start-up, then every
+// PruneEvery, until ctx ends (Stop).
+func (m *Manager) pruneEvery(ctx context.Context) {
+	t := time.NewTicker(PruneEvery)
+	defer t.Stop()
+	for {
+		m.prune(ctx)
+		if m.afterPrune != nil {
+			m.afterPrune()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// prune applies the retention bounds: where they cut is read outside the
+// writer, then the processes past it are deleted through the writer a batch
+// at a time, and the room goes back to the file system. A failure is logged
+// and tried again at the next round.
+func (m *Manager) prune(ctx context.Context) {
 	keep := m.limits.Keep
 	var before time.Time
 	if keep.MaxAge > 0 {
 		before = m.now().Add(-keep.MaxAge)
 	}
-	var n int64
-	err := m.w.do(func(ctx context.Context, tx *store.Tx) (err error) {
-		n, err = tx.PruneProcesses(ctx, max(keep.MaxBytes, 0), before)
-		return err
-	})
+	cut, err := m.st.RetentionCut(ctx, max(keep.MaxBytes, 0), before)
 	if err != nil {
-		m.log.Warn("prune finished processes", "err", err)
+		if ctx.Err() == nil {
+			m.log.Warn("find finished processes past the retention bounds", "err", err)
+		}
 		return
+	}
+	var n int64
+	for !cut.None() && ctx.Err() == nil {
+		var k int64
+		err := m.w.do(func(ctx context.Context, tx *store.Tx) (err error) {
+			k, err = tx.PruneProcesses(ctx, cut, pruneBatch)
+			return err
+		})
+		if err != nil {
+			m.log.Warn("prune finished processes", "err", err)
+			break
+		}
+		n += k
+		if k < pruneBatch {
+			break
+		}
 	}
 	if n > 0 {
 		m.log.Info("pruned finished processes past the retention bounds", "count", n)
 	}
-	m.reclaim()
+	if ctx.Err() == nil {
+		m.reclaim()
+	}
 }
 
 // reclaim gives the room of deleted rows back to the file system.

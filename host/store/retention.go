@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -11,37 +13,118 @@ import (
 	"github.com/uptrace/bun"
 )
 
-// PruneProcesses deletes finished (idle) processes, with their files, that
-// finished before before (zero: no age bound) and, newest kept first, those
-// past the first maxBytes of stored processes (0: no size bound): their
-// code, streams, output, displays and files. Live processes are never
-// deleted, but count toward the size.
-func (t *Tx) PruneProcesses(ctx context.Context, maxBytes int64, before time.Time) (int64, error) {
-	var n int64
-	if !before.IsZero() {
-		res, err := t.db.NewDelete().Model((*Process)(nil)).
-			Where("state = 'idle'").Where("finished_at < ?", before.UTC()).Exec(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("prune processes by age: %w", err)
+// processBytes is what a stored process's row counts toward the size
+// bound: the bytes of its code, streams, output and displays (its files are
+// counted from process_files).
+const processBytes = `octet_length(code) + octet_length(stdout) + octet_length(stderr) +
+  COALESCE(octet_length(output), 0) + COALESCE(octet_length(displays), 0)`
+
+// RetentionCut is where the retention bounds cut the processes: finished
+// (idle) processes with a pid below SizeBelow are past the size bound, and
+// those finished before Before with a pid below AgeBelow past the age
+// bound (0: no process past that bound). A process created before Before
+// has a lower pid than every one created from Before on (pids are handed
+// out in creation order, a late one within a round is caught by the next),
+// so each bound names a range of the oldest pids and deleting costs what is
+// deleted, not the table.
+type RetentionCut struct {
+	SizeBelow int64
+	AgeBelow  int64
+	Before    time.Time
+}
+
+// None says no process is past either bound.
+func (c RetentionCut) None() bool { return c.SizeBelow == 0 && c.AgeBelow == 0 }
+
+// RetentionCut finds where the bounds cut, reading only, in one snapshot:
+// the age bound from the oldest pids up to the first one created at
+// before or later (zero: no age bound); the size bound, when the processes
+// stored (live ones too) and their files hold more than maxBytes (0: no size
+// bound), from the oldest up until what is left fits, newest kept first
+// (octet_length: bytes, which both databases tell without reading a value
+// stored apart). Nothing waits for it, as every execution would for a
+// statement inside the one writer.
+func (s *Store) RetentionCut(ctx context.Context, maxBytes int64, before time.Time) (RetentionCut, error) {
+	var cut RetentionCut
+	opts := &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead}
+	err := s.DB.RunInTx(ctx, opts, func(ctx context.Context, tx bun.Tx) error {
+		if !before.IsZero() {
+			cut.Before = before.UTC()
+			err := tx.NewSelect().Model((*Process)(nil)).Column("pid").
+				Where("created_at >= ?", cut.Before).Order("pid").Limit(1).Scan(ctx, &cut.AgeBelow)
+			if errors.Is(err, sql.ErrNoRows) {
+				cut.AgeBelow = math.MaxInt64 // every process was created before it
+			} else if err != nil {
+				return fmt.Errorf("find the age bound: %w", err)
+			}
 		}
-		k, _ := res.RowsAffected()
-		n += k
-	}
-	if maxBytes > 0 {
-		res, err := t.db.ExecContext(ctx, `DELETE FROM processes WHERE pid IN (
-  SELECT pid FROM (
-    SELECT p.pid, p.state,
-      SUM(length(p.code) + length(p.stdout) + length(p.stderr) + COALESCE(length(p.output), 0) +
-          COALESCE(length(p.displays), 0) + COALESCE(f.bytes, 0)) OVER (ORDER BY p.pid DESC) AS total
-    FROM processes p LEFT JOIN (SELECT pid, SUM(size) AS bytes FROM process_files GROUP BY pid) f ON f.pid = p.pid
-  ) sized WHERE total > ? AND state = 'idle')`, maxBytes)
-		if err != nil {
-			return n, fmt.Errorf("prune processes by size: %w", err)
+		if maxBytes <= 0 {
+			return nil
 		}
-		k, _ := res.RowsAffected()
-		n += k
+		var total int64
+		if err := tx.QueryRowContext(ctx, "SELECT COALESCE(SUM("+processBytes+"), 0) + "+
+			"COALESCE((SELECT SUM(size) FROM process_files), 0) FROM processes").Scan(&total); err != nil {
+			return fmt.Errorf("sum the processes stored: %w", err)
+		}
+		if total <= maxBytes {
+			return nil
+		}
+		// Past the bound is every process before the one from which the
+		// rest fits: the oldest first until excess bytes are behind.
+		rows, err := tx.QueryContext(ctx, "SELECT pid, "+processBytes+
+			" + COALESCE((SELECT SUM(f.size) FROM process_files f WHERE f.pid = p.pid), 0) FROM processes p ORDER BY pid")
+		if err != nil {
+			return fmt.Errorf("find the size bound: %w", err)
+		}
+		defer rows.Close()
+		excess, behind := total-maxBytes, int64(0)
+		cut.SizeBelow = math.MaxInt64
+		for rows.Next() {
+			var pid, n int64
+			if err := rows.Scan(&pid, &n); err != nil {
+				return fmt.Errorf("find the size bound: %w", err)
+			}
+			if behind >= excess {
+				cut.SizeBelow = pid
+				break
+			}
+			behind += n
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("find the size bound: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return RetentionCut{}, fmt.Errorf("retention: %w", classify(err))
 	}
-	return n, nil
+	return cut, nil
+}
+
+// PruneProcesses deletes at most limit finished (idle) processes past cut,
+// the oldest first, with their files (their code, streams, output,
+// displays and files), and returns how many: one batch, so the one writer
+// holds the database for a bounded time. Live processes are never deleted.
+func (t *Tx) PruneProcesses(ctx context.Context, cut RetentionCut, limit int64) (int64, error) {
+	if cut.None() {
+		return 0, nil
+	}
+	res, err := t.db.NewDelete().Model((*Process)(nil)).Where("pid IN (?)", pastRetention(t.db, cut, limit)).Exec(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("prune processes: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+// pastRetention selects the pids of at most limit finished processes past
+// cut, the oldest first, from the range of pids below the cut only.
+func pastRetention(db bun.IDB, cut RetentionCut, limit int64) *bun.SelectQuery {
+	return db.NewSelect().Model((*Process)(nil)).Column("pid").
+		Where("pid < ?", max(cut.SizeBelow, cut.AgeBelow)).Where("state = 'idle'").
+		WhereGroup(" AND ", func(q *bun.SelectQuery) *bun.SelectQuery {
+			return q.Where("pid < ?", cut.SizeBelow).
+				WhereOr("pid < ? AND finished_at < ?", cut.AgeBelow, cut.Before)
+		}).Order("pid").Limit(limit)
 }
 
 // Reclaim gives the room deleted rows left back to the file system: on

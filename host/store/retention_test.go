@@ -7,10 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/driver/sqliteshim"
 )
 
@@ -42,15 +44,14 @@ func TestPruneProcessesOnEveryDialect(t *testing.T) {
 			withFile := add("idle", time.Now(), "", 5000)
 			newest := add("idle", time.Now(), strings.Repeat("z", 1000), 0)
 
-			n, err := inTx(st, func(tx *Tx) (int64, error) { return tx.PruneProcesses(ctx, 0, time.Now().Add(-24*time.Hour)) })
-			if err != nil || n != 1 {
-				t.Fatalf("prune by age: %d %v", n, err)
+			n := prune(t, st, 0, time.Now().Add(-24*time.Hour), 100)
+			if n != 1 {
+				t.Fatalf("prune by age: %d", n)
 			}
 			// Newest first: 1001 bytes (kept), then 5001 with its file
 			// (6002 > 5000: pruned), then the live one (kept all the same).
-			n, err = inTx(st, func(tx *Tx) (int64, error) { return tx.PruneProcesses(ctx, 5000, time.Time{}) })
-			if err != nil || n != 1 {
-				t.Fatalf("prune by size: %d %v", n, err)
+			if n := prune(t, st, 5000, time.Time{}, 100); n != 1 {
+				t.Fatalf("prune by size: %d", n)
 			}
 			for pid, want := range map[int64]bool{oldIdle: false, oldLive: true, withFile: false, newest: true} {
 				_, err := st.GetProcess(ctx, pid)
@@ -63,6 +64,145 @@ func TestPruneProcessesOnEveryDialect(t *testing.T) {
 				t.Fatalf("files left: %d %v", files, err)
 			}
 		})
+	}
+}
+
+// prune finds the cut for maxBytes and before and deletes up to it in
+// batches of limit, each batch at most limit; it returns how many went.
+func prune(t *testing.T, st *Store, maxBytes int64, before time.Time, limit int64) int64 {
+	t.Helper()
+	ctx := context.Background()
+	cut, err := st.RetentionCut(ctx, maxBytes, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for {
+		k, err := inTx(st, func(tx *Tx) (int64, error) { return tx.PruneProcesses(ctx, cut, limit) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k > limit {
+			t.Fatalf("a batch of %d deleted %d", limit, k)
+		}
+		if n += k; k < limit {
+			return n
+		}
+	}
+}
+
+// TestRetentionCountsBytesInBatches: past the age bound go the oldest in
+// batches of at most the limit, a live one among them and a newer one (the
+// controls) staying; the size bound counts bytes, not characters (3,000
+// two-byte characters are 6,000 bytes: past a bound of 4,000, though their
+// 3,001 characters would fit).
+func TestRetentionCountsBytesInBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			add := func(state string, at time.Time, stdout string) int64 {
+				p := &Process{Code: "x", State: state, TimeoutMs: 1, CreatedAt: at, HostID: "h", Stdout: stdout}
+				if state == "idle" {
+					p.FinishedAt = &at
+				}
+				write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
+				return p.PID
+			}
+			old := time.Now().Add(-72 * time.Hour)
+			var gone []int64
+			for i := range 7 {
+				if i == 3 {
+					add("running", old, "")
+				}
+				gone = append(gone, add("idle", old, ""))
+			}
+			recent := add("idle", time.Now(), "")
+			cut, err := st.RetentionCut(ctx, 0, time.Now().Add(-24*time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var batches []int64
+			for {
+				k, err := inTx(st, func(tx *Tx) (int64, error) { return tx.PruneProcesses(ctx, cut, 3) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				if batches = append(batches, k); k < 3 {
+					break
+				}
+			}
+			if !slices.Equal(batches, []int64{3, 3, 1}) {
+				t.Fatalf("batches %v, want [3 3 1]", batches)
+			}
+			for _, pid := range gone {
+				if _, err := st.GetProcess(ctx, pid); err == nil {
+					t.Fatalf("process %d past the age bound was kept", pid)
+				}
+			}
+			if _, err := st.GetProcess(ctx, recent); err != nil {
+				t.Fatalf("the recent one, within the bound: %v", err)
+			}
+
+			wide := add("idle", time.Now(), strings.Repeat("é", 3000))
+			small := add("idle", time.Now(), "")
+			// Newest first: 1 byte, then 6,001 (past 4,000: pruned, and the
+			// older idle one with it; the live one stays).
+			if n := prune(t, st, 4000, time.Time{}, 10); n != 2 {
+				t.Fatalf("prune by size: %d", n)
+			}
+			for _, pid := range []int64{wide, recent} {
+				if _, err := st.GetProcess(ctx, pid); err == nil {
+					t.Fatalf("process %d past the size bound was kept", pid)
+				}
+			}
+			if _, err := st.GetProcess(ctx, small); err != nil {
+				t.Fatalf("the newest, within the bound: %v", err)
+			}
+
+			ps, err := st.ListProcesses(ctx, ProcessFilter{Limit: 10})
+			if err != nil || len(ps) != 2 || ps[0].PID != small || ps[1].State != "running" {
+				t.Fatalf("left %d (%v), want the small and the live one", len(ps), err)
+			}
+		})
+	}
+}
+
+// TestPruningReadsOnlyThePrunedRange: a batch reads the range of pids
+// below the cut by the primary key, not the whole table: its cost is what
+// it deletes. The control: a select without the range scans the table.
+func TestPruningReadsOnlyThePrunedRange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := Open(ctx, "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	plan := func(q *bun.SelectQuery) string {
+		rows, err := st.DB.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var steps []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			steps = append(steps, detail)
+		}
+		return strings.Join(steps, "; ")
+	}
+	cut := RetentionCut{SizeBelow: 10, AgeBelow: 20, Before: time.Now()}
+	if got := plan(pastRetention(st.DB, cut, 500)); !strings.Contains(got, "SEARCH") || !strings.Contains(got, "rowid<?") {
+		t.Fatalf("a batch's plan %q does not search the pids below the cut", got)
+	}
+	all := st.DB.NewSelect().Model((*Process)(nil)).Column("pid").Where("state = 'idle'").Order("pid").Limit(500)
+	if got := plan(all); !strings.Contains(got, "SCAN") {
+		t.Fatalf("control: %q", got)
 	}
 }
 
