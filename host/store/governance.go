@@ -110,13 +110,23 @@ func (s *Store) PruneApprovals(ctx context.Context, keep int64, before time.Time
 		}
 		if cut != "" {
 			// Ids sort by creation time.
-			if _, err := s.DB.NewDelete().Model((*Approval)(nil)).Where("state <> 'pending'").Where("id <= ?", cut).Exec(ctx); err != nil {
+			err := deleteBatches(ctx, func() *bun.DeleteQuery {
+				ids := s.DB.NewSelect().Model((*Approval)(nil)).Column("id").Where("state <> 'pending'").
+					Where("id <= ?", cut).Order("id").Limit(deleteBatch)
+				return s.DB.NewDelete().Model((*Approval)(nil)).Where("id IN (?)", ids)
+			})
+			if err != nil {
 				return fmt.Errorf("prune approvals: %w", err)
 			}
 		}
 	}
 	if !before.IsZero() {
-		if _, err := s.DB.NewDelete().Model((*Approval)(nil)).Where("state <> 'pending'").Where("created_at < ?", before).Exec(ctx); err != nil {
+		err := deleteBatches(ctx, func() *bun.DeleteQuery {
+			ids := s.DB.NewSelect().Model((*Approval)(nil)).Column("id").Where("state <> 'pending'").
+				Where("created_at < ?", before).Limit(deleteBatch)
+			return s.DB.NewDelete().Model((*Approval)(nil)).Where("id IN (?)", ids)
+		})
+		if err != nil {
 			return fmt.Errorf("prune approvals: %w", err)
 		}
 	}
@@ -207,17 +217,45 @@ func (s *Store) pruneLog(ctx context.Context, model any, keep int64, before time
 			return err
 		}
 		if cut > 0 {
-			if _, err := s.DB.NewDelete().Model(model).Where("id <= ?", cut).Exec(ctx); err != nil {
+			err := deleteBatches(ctx, func() *bun.DeleteQuery {
+				ids := s.DB.NewSelect().Model(model).Column("id").Where("id <= ?", cut).Order("id").Limit(deleteBatch)
+				return s.DB.NewDelete().Model(model).Where("id IN (?)", ids)
+			})
+			if err != nil {
 				return err
 			}
 		}
 	}
 	if !before.IsZero() {
-		if _, err := s.DB.NewDelete().Model(model).Where("at < ?", before).Exec(ctx); err != nil {
-			return err
-		}
+		return deleteBatches(ctx, func() *bun.DeleteQuery {
+			ids := s.DB.NewSelect().Model(model).Column("id").Where("at < ?", before).Limit(deleteBatch)
+			return s.DB.NewDelete().Model(model).Where("id IN (?)", ids)
+		})
 	}
 	return nil
+}
+
+// deleteBatch is how many rows one statement of a prune deletes: SQLite has
+// one writer, and a statement holds it, and every execution's rows, for as
+// long as it runs.
+const deleteBatch = 500
+
+// deleteBatches runs the delete del makes, of at most deleteBatch rows,
+// until one deletes fewer.
+func deleteBatches(ctx context.Context, del func() *bun.DeleteQuery) error {
+	for {
+		res, err := del().Exec(ctx)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n < deleteBatch {
+			return nil
+		}
+	}
 }
 
 // ExpireOrphanApprovals expires the pending approvals nobody waits on any

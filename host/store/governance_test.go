@@ -56,3 +56,46 @@ func TestPruneApprovalsOnEveryDialect(t *testing.T) {
 		})
 	}
 }
+
+// TestPruneToolCallsInBatches: more records past the count bound than one
+// delete takes all go, the newest kept; then past the age bound, more than
+// a batch again, the newer ones (the controls) staying.
+func TestPruneToolCallsInBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			calls := func(n int, at time.Time) {
+				cs := make([]ToolCall, n)
+				for i := range cs {
+					cs[i] = ToolCall{At: at, ServiceID: "s", ToolID: "t", Policy: "allow", Outcome: "ok", Parameters: map[string]any{}, Source: "api"}
+				}
+				if err := st.InsertToolCalls(ctx, cs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			count := func() int64 {
+				n, err := st.DB.NewSelect().Model((*ToolCall)(nil)).Count(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			now := time.Now()
+			calls(2*deleteBatch+3, now)
+			if err := st.PruneToolCalls(ctx, 5, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+			if n := count(); n != 5 {
+				t.Fatalf("%d records past a bound of 5", n)
+			}
+			calls(2*deleteBatch+3, now.Add(-48*time.Hour))
+			if err := st.PruneToolCalls(ctx, 0, now.Add(-24*time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			if n := count(); n != 5 {
+				t.Fatalf("%d records left by the age bound, want the 5 newer", n)
+			}
+		})
+	}
+}
