@@ -125,8 +125,8 @@ func (m *Manager) Stop(ctx context.Context) error {
 	m.cancel()
 	done := make(chan struct{})
 	go func() {
-		m.flusher.Stop(context.Background()) //nolint:errcheck // no deadline: it only waits
 		m.pruner.Stop(context.Background())  //nolint:errcheck // no deadline: it only waits
+		m.flusher.Stop(context.Background()) //nolint:errcheck // no deadline: it only waits
 		m.wg.Wait()
 		m.w.stop()
 		close(done)

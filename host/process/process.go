@@ -518,7 +518,7 @@ func (m *Manager) Delete(ctx context.Context, pid int64) error {
 	if err != nil {
 		return err
 	}
-	m.reclaim()
+	m.reclaim(m.ctx)
 	if !ok {
 		p, err := m.get(ctx, pid)
 		if err != nil {

@@ -82,16 +82,18 @@ func (m *Manager) prune(ctx context.Context) {
 	if n > 0 {
 		m.log.Info("pruned finished processes past the retention bounds", "count", n)
 	}
-	if ctx.Err() == nil {
-		m.reclaim()
-	}
+	m.reclaim(ctx)
 }
 
-// reclaim gives the room of deleted rows back to the file system.
-func (m *Manager) reclaim() {
-	ctx, cancel := context.WithTimeout(m.ctx, writeTimeout)
+// reclaim gives the room of deleted rows back to the file system, unless
+// ctx has ended (the host stops: the next start does it).
+func (m *Manager) reclaim(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	if err := m.st.Reclaim(ctx); err != nil {
+	if err := m.st.Reclaim(ctx); err != nil && ctx.Err() == nil {
 		m.log.Warn("give deleted processes' room back", "err", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -36,11 +35,12 @@ type RetentionCut struct {
 // None says no process is past either bound.
 func (c RetentionCut) None() bool { return c.SizeBelow == 0 && c.AgeBelow == 0 }
 
-// RetentionCut finds where the bounds cut, reading only, in one snapshot:
-// the age bound from the oldest pids up to the first one created at
-// before or later (zero: no age bound); the size bound, when the processes
-// stored (live ones too) and their files hold more than maxBytes (0: no size
-// bound), from the oldest up until what is left fits, newest kept first
+// RetentionCut finds where the bounds cut, reading only, in one snapshot,
+// neither bound past its newest process: the age bound from the oldest
+// pids up to the first one created at before or later (zero: no age
+// bound); the size bound, when the processes stored (live ones too) and
+// their files hold more than maxBytes (0: no size bound), from the oldest
+// up, a page at a time, until what is left fits, newest kept first
 // (octet_length: bytes, which both databases tell without reading a value
 // stored apart). Nothing waits for it, as every execution would for a
 // statement inside the one writer.
@@ -48,12 +48,21 @@ func (s *Store) RetentionCut(ctx context.Context, maxBytes int64, before time.Ti
 	var cut RetentionCut
 	opts := &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead}
 	err := s.DB.RunInTx(ctx, opts, func(ctx context.Context, tx bun.Tx) error {
+		// Past the newest pid of the snapshot nothing is cut: a process
+		// created since (idle before it ever ran) is not the round's.
+		var newest int64
+		if err := tx.NewSelect().Model((*Process)(nil)).ColumnExpr("COALESCE(MAX(pid), 0)").Scan(ctx, &newest); err != nil {
+			return fmt.Errorf("find the newest process: %w", err)
+		}
+		if newest == 0 {
+			return nil
+		}
 		if !before.IsZero() {
 			cut.Before = before.UTC()
 			err := tx.NewSelect().Model((*Process)(nil)).Column("pid").
 				Where("created_at >= ?", cut.Before).Order("pid").Limit(1).Scan(ctx, &cut.AgeBelow)
 			if errors.Is(err, sql.ErrNoRows) {
-				cut.AgeBelow = math.MaxInt64 // every process was created before it
+				cut.AgeBelow = newest + 1 // every process was created before it
 			} else if err != nil {
 				return fmt.Errorf("find the age bound: %w", err)
 			}
@@ -66,32 +75,12 @@ func (s *Store) RetentionCut(ctx context.Context, maxBytes int64, before time.Ti
 			"COALESCE((SELECT SUM(size) FROM process_files), 0) FROM processes").Scan(&total); err != nil {
 			return fmt.Errorf("sum the processes stored: %w", err)
 		}
-		if total <= maxBytes {
-			return nil
-		}
-		// Past the bound is every process before the one from which the
-		// rest fits: the oldest first until excess bytes are behind.
-		rows, err := tx.QueryContext(ctx, "SELECT pid, "+processBytes+
-			" + COALESCE((SELECT SUM(f.size) FROM process_files f WHERE f.pid = p.pid), 0) FROM processes p ORDER BY pid")
-		if err != nil {
-			return fmt.Errorf("find the size bound: %w", err)
-		}
-		defer rows.Close()
-		excess, behind := total-maxBytes, int64(0)
-		cut.SizeBelow = math.MaxInt64
-		for rows.Next() {
-			var pid, n int64
-			if err := rows.Scan(&pid, &n); err != nil {
+		if total > maxBytes {
+			below, err := sizeCut(ctx, tx, total-maxBytes)
+			if err != nil {
 				return fmt.Errorf("find the size bound: %w", err)
 			}
-			if behind >= excess {
-				cut.SizeBelow = pid
-				break
-			}
-			behind += n
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("find the size bound: %w", err)
+			cut.SizeBelow = min(below, newest+1)
 		}
 		return nil
 	})
@@ -99,6 +88,45 @@ func (s *Store) RetentionCut(ctx context.Context, maxBytes int64, before time.Ti
 		return RetentionCut{}, fmt.Errorf("retention: %w", classify(err))
 	}
 	return cut, nil
+}
+
+// sizeCutPage is how many processes the size bound's walk reads a query: a
+// driver that closes a result early may still read it to its end.
+const sizeCutPage = 1000
+
+// sizeCut walks the processes from the oldest, a page at a time, and
+// returns the pid of the first one with excess bytes behind it: the oldest
+// the size bound keeps (past the last one read when the walk ran out).
+func sizeCut(ctx context.Context, tx bun.Tx, excess int64) (int64, error) {
+	var behind, last int64
+	for {
+		rows, err := tx.QueryContext(ctx, "SELECT pid, "+processBytes+
+			" + COALESCE((SELECT SUM(f.size) FROM process_files f WHERE f.pid = p.pid), 0)"+
+			" FROM processes p WHERE pid > ? ORDER BY pid LIMIT ?", last, sizeCutPage)
+		if err != nil {
+			return 0, err
+		}
+		read := 0
+		for rows.Next() {
+			var pid, n int64
+			if err := rows.Scan(&pid, &n); err != nil {
+				rows.Close()
+				return 0, err
+			}
+			read++
+			if behind >= excess {
+				rows.Close()
+				return pid, nil
+			}
+			behind, last = behind+n, pid
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return 0, err
+		}
+		if read < sizeCutPage {
+			return last + 1, nil
+		}
+	}
 }
 
 // PruneProcesses deletes at most limit finished (idle) processes past cut,
@@ -109,7 +137,18 @@ func (t *Tx) PruneProcesses(ctx context.Context, cut RetentionCut, limit int64) 
 	if cut.None() {
 		return 0, nil
 	}
-	res, err := t.db.NewDelete().Model((*Process)(nil)).Where("pid IN (?)", pastRetention(t.db, cut, limit)).Exec(ctx)
+	past := pastRetention(t.db, cut, limit)
+	if !t.s.local {
+		// Hosts pruning together pass over each other's batches instead
+		// of waiting on them.
+		past = past.For("UPDATE SKIP LOCKED")
+	}
+	// The batch as a WITH query, read once (PostgreSQL may run a subquery
+	// that locks once per row it compares, each time a new batch); idle
+	// checked again on the row deleted, as PostgreSQL checks a row another
+	// host changed meanwhile by the outer conditions only.
+	res, err := t.db.NewDelete().With("past", past).Model((*Process)(nil)).
+		Where("pid IN (SELECT pid FROM past)").Where("state = 'idle'").Exec(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("prune processes: %w", err)
 	}
@@ -135,21 +174,37 @@ func (s *Store) Reclaim(ctx context.Context) error {
 	if !s.local {
 		return nil
 	}
-	// Stepped to its end: each step frees pages (an Exec may step once).
-	rows, err := s.DB.QueryContext(ctx, "PRAGMA incremental_vacuum")
-	if err != nil {
-		return fmt.Errorf("reclaim free pages: %w", classify(err))
-	}
-	for rows.Next() {
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return fmt.Errorf("reclaim free pages: %w", classify(err))
+	// A chunk a statement: a statement holds SQLite's one writer, and
+	// giving back what a large prune freed (hundreds of MB) in one held
+	// every execution's rows for a third of a second.
+	for {
+		var free int64
+		if err := s.DB.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&free); err != nil {
+			return fmt.Errorf("reclaim free pages: %w", classify(err))
+		}
+		if free == 0 {
+			break
+		}
+		// Stepped to its end: each step frees a page (an Exec may step once).
+		rows, err := s.DB.QueryContext(ctx, fmt.Sprintf("PRAGMA incremental_vacuum(%d)", reclaimChunk))
+		if err != nil {
+			return fmt.Errorf("reclaim free pages: %w", classify(err))
+		}
+		for rows.Next() {
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return fmt.Errorf("reclaim free pages: %w", classify(err))
+		}
 	}
 	if _, err := s.DB.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 		return fmt.Errorf("reclaim the write-ahead log: %w", classify(err))
 	}
 	return s.keepReserve()
 }
+
+// reclaimChunk is how many free pages (4 KiB each) one statement of
+// Reclaim gives back.
+const reclaimChunk = 512
 
 // incrementalVacuum turns a SQLite database made without auto_vacuum into
 // one whose free pages Reclaim can drop. It runs first at Open, on the

@@ -168,6 +168,50 @@ func TestRetentionCountsBytesInBatches(t *testing.T) {
 	}
 }
 
+// TestRetentionCutStopsAtItsSnapshot: a process stored after the cut was
+// read is not the round's, even where every process the cut saw is past a
+// bound (a newest one larger than the size bound alone; every one created
+// before the age bound); the controls, those the cut saw, go.
+func TestRetentionCutStopsAtItsSnapshot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			old := time.Now().Add(-72 * time.Hour)
+			add := func(at time.Time, stdout string) int64 {
+				p := &Process{Code: "x", State: "idle", TimeoutMs: 1, CreatedAt: at, FinishedAt: &at, HostID: "h", Stdout: stdout}
+				write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
+				return p.PID
+			}
+			for _, c := range []struct {
+				name     string
+				maxBytes int64
+				before   time.Time
+			}{
+				{"size", 4000, time.Time{}},
+				{"age", 0, time.Now().Add(-24 * time.Hour)},
+			} {
+				seen := add(old, strings.Repeat("y", 6000))
+				cut, err := st.RetentionCut(ctx, c.maxBytes, c.before)
+				if err != nil {
+					t.Fatal(err)
+				}
+				late := add(old, "")
+				if n, err := inTx(st, func(tx *Tx) (int64, error) { return tx.PruneProcesses(ctx, cut, 10) }); err != nil || n != 1 {
+					t.Fatalf("%s: pruned %d (%v), want the one the cut saw", c.name, n, err)
+				}
+				if _, err := st.GetProcess(ctx, seen); err == nil {
+					t.Fatalf("%s: the process the cut saw was kept", c.name)
+				}
+				if _, err := st.GetProcess(ctx, late); err != nil {
+					t.Fatalf("%s: a process stored after the cut was pruned: %v", c.name, err)
+				}
+				write(t, st, func(tx *Tx) error { _, err := tx.DeleteProcess(ctx, late, []string{"idle"}); return err })
+			}
+		})
+	}
+}
+
 // TestPruningReadsOnlyThePrunedRange: a batch reads the range of pids
 // below the cut by the primary key, not the whole table: its cost is what
 // it deletes. The control: a select without the range scans the table.
@@ -207,8 +251,8 @@ func TestPruningReadsOnlyThePrunedRange(t *testing.T) {
 }
 
 // TestReclaimShrinksTheFile: deleted rows' room goes back to the file
-// system (incremental auto_vacuum); the control: before Reclaim the file
-// keeps its size.
+// system (incremental auto_vacuum), every free page of it though they are
+// more than one chunk; the control: before Reclaim the file keeps its size.
 func TestReclaimShrinksTheFile(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -219,7 +263,7 @@ func TestReclaimShrinksTheFile(t *testing.T) {
 	}
 	defer st.Close()
 	var pids []int64
-	for range 20 {
+	for range 100 { // 10 MB: more free pages than one chunk of Reclaim's
 		p := &Process{Code: strings.Repeat("c", 100<<10), State: "idle", TimeoutMs: 1, CreatedAt: time.Now(), HostID: "h"}
 		write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
 		pids = append(pids, p.PID)
@@ -246,6 +290,10 @@ func TestReclaimShrinksTheFile(t *testing.T) {
 	}
 	if got := size(); got > full/4 {
 		t.Fatalf("after Reclaim the file is %d bytes of %d", got, full)
+	}
+	var free int
+	if err := st.DB.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&free); err != nil || free != 0 {
+		t.Fatalf("after Reclaim %d pages are still free (%v)", free, err)
 	}
 }
 
