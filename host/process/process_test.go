@@ -58,13 +58,20 @@ func newManagerIn(t *testing.T, dir string, flush time.Duration) (*Manager, *scr
 // newManagerWith is newManagerIn with the parts in with.
 func newManagerWith(t *testing.T, dir string, flush time.Duration, with With) (*Manager, *scripted, *store.Store) {
 	t.Helper()
+	st := openStore(t, dir)
+	m, ex := newManagerOnWith(t, st, flush, with)
+	return m, ex, st
+}
+
+// openStore opens the database in dir, closed when the test ends.
+func openStore(t *testing.T, dir string) *store.Store {
+	t.Helper()
 	st, err := store.Open(context.Background(), "", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m, ex := newManagerOnWith(t, st, flush, with)
-	return m, ex, st
+	return st
 }
 
 func newManagerOn(t *testing.T, st *store.Store, flush time.Duration) (*Manager, *scripted) {

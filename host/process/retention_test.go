@@ -17,11 +17,7 @@ import (
 func TestPruneDeletesPastTheBoundsInBatches(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := store.Open(ctx, "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, t.TempDir())
 	m := New(slog.New(slog.NewTextHandler(io.Discard, nil)), st, &scripted{}, DefaultLimits(), "test-host", 0, With{})
 	rounds := make(chan struct{}, 1)
 	m.afterPrune = func() {

@@ -26,23 +26,10 @@ func TestPruneProcessesOnEveryDialect(t *testing.T) {
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			old := time.Now().Add(-48 * time.Hour)
-			add := func(state string, finished time.Time, stdout string, file int) int64 {
-				p := &Process{Code: "x", State: state, TimeoutMs: 1, CreatedAt: finished, HostID: "h", Stdout: stdout}
-				if state == "idle" {
-					p.FinishedAt = &finished
-				}
-				write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
-				if file > 0 {
-					write(t, st, func(tx *Tx) error {
-						return tx.ReplaceProcessFiles(ctx, p.PID, []ProcessFile{{PID: p.PID, Path: "f", Size: int64(file), ModifiedAt: finished}}, func(int) io.Reader { return bytes.NewReader(make([]byte, file)) })
-					})
-				}
-				return p.PID
-			}
-			oldIdle := add("idle", old, "", 0)
-			oldLive := add("running", old, strings.Repeat("y", 3000), 0)
-			withFile := add("idle", time.Now(), "", 5000)
-			newest := add("idle", time.Now(), strings.Repeat("z", 1000), 0)
+			oldIdle := addProcess(t, st, "idle", old, "", 0)
+			oldLive := addProcess(t, st, "running", old, strings.Repeat("y", 3000), 0)
+			withFile := addProcess(t, st, "idle", time.Now(), "", 5000)
+			newest := addProcess(t, st, "idle", time.Now(), strings.Repeat("z", 1000), 0)
 
 			n := prune(t, st, 0, time.Now().Add(-24*time.Hour), 100)
 			if n != 1 {
@@ -65,6 +52,25 @@ func TestPruneProcessesOnEveryDialect(t *testing.T) {
 			}
 		})
 	}
+}
+
+// addProcess stores a process in state, created (and, idle, finished) at
+// at, with stdout and a file of that many bytes (0: none), and returns its
+// pid.
+func addProcess(t *testing.T, st *Store, state string, at time.Time, stdout string, file int) int64 {
+	t.Helper()
+	ctx := context.Background()
+	p := &Process{Code: "x", State: state, TimeoutMs: 1, CreatedAt: at, HostID: "h", Stdout: stdout}
+	if state == "idle" {
+		p.FinishedAt = &at
+	}
+	write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
+	if file > 0 {
+		write(t, st, func(tx *Tx) error {
+			return tx.ReplaceProcessFiles(ctx, p.PID, []ProcessFile{{PID: p.PID, Path: "f", Size: int64(file), ModifiedAt: at}}, func(int) io.Reader { return bytes.NewReader(make([]byte, file)) })
+		})
+	}
+	return p.PID
 }
 
 // prune finds the cut for maxBytes and before and deletes up to it in
@@ -101,23 +107,15 @@ func TestRetentionCountsBytesInBatches(t *testing.T) {
 	ctx := context.Background()
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			add := func(state string, at time.Time, stdout string) int64 {
-				p := &Process{Code: "x", State: state, TimeoutMs: 1, CreatedAt: at, HostID: "h", Stdout: stdout}
-				if state == "idle" {
-					p.FinishedAt = &at
-				}
-				write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
-				return p.PID
-			}
 			old := time.Now().Add(-72 * time.Hour)
 			var gone []int64
 			for i := range 7 {
 				if i == 3 {
-					add("running", old, "")
+					addProcess(t, st, "running", old, "", 0)
 				}
-				gone = append(gone, add("idle", old, ""))
+				gone = append(gone, addProcess(t, st, "idle", old, "", 0))
 			}
-			recent := add("idle", time.Now(), "")
+			recent := addProcess(t, st, "idle", time.Now(), "", 0)
 			cut, err := st.RetentionCut(ctx, 0, time.Now().Add(-24*time.Hour))
 			if err != nil {
 				t.Fatal(err)
@@ -144,8 +142,8 @@ func TestRetentionCountsBytesInBatches(t *testing.T) {
 				t.Fatalf("the recent one, within the bound: %v", err)
 			}
 
-			wide := add("idle", time.Now(), strings.Repeat("é", 3000))
-			small := add("idle", time.Now(), "")
+			wide := addProcess(t, st, "idle", time.Now(), strings.Repeat("é", 3000), 0)
+			small := addProcess(t, st, "idle", time.Now(), "", 0)
 			// Newest first: 1 byte, then 6,001 (past 4,000: pruned, and the
 			// older idle one with it; the live one stays).
 			if n := prune(t, st, 4000, time.Time{}, 10); n != 2 {
@@ -178,11 +176,6 @@ func TestRetentionCutStopsAtItsSnapshot(t *testing.T) {
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			old := time.Now().Add(-72 * time.Hour)
-			add := func(at time.Time, stdout string) int64 {
-				p := &Process{Code: "x", State: "idle", TimeoutMs: 1, CreatedAt: at, FinishedAt: &at, HostID: "h", Stdout: stdout}
-				write(t, st, func(tx *Tx) error { return tx.InsertProcess(ctx, p) })
-				return p.PID
-			}
 			for _, c := range []struct {
 				name     string
 				maxBytes int64
@@ -191,12 +184,12 @@ func TestRetentionCutStopsAtItsSnapshot(t *testing.T) {
 				{"size", 4000, time.Time{}},
 				{"age", 0, time.Now().Add(-24 * time.Hour)},
 			} {
-				seen := add(old, strings.Repeat("y", 6000))
+				seen := addProcess(t, st, "idle", old, strings.Repeat("y", 6000), 0)
 				cut, err := st.RetentionCut(ctx, c.maxBytes, c.before)
 				if err != nil {
 					t.Fatal(err)
 				}
-				late := add(old, "")
+				late := addProcess(t, st, "idle", old, "", 0)
 				if n, err := inTx(st, func(tx *Tx) (int64, error) { return tx.PruneProcesses(ctx, cut, 10) }); err != nil || n != 1 {
 					t.Fatalf("%s: pruned %d (%v), want the one the cut saw", c.name, n, err)
 				}
