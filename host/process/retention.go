@@ -56,15 +56,19 @@ func (m *Manager) prune(ctx context.Context) {
 	if keep.MaxAge > 0 {
 		before = m.now().Add(-keep.MaxAge)
 	}
-	cut, err := m.st.RetentionCut(ctx, max(keep.MaxBytes, 0), before)
+	// A round is bounded like the pace it keeps: one that cannot finish
+	// (a database that stopped answering) gives way to the next.
+	round, cancel := context.WithTimeout(ctx, PruneEvery)
+	defer cancel()
+	cut, err := m.st.RetentionCut(round, max(keep.MaxBytes, 0), before)
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil { // not the host stopping
 			m.log.Warn("find finished processes past the retention bounds", "err", err)
 		}
 		return
 	}
 	var n int64
-	for !cut.None() && ctx.Err() == nil {
+	for !cut.None() && round.Err() == nil {
 		var k int64
 		err := m.w.do(func(ctx context.Context, tx *store.Tx) (err error) {
 			k, err = tx.PruneProcesses(ctx, cut, pruneBatch)
@@ -82,7 +86,7 @@ func (m *Manager) prune(ctx context.Context) {
 	if n > 0 {
 		m.log.Info("pruned finished processes past the retention bounds", "count", n)
 	}
-	m.reclaim(ctx)
+	m.reclaim(round)
 }
 
 // reclaim gives the room of deleted rows back to the file system, unless
