@@ -177,14 +177,18 @@ func (s *Store) Reclaim(ctx context.Context) error {
 	// A chunk a statement: a statement holds SQLite's one writer, and
 	// giving back what a large prune freed (hundreds of MB) in one held
 	// every execution's rows for a third of a second.
-	for {
+	// It stops when a chunk gives back nothing: a database that could not
+	// be converted to incremental auto_vacuum (no room for the copy) keeps
+	// its free pages.
+	for before := int64(-1); ; {
 		var free int64
 		if err := s.DB.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&free); err != nil {
 			return fmt.Errorf("reclaim free pages: %w", classify(err))
 		}
-		if free == 0 {
+		if free == 0 || free == before {
 			break
 		}
+		before = free
 		// Stepped to its end: each step frees a page (an Exec may step once).
 		rows, err := s.DB.QueryContext(ctx, fmt.Sprintf("PRAGMA incremental_vacuum(%d)", reclaimChunk))
 		if err != nil {

@@ -290,6 +290,53 @@ func TestReclaimShrinksTheFile(t *testing.T) {
 	}
 }
 
+// TestReclaimEndsWhereNothingCanBeGivenBack: a database left without
+// incremental auto_vacuum (its conversion found no room) keeps its free
+// pages, and Reclaim ends instead of asking again and again until its
+// context ends; the control: the free pages are there.
+func TestReclaimEndsWhereNothingCanBeGivenBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := Open(ctx, "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	conn, err := st.DB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{"PRAGMA journal_mode = DELETE", "PRAGMA auto_vacuum = NONE", "VACUUM", "PRAGMA journal_mode = WAL"} {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	conn.Close()
+	pid := addProcess(t, st, "idle", time.Now(), strings.Repeat("c", 1<<20), 0)
+	write(t, st, func(tx *Tx) error { _, err := tx.DeleteProcess(ctx, pid, []string{"idle"}); return err })
+	free := func() int {
+		var n int
+		if err := st.DB.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if _, err := st.DB.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		t.Fatal(err)
+	}
+	if n := free(); n == 0 {
+		t.Fatal("control: no free pages after the delete")
+	}
+	bounded, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := st.Reclaim(bounded); err != nil {
+		t.Fatalf("Reclaim: %v", err)
+	}
+	if n := free(); n == 0 {
+		t.Fatal("free pages given back without incremental auto_vacuum")
+	}
+}
+
 // TestOpenConvertsToIncrementalVacuum: a database made without auto_vacuum
 // is converted at Open.
 func TestOpenConvertsToIncrementalVacuum(t *testing.T) {
