@@ -211,11 +211,7 @@ func TestRetentionCutStopsAtItsSnapshot(t *testing.T) {
 func TestPruningReadsOnlyThePrunedRange(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := Open(ctx, "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openSQLite(t)
 	plan := func(q *bun.SelectQuery) string {
 		rows, err := st.DB.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q.String())
 		if err != nil {
@@ -297,11 +293,7 @@ func TestReclaimShrinksTheFile(t *testing.T) {
 func TestReclaimEndsWhereNothingCanBeGivenBack(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := Open(ctx, "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openSQLite(t)
 	conn, err := st.DB.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -20,12 +20,7 @@ func stores(t *testing.T) map[string]*Store {
 	t.Helper()
 	out := map[string]*Store{}
 	ctx := context.Background()
-	st, err := Open(ctx, "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	out["sqlite"] = st
+	out["sqlite"] = openSQLite(t)
 	if url := postgresURL(t); url != "" {
 		pg, err := Open(ctx, pgtest.Schema(t, url), "")
 		if err != nil {
@@ -287,6 +282,18 @@ func inTx[T any](st *Store, fn func(*Tx) (T, error)) (T, error) {
 	return v, err
 }
 
+// openSQLite opens a SQLite store in a directory of the test's, closed
+// when the test ends.
+func openSQLite(t *testing.T) *Store {
+	t.Helper()
+	st, err := Open(context.Background(), "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 // newIdleProcess stores an idle process and returns its pid.
 func newIdleProcess(t *testing.T, st *Store) int64 {
 	t.Helper()
@@ -309,11 +316,7 @@ func write(t *testing.T, st *Store, fn func(*Tx) error) {
 func TestListingsUseThePartialIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := Open(ctx, "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openSQLite(t)
 	for _, c := range []struct {
 		filter ProcessFilter
 		index  string
@@ -354,11 +357,7 @@ func TestListingsUseThePartialIndexes(t *testing.T) {
 func TestExecutionWritesNeedNoTemporaryTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := Open(ctx, "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openSQLite(t)
 	ephemeral := func(query string) bool {
 		// Every parameter bound to NULL: the program does not depend on them.
 		rows, err := st.DB.DB.QueryContext(ctx, "EXPLAIN "+query, make([]any, strings.Count(query, "?"))...)
