@@ -110,10 +110,8 @@ func (s *Store) PruneApprovals(ctx context.Context, keep int64, before time.Time
 		}
 		if cut != "" {
 			// Ids sort by creation time.
-			err := deleteBatches(ctx, func() *bun.DeleteQuery {
-				ids := s.DB.NewSelect().Model((*Approval)(nil)).Column("id").Where("state <> 'pending'").
-					Where("id <= ?", cut).Order("id").Limit(deleteBatch)
-				return s.DB.NewDelete().Model((*Approval)(nil)).Where("id IN (?)", ids)
+			err := s.deleteBatches(ctx, (*Approval)(nil), func(q *bun.SelectQuery) *bun.SelectQuery {
+				return q.Where("state <> 'pending'").Where("id <= ?", cut).Order("id")
 			})
 			if err != nil {
 				return fmt.Errorf("prune approvals: %w", err)
@@ -121,10 +119,8 @@ func (s *Store) PruneApprovals(ctx context.Context, keep int64, before time.Time
 		}
 	}
 	if !before.IsZero() {
-		err := deleteBatches(ctx, func() *bun.DeleteQuery {
-			ids := s.DB.NewSelect().Model((*Approval)(nil)).Column("id").Where("state <> 'pending'").
-				Where("created_at < ?", before).Limit(deleteBatch)
-			return s.DB.NewDelete().Model((*Approval)(nil)).Where("id IN (?)", ids)
+		err := s.deleteBatches(ctx, (*Approval)(nil), func(q *bun.SelectQuery) *bun.SelectQuery {
+			return q.Where("state <> 'pending'").Where("created_at < ?", before)
 		})
 		if err != nil {
 			return fmt.Errorf("prune approvals: %w", err)
@@ -217,9 +213,8 @@ func (s *Store) pruneLog(ctx context.Context, model any, keep int64, before time
 			return err
 		}
 		if cut > 0 {
-			err := deleteBatches(ctx, func() *bun.DeleteQuery {
-				ids := s.DB.NewSelect().Model(model).Column("id").Where("id <= ?", cut).Order("id").Limit(deleteBatch)
-				return s.DB.NewDelete().Model(model).Where("id IN (?)", ids)
+			err := s.deleteBatches(ctx, model, func(q *bun.SelectQuery) *bun.SelectQuery {
+				return q.Where("id <= ?", cut).Order("id")
 			})
 			if err != nil {
 				return err
@@ -227,9 +222,8 @@ func (s *Store) pruneLog(ctx context.Context, model any, keep int64, before time
 		}
 	}
 	if !before.IsZero() {
-		return deleteBatches(ctx, func() *bun.DeleteQuery {
-			ids := s.DB.NewSelect().Model(model).Column("id").Where("at < ?", before).Limit(deleteBatch)
-			return s.DB.NewDelete().Model(model).Where("id IN (?)", ids)
+		return s.deleteBatches(ctx, model, func(q *bun.SelectQuery) *bun.SelectQuery {
+			return q.Where("at < ?", before)
 		})
 	}
 	return nil
@@ -240,11 +234,12 @@ func (s *Store) pruneLog(ctx context.Context, model any, keep int64, before time
 // long as it runs.
 const deleteBatch = 500
 
-// deleteBatches runs the delete del makes, of at most deleteBatch rows,
-// until one deletes fewer.
-func deleteBatches(ctx context.Context, del func() *bun.DeleteQuery) error {
+// deleteBatches deletes the rows of model's table (keyed by id) that
+// where selects, deleteBatch a statement, until a statement deletes fewer.
+func (s *Store) deleteBatches(ctx context.Context, model any, where func(*bun.SelectQuery) *bun.SelectQuery) error {
 	for {
-		res, err := del().Exec(ctx)
+		ids := where(s.DB.NewSelect().Model(model).Column("id")).Limit(deleteBatch)
+		res, err := s.DB.NewDelete().Model(model).Where("id IN (?)", ids).Exec(ctx)
 		if err != nil {
 			return err
 		}
