@@ -86,6 +86,14 @@ var capabilities = []capability{
 		p := h.run("import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), timeout=2)\n    print('reached')\nexcept OSError:\n    print('unreachable')", nil)
 		return expect(p, "unreachable\n", p.Stdout)
 	}},
+	{"asyncio where awaited", "a program that says `async` or\n`await` starts with asyncio imported", func(h *host) error {
+		const had = "import sys\nprint('asyn' 'cio' in sys.modules)"
+		if p := h.run(had+"\nimport asyncio\nawait asyncio.sleep(0)", nil); p.exit() != "success" || p.Stdout != "True\n" {
+			return fmt.Errorf("a program that awaits: %s %q %s", p.exit(), p.Stdout, p.Stderr)
+		}
+		p := h.run(had, nil)
+		return expect(p, "False\n", p.Stdout)
+	}},
 	{"limits", "files up to\n  64 MiB, 256 open files", func(h *host) error {
 		p := h.run("import resource\nprint(resource.getrlimit(resource.RLIMIT_FSIZE)[0] >> 20, resource.getrlimit(resource.RLIMIT_NOFILE)[0])", nil)
 		return expect(p, "64 256\n", p.Stdout)

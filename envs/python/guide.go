@@ -11,8 +11,11 @@ import (
 // guideFacts is what the guide says of the active configuration: each
 // comes from the config in force or from what the sandboxed probe read.
 type guideFacts struct {
-	Version  string
+	Version string
+	// Preload is what every program's interpreter has imported; Asyncio:
+	// asyncio too, where the program says async or await.
 	Preload  []string
+	Asyncio  bool
 	Packages []Package
 	Site     bool // site-packages on sys.path
 	Network  bool
@@ -27,8 +30,9 @@ var guide = template.Must(template.New("guide").Funcs(template.FuncMap{"join": s
 
 Your program runs as the ` + "`__main__`" + ` module of CPython {{.Version}}{{if .Sandbox}} in a sandbox{{end}}.
 ` + "`cyrnel`" + ` is already imported (` + "`import cyrnel`" + ` works too). Top-level ` + "`await`" + ` works:
-the program then runs in an asyncio event loop.{{if .Preload}} Already imported when
-your program starts: {{join .Preload ", "}}.{{end}}
+the program then runs in an asyncio event loop{{if .Asyncio}}, and a program that says ` + "`async`" + ` or
+` + "`await`" + ` starts with asyncio imported{{end}}.{{if .Preload}} Already imported when your program
+starts: {{join .Preload ", "}}.{{end}}
 
 ## Fresh interpreters and sessions
 
@@ -148,8 +152,11 @@ cyrnel.output({"mean": statistics.mean(data), "max": max(data)})
 func (e *Env) Docs(context.Context) (string, error) {
 	e.mu.Lock()
 	f := guideFacts{
-		Version: e.version, Preload: e.cfg.Preload, Packages: e.packages, Site: e.cfg.SitePackages,
+		Version: e.version, Preload: e.cfg.Preload, Asyncio: e.lean != nil, Packages: e.packages, Site: e.cfg.SitePackages,
 		Network: e.cfg.Sandbox.Network || !e.cfg.Sandbox.Enabled, Sandbox: e.cfg.Sandbox.Enabled, Limits: e.cfg.Limits,
+	}
+	if f.Asyncio {
+		f.Preload = e.lean
 	}
 	e.mu.Unlock()
 	for _, p := range f.Packages {

@@ -53,9 +53,16 @@ type Env struct {
 	launch        worker.Launcher
 	forking       *worker.Forking // nil when interpreters are spawned
 	sessionLaunch worker.Launcher // sessions' interpreters: forked as session children, or spawned
-	layers        map[string]any  // the sandbox in force, for Status
-	tplWhy        string          // why interpreters are not forked from a template
-	runner        *worker.Runner
+	// Where asyncio is preloaded, the programs that never say async or
+	// await run in interpreters without it: lean is their preload (nil:
+	// every program's interpreter imports all of the preload), and
+	// leanLaunch and leanForking start them.
+	lean        []string
+	leanLaunch  worker.Launcher
+	leanForking *worker.Forking
+	layers      map[string]any // the sandbox in force, for Status
+	tplWhy      string         // why interpreters are not forked from a template
+	runner      *worker.Runner
 }
 
 // Options are the host's settings for the environment.
@@ -132,31 +139,54 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 		launcher = s
 	}
 	sessionLaunch := launcher
-	var forking *worker.Forking
+	lean := leanPreload(cfg.Preload)
+	leanLaunch := launcher
+	var forking, leanForking *worker.Forking
 	tplWhy := "turned off by config (fork: false)"
 	if cfg.Fork {
-		argv := append([]string{py.exe, "-I", "-S", "-c", templateBoot, strings.Join(paths, "\n")}, cfg.Preload...)
-		forking, tplWhy = worker.ChooseForking(e.log, cfg.Sandbox, cfg.Limits, append(py.readPaths(), readPaths...), argv, dataScienceEnv, cfg.PoolSize+spareKeepers)
-		if forking != nil {
-			launcher, sessionLaunch = forking, forking.Sessions()
+		templateFor := func(preload []string) *worker.Forking {
+			argv := append([]string{py.exe, "-I", "-S", "-c", templateBoot, strings.Join(paths, "\n")}, preload...)
+			f, why := worker.ChooseForking(e.log, cfg.Sandbox, cfg.Limits, append(py.readPaths(), readPaths...), argv, dataScienceEnv, cfg.PoolSize+spareKeepers)
+			tplWhy = why
+			return f
+		}
+		if forking = templateFor(cfg.Preload); forking != nil {
+			launcher, leanLaunch, sessionLaunch = forking, forking, forking.Sessions()
+			if lean != nil {
+				leanForking = templateFor(lean)
+				leanLaunch = leanForking
+			}
 		}
 	}
-	r := worker.NewRunner(e.log, worker.RunnerConfig{
+	rc := worker.RunnerConfig{
 		PoolSize: cfg.PoolSize, Concurrency: cfg.Concurrency, QueueLimit: cfg.QueueLimit,
 		StartTimeout:   time.Duration(cfg.StartTimeoutMs) * time.Millisecond,
 		Stubs:          stubs{},
 		RefillAfterRun: forking != nil,
-	}, e.spawn)
+	}
+	spawn := e.spawn
+	if lean != nil {
+		spawn = e.spawnLean
+		rc.Variant = &worker.Variant{Name: "asyncio", Spawn: e.spawn, Takes: awaits}
+	}
+	r := worker.NewRunner(e.log, rc, spawn)
 	e.mu.Lock()
 	e.cfg, e.b, e.python, e.version, e.paths, e.runtime, e.launch, e.layers, e.runner = cfg, sc.Bindings, py.exe, py.version, paths, dir, launcher, layers, r
 	e.forking, e.tplWhy, e.sessionLaunch, e.packages, e.build, e.buildSeq = forking, tplWhy, sessionLaunch, packages, build, seq
+	e.lean, e.leanLaunch, e.leanForking = lean, leanLaunch, leanForking
 	e.mu.Unlock()
 	// Set up means an interpreter is warm, its preload imported inside the
 	// sandbox: a config that cannot work is refused here, naming the
 	// module, instead of failing every execution. Teardown cleans up.
 	if err := r.Start(ctx); err != nil {
 		if m := preloadFailed.FindStringSubmatch(err.Error()); m != nil {
-			return &module.ConfigError{Field: "preload[" + m[1] + "]", Err: fmt.Errorf("cannot import %s in the sandbox: %s", m[2], m[3])}
+			// Named by its place in the config, which the lean preload,
+			// without asyncio, does not keep.
+			field := "preload"
+			if i := slices.Index(cfg.Preload, m[1]); i >= 0 {
+				field = fmt.Sprintf("preload[%d]", i)
+			}
+			return &module.ConfigError{Field: field, Err: fmt.Errorf("cannot import %s in the sandbox: %s", m[1], m[2])}
 		}
 		return err
 	}
@@ -220,8 +250,28 @@ const packageGrace = 7 * 24 * time.Hour
 
 // preloadFailed finds the line the runtime writes when a preload module
 // cannot be imported (before it is ready, so before any program runs):
-// the module's index, its name and the error.
-var preloadFailed = regexp.MustCompile(`cyrnel: preload\[(\d+)\] (\S+): ([^\n]*)`)
+// the module's name and the error.
+var preloadFailed = regexp.MustCompile(`cyrnel: preload\[\d+\] (\S+): ([^\n]*)`)
+
+// leanPreload is the preload of the interpreters for programs that never
+// await, where asyncio is preloaded: the rest of it. It holds 40 % of a
+// default template's memory, which every fork copies the page tables of
+// and every exit frees (docs/decisions.md, "asyncio where it is awaited").
+// nil: there is no lean preload to keep apart.
+func leanPreload(preload []string) []string {
+	if !slices.Contains(preload, "asyncio") {
+		return nil
+	}
+	return slices.DeleteFunc(slices.Clone(preload), func(m string) bool { return m == "asyncio" })
+}
+
+// awaits says whether a program may need asyncio: it says async or await
+// somewhere, in code, a comment or a string. A program that uses asyncio
+// otherwise (through a module it imports, or in text it compiles itself)
+// runs all the same and imports it itself.
+func awaits(in module.ExecutionInput) bool {
+	return strings.Contains(in.Code, "async") || strings.Contains(in.Code, "await")
+}
 
 // interpreter is what the probe learnt of a Python installation.
 type interpreter struct {
@@ -302,9 +352,17 @@ func extractRuntime() (string, map[string]bool, error) {
 
 func (e *Env) spawn(ctx context.Context) (*worker.Worker, error) {
 	e.mu.Lock()
-	launcher := e.launch
+	launcher, preload := e.launch, e.cfg.Preload
 	e.mu.Unlock()
-	return e.start(ctx, launcher, false)
+	return e.start(ctx, launcher, false, preload)
+}
+
+// spawnLean starts an interpreter for a program that does not await.
+func (e *Env) spawnLean(ctx context.Context) (*worker.Worker, error) {
+	e.mu.Lock()
+	launcher, preload := e.leanLaunch, e.lean
+	e.mu.Unlock()
+	return e.start(ctx, launcher, false, preload)
 }
 
 // sessionArg makes a started interpreter serve a session
@@ -322,9 +380,9 @@ const sessionGrace = 2 * time.Second
 // forked, else spawned.
 func (e *Env) StartSession(ctx context.Context) (module.Session, error) {
 	e.mu.Lock()
-	launcher := e.sessionLaunch
+	launcher, preload := e.sessionLaunch, e.cfg.Preload
 	e.mu.Unlock()
-	w, err := e.start(ctx, launcher, true)
+	w, err := e.start(ctx, launcher, true, preload)
 	if err != nil {
 		return nil, err
 	}
@@ -334,11 +392,11 @@ func (e *Env) StartSession(ctx context.Context) (module.Session, error) {
 	return worker.NewSession(w, b, stubs{}, sessionGrace), nil
 }
 
-// start starts an interpreter (a forking launcher ignores the command: the
-// template's is used).
-func (e *Env) start(ctx context.Context, launcher worker.Launcher, session bool) (*worker.Worker, error) {
+// start starts an interpreter that imports preload while warm (a forking
+// launcher ignores the command: its template's is used).
+func (e *Env) start(ctx context.Context, launcher worker.Launcher, session bool, preload []string) (*worker.Worker, error) {
 	e.mu.Lock()
-	python, paths, preload := e.python, e.paths, e.cfg.Preload
+	python, paths := e.python, e.paths
 	e.mu.Unlock()
 	args := []string{"-I", "-S", "-c", boot, strings.Join(paths, "\n")}
 	if session {
@@ -401,11 +459,14 @@ func (e *Env) Status() map[string]any {
 // Workers counts the pool's workers and the template's restarts.
 func (e *Env) Workers() module.WorkerCounts {
 	e.mu.Lock()
-	r, forking := e.runner, e.forking
+	r, forking, lean := e.runner, e.forking, e.leanForking
 	e.mu.Unlock()
 	c := r.Counts()
 	if forking != nil {
 		c.TemplateRestarts = forking.Restarts()
+	}
+	if lean != nil {
+		c.TemplateRestarts += lean.Restarts()
 	}
 	return c
 }
@@ -414,12 +475,14 @@ func (e *Env) Workers() module.WorkerCounts {
 // extracted runtime.
 func (e *Env) Teardown(ctx context.Context) error {
 	e.mu.Lock()
-	r, dir, forking := e.runner, e.runtime, e.forking
+	r, dir, forking, lean := e.runner, e.runtime, e.forking, e.leanForking
 	e.runtime = ""
 	e.mu.Unlock()
 	err := r.Stop(ctx)
-	if forking != nil {
-		err = errors.Join(err, forking.Stop(ctx))
+	for _, f := range []*worker.Forking{forking, lean} {
+		if f != nil {
+			err = errors.Join(err, f.Stop(ctx))
+		}
 	}
 	if dir != "" {
 		err = errors.Join(err, os.RemoveAll(dir))

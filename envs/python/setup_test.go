@@ -23,6 +23,7 @@ func TestPreloadThatCannotBeImportedIsRefused(t *testing.T) {
 		field   string
 	}{
 		{[]string{"asyncio", "no_such_module_for_cyrnel"}, "preload[1]"},
+		{[]string{"no_such_module_for_cyrnel", "asyncio"}, "preload[0]"},
 		{[]string{"json"}, ""},
 	} {
 		e := New(slog.New(slog.NewTextHandler(io.Discard, nil)), testOptions)

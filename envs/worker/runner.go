@@ -42,6 +42,20 @@ type RunnerConfig struct {
 	// Stubs, when set, shapes what the runtime builds its tool stubs from
 	// and serves its toolDocs requests (the Python runtime's help()).
 	Stubs ToolStubs
+	// Variant, when set, is a second kind of worker: the executions it
+	// takes run in workers of a pool of its own, under the same
+	// concurrency and queue.
+	Variant *Variant
+}
+
+// Variant is a Runner's second pool: the Python environment's interpreters
+// with asyncio imported, for the programs that await, beside a pool of
+// interpreters without it, which cost every other program less.
+type Variant struct {
+	Name  string    // Status reports its pool as Name+"Pool"
+	Spawn SpawnFunc // starts one of its workers
+	// Takes says whether an execution runs in one of its workers.
+	Takes func(module.ExecutionInput) bool
 }
 
 // ToolStubs renders tools for a runtime: Stub is one listTools entry (it
@@ -59,6 +73,7 @@ type Runner struct {
 	log   *slog.Logger
 	cfg   RunnerConfig
 	pool  *Pool
+	alt   *Pool // the Variant's; nil without one
 	slots chan struct{}
 
 	mu       sync.Mutex
@@ -72,23 +87,45 @@ type Runner struct {
 
 // NewRunner returns a runner whose workers come from spawn; Start starts it.
 func NewRunner(log *slog.Logger, cfg RunnerConfig, spawn SpawnFunc) *Runner {
-	return &Runner{
+	pc := PoolConfig{Size: cfg.PoolSize, StartTimeout: cfg.StartTimeout, Lend: cfg.Reuse, RefillAfterRun: cfg.RefillAfterRun,
+		// Reused workers serve up to Concurrency executions at once:
+		// keep that many rather than respawn above PoolSize.
+		Keep: cfg.Concurrency}
+	r := &Runner{
 		log: log, cfg: cfg,
-		pool: NewPool(log, PoolConfig{Size: cfg.PoolSize, StartTimeout: cfg.StartTimeout, Lend: cfg.Reuse, RefillAfterRun: cfg.RefillAfterRun,
-			// Reused workers serve up to Concurrency executions at once:
-			// keep that many rather than respawn above PoolSize.
-			Keep: cfg.Concurrency}, spawn),
+		pool:    NewPool(log, pc, spawn),
 		slots:   make(chan struct{}, max(cfg.Concurrency, 1)),
 		flights: map[int64]context.CancelFunc{},
 	}
+	if cfg.Variant != nil {
+		r.alt = NewPool(log.With("pool", cfg.Variant.Name), pc, cfg.Variant.Spawn)
+	}
+	return r
 }
 
 // A nil *Runner is an environment not set up, or torn down: Execute fails
 // with ErrTornDown, Kill and Stop do nothing, Status is empty.
 
-// Start fills the pool and waits until its first worker is warm, so a
-// configuration whose workers cannot start fails here (see Pool.Start).
-func (r *Runner) Start(ctx context.Context) error { return r.pool.Start(ctx) }
+// Start fills the pools and waits until the first worker of each is warm,
+// so a configuration whose workers cannot start fails here (see
+// Pool.Start). Both pools start at once: each may import a large preload.
+func (r *Runner) Start(ctx context.Context) error {
+	if r.alt == nil {
+		return r.pool.Start(ctx)
+	}
+	alt := make(chan error, 1)
+	go func() { alt <- r.alt.Start(ctx) }()
+	err := r.pool.Start(ctx)
+	return errors.Join(<-alt, err)
+}
+
+// poolFor is the pool an execution's worker comes from.
+func (r *Runner) poolFor(in module.ExecutionInput) *Pool {
+	if r.alt != nil && r.cfg.Variant.Takes(in) {
+		return r.alt
+	}
+	return r.pool
+}
 
 // Execute runs one execution: queued until a slot and a warm worker are
 // free, then run; a spent worker is reaped off the critical path.
@@ -131,7 +168,8 @@ func (r *Runner) Execute(ctx context.Context, b module.Bindings, in module.Execu
 		r.count(-1)
 		<-r.slots
 	}()
-	w, err := r.worker(ctx)
+	pool := r.poolFor(in)
+	w, err := r.worker(ctx, pool)
 	if err != nil {
 		if ctx.Err() != nil {
 			return canceled, nil
@@ -139,8 +177,8 @@ func (r *Runner) Execute(ctx context.Context, b module.Bindings, in module.Execu
 		return module.Result{}, fmt.Errorf("get a worker: %w", err)
 	}
 	res, clean := w.Run(ctx, b, Request{Input: in, OutputLimit: in.Options.OutputLimitBytes, Reuse: r.cfg.Reuse, Grace: r.cfg.Grace, Stubs: r.cfg.Stubs})
-	r.pool.Refilled()
-	if r.cfg.Reuse && r.pool.Return(w, clean) {
+	pool.Refilled()
+	if r.cfg.Reuse && pool.Return(w, clean) {
 		return res, nil
 	}
 	// Reaping a spent worker (its sandbox torn down by the kernel) is
@@ -158,10 +196,10 @@ func (r *Runner) Execute(ctx context.Context, b module.Bindings, in module.Execu
 // or spawned, as the span execution.start of the execution's trace: the
 // tracer is the one of the span ctx carries (the host's, or a no-op one
 // when it does not trace), so the environment needs no tracing of its own.
-func (r *Runner) worker(ctx context.Context) (*Worker, error) {
+func (r *Runner) worker(ctx context.Context, pool *Pool) (*Worker, error) {
 	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer(tracerName).Start(ctx, "execution.start")
 	defer span.End()
-	w, err := r.pool.Get(ctx)
+	w, err := pool.Get(ctx)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
@@ -196,8 +234,12 @@ func (r *Runner) Status() map[string]any {
 		return map[string]any{}
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return map[string]any{"running": r.running, "queued": r.waiting - r.running, "concurrency": r.cfg.Concurrency, "pool": r.pool.Stats()}
+	st := map[string]any{"running": r.running, "queued": r.waiting - r.running, "concurrency": r.cfg.Concurrency, "pool": r.pool.Stats()}
+	r.mu.Unlock()
+	if r.alt != nil {
+		st[r.cfg.Variant.Name+"Pool"] = r.alt.Stats()
+	}
+	return st
 }
 
 // Counts reports the pool's workers by state.
@@ -206,7 +248,12 @@ func (r *Runner) Counts() module.WorkerCounts {
 		return module.WorkerCounts{}
 	}
 	st := r.pool.Stats()
-	return module.WorkerCounts{Ready: st.Ready, Starting: st.Spawning, Busy: st.Lent}
+	c := module.WorkerCounts{Ready: st.Ready, Starting: st.Spawning, Busy: st.Lent}
+	if r.alt != nil {
+		a := r.alt.Stats()
+		c.Ready, c.Starting, c.Busy = c.Ready+a.Ready, c.Starting+a.Spawning, c.Busy+a.Lent
+	}
+	return c
 }
 
 // Stop kills what still runs, waits for it and its workers, and empties
@@ -235,6 +282,9 @@ func (r *Runner) Stop(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		return fmt.Errorf("executions still ending: %w", ctx.Err())
+	}
+	if r.alt != nil {
+		return errors.Join(r.pool.Stop(ctx), r.alt.Stop(ctx))
 	}
 	return r.pool.Stop(ctx)
 }
