@@ -6,11 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cyrnel/cyrnel/envs/envtest"
 	"github.com/cyrnel/cyrnel/envs/module"
 )
 
@@ -188,5 +190,58 @@ func TestRunnerLifecycle(t *testing.T) {
 	var none *Runner
 	if err := none.Stop(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A runner's Variant takes the executions it says it takes, from a pool of
+// its own, under the runner's one concurrency and queue: with one slot
+// and one place in the queue, an execution in the variant's pool runs, one
+// in the main pool waits for the slot, a third is refused, and the
+// waiting one runs once the first is killed.
+func TestVariantSharesTheRunnersLimits(t *testing.T) {
+	t.Parallel()
+	spawn := func(ctx context.Context) (*Worker, error) { return idleWorker(t, ctx) }
+	r := NewRunner(discard(), RunnerConfig{PoolSize: 1, Concurrency: 1, QueueLimit: 1, StartTimeout: 30 * time.Second,
+		Variant: &Variant{Name: "odd", Spawn: spawn, Takes: func(in module.ExecutionInput) bool { return in.EID%2 == 1 }}}, spawn)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop(context.Background())
+	rec := envtest.NewRecorder()
+	ended := make(chan int64, 2)
+	run := func(eid int64) {
+		go func() {
+			r.Execute(ctx, rec, module.ExecutionInput{EID: eid, Code: "pass"})
+			ended <- eid
+		}()
+	}
+	state := func(eid int64, s module.ExecState) {
+		t.Helper()
+		if err := rec.WaitFor(ctx, eid, func(x envtest.Run) bool { return slices.Contains(x.States, s) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(1) // the variant's: its idle worker never answers
+	state(1, module.StateRunning)
+	run(2)
+	state(2, module.StateQueued)
+	if _, err := r.Execute(ctx, rec, module.ExecutionInput{EID: 3}); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("a third execution: %v, want the queue full", err)
+	}
+	if st := r.Status(); st["running"] != 1 || st["queued"] != 1 {
+		t.Fatalf("status %v, want one running and one queued", st)
+	}
+	r.Kill(1)
+	if eid := <-ended; eid != 1 {
+		t.Fatalf("execution %d ended first", eid)
+	}
+	state(2, module.StateRunning)
+	r.Kill(2)
+	<-ended
+	main, odd := r.Status()["pool"].(Stats), r.Status()["oddPool"].(Stats)
+	if main.Served != 1 || odd.Served != 1 {
+		t.Errorf("served: main pool %d, variant %d; want one each", main.Served, odd.Served)
 	}
 }
