@@ -116,12 +116,12 @@ func childPids(pid int) []int {
 	return out
 }
 
-// preloadsAsyncio says whether pid is a Python template whose preload ends
-// with asyncio (the default's): the one that forks the interpreters of
+// preloadsAsyncio says whether pid is a Python template whose preload has
+// asyncio (the default's): the one that forks the interpreters of
 // programs that await, beside one without it for the others.
 func preloadsAsyncio(pid int) bool {
 	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return strings.Contains(string(cmdline), "cyrnel._template") && strings.HasSuffix(string(cmdline), "\x00asyncio\x00")
+	return strings.Contains(string(cmdline), "cyrnel._template") && strings.Contains(string(cmdline), "\x00asyncio\x00")
 }
 
 // cpuSnapshot is every counter BenchmarkCPUSplit compares.

@@ -14,7 +14,8 @@ type Config struct {
 	// start-up (as declared, its absolute or its real path); empty: the
 	// first declared.
 	Interpreter string `json:"interpreter"`
-	// PoolSize is how many warm interpreters wait for work.
+	// PoolSize is how many warm interpreters wait for work (of each kind,
+	// where asyncio is preloaded).
 	PoolSize int `json:"poolSize"`
 	// Concurrency caps executions running at once; more wait as queued.
 	Concurrency int `json:"concurrency"`
@@ -67,7 +68,7 @@ const configSchema = `{
   "additionalProperties": false,
   "properties": {
     "interpreter": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "One of the Python interpreters the operator declared when starting the server (serve --python, CYRNEL_PYTHON), named as declared or by its absolute or real path; any other is refused (403). Default: the first declared."},
-    "poolSize": {"type": "integer", "minimum": 1, "maximum": 64, "default": 2, "description": "Warm interpreters kept ready."},
+    "poolSize": {"type": "integer", "minimum": 1, "maximum": 64, "default": 2, "description": "Warm interpreters kept ready; where asyncio is preloaded, that many of each kind (with it, for programs that say async or await, and without it)."},
     "concurrency": {"type": "integer", "minimum": 1, "maximum": 256, "default": 8, "description": "Executions running at once; more wait as queued."},
     "queueLimit": {"type": "integer", "minimum": 0, "maximum": 100000, "default": 256, "description": "Executions allowed to wait for a slot; beyond it they fail at once."},
     "preload": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$"}, "maxItems": 64, "default": ["asyncio"], "description": "Modules every interpreter imports while warm (e.g. numpy, pandas). asyncio makes top-level await start at once (only programs that say async or await get it: the others run in interpreters without it, which cost less); matplotlib is also made ready to plot (pyplot, its font list, one figure drawn while warm), pandas to use frames (one grouped, described and printed while warm); with fork (the default) they are imported once, by the template, outside any execution's sandbox: list only modules you trust, and only modules that start no threads at import (the template refuses those, naming the threads)."},

@@ -1,5 +1,7 @@
-// Package python is the Python environment: a pool of warm CPython
-// interpreters, each running the cyrnel runtime and serving one execution.
+// Package python is the Python environment: pools of warm CPython
+// interpreters, each running the cyrnel runtime and serving one execution
+// (where asyncio is preloaded, a second pool without it serves the programs
+// that do not await).
 package python
 
 import (
@@ -48,10 +50,10 @@ type Env struct {
 	buildSeq      uint64         // when it was asked for, among builds
 	pkgs          PackageSource
 	builds        *Builds
-	paths         []string // sys.path prefix: the runtime, then site-packages
-	runtime       string   // extracted runtime directory
-	launch        worker.Launcher
-	forking       *worker.Forking // nil when interpreters are spawned
+	paths         []string        // sys.path prefix: the runtime, then site-packages
+	runtime       string          // extracted runtime directory
+	launch        worker.Launcher // interpreters with the whole preload
+	forking       *worker.Forking // their template; nil when interpreters are spawned
 	sessionLaunch worker.Launcher // sessions' interpreters: forked as session children, or spawned
 	// Where asyncio is preloaded, the programs that never say async or
 	// await run in interpreters without it: lean is their preload (nil:
@@ -99,7 +101,7 @@ func (e *Env) Info() module.Info {
 }
 
 // Setup checks that the config names a declared interpreter, probes it in
-// the sandbox, extracts and compiles the runtime and fills the pool.
+// the sandbox, extracts and compiles the runtime and fills the pools.
 func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	cfg, err := parseConfig(sc.Config)
 	if err != nil {
@@ -144,17 +146,17 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	var forking, leanForking *worker.Forking
 	tplWhy := "turned off by config (fork: false)"
 	if cfg.Fork {
-		templateFor := func(preload []string) *worker.Forking {
+		templateFor := func(kind string, preload []string) (*worker.Forking, string) {
 			argv := append([]string{py.exe, "-I", "-S", "-c", templateBoot, strings.Join(paths, "\n")}, preload...)
-			f, why := worker.ChooseForking(e.log, cfg.Sandbox, cfg.Limits, append(py.readPaths(), readPaths...), argv, dataScienceEnv, cfg.PoolSize+spareKeepers)
-			tplWhy = why
-			return f
+			return worker.ChooseForking(e.log.With("template", kind), cfg.Sandbox, cfg.Limits, append(py.readPaths(), readPaths...), argv, dataScienceEnv, cfg.PoolSize+spareKeepers)
 		}
-		if forking = templateFor(cfg.Preload); forking != nil {
+		if forking, tplWhy = templateFor("preload", cfg.Preload); forking != nil {
 			launcher, leanLaunch, sessionLaunch = forking, forking, forking.Sessions()
 			if lean != nil {
-				leanForking = templateFor(lean)
-				leanLaunch = leanForking
+				// Chosen as the first was: the same sandbox and machine.
+				if f, _ := templateFor("without asyncio", lean); f != nil {
+					leanForking, leanLaunch = f, f
+				}
 			}
 		}
 	}
@@ -175,22 +177,17 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	e.forking, e.tplWhy, e.sessionLaunch, e.packages, e.build, e.buildSeq = forking, tplWhy, sessionLaunch, packages, build, seq
 	e.lean, e.leanLaunch, e.leanForking = lean, leanLaunch, leanForking
 	e.mu.Unlock()
-	// Set up means an interpreter is warm, its preload imported inside the
-	// sandbox: a config that cannot work is refused here, naming the
-	// module, instead of failing every execution. Teardown cleans up.
+	// Set up means an interpreter of each kind is warm, its preload
+	// imported inside the sandbox: a config that cannot work is refused
+	// here, naming the module, instead of failing every execution.
+	// Teardown cleans up.
 	if err := r.Start(ctx); err != nil {
-		if m := preloadFailed.FindStringSubmatch(err.Error()); m != nil {
-			// Named by its place in the config, which the lean preload,
-			// without asyncio, does not keep.
-			field := "preload"
-			if i := slices.Index(cfg.Preload, m[1]); i >= 0 {
-				field = fmt.Sprintf("preload[%d]", i)
-			}
-			return &module.ConfigError{Field: field, Err: fmt.Errorf("cannot import %s in the sandbox: %s", m[1], m[2])}
+		if field, why, ok := preloadError(err, cfg.Preload); ok {
+			return &module.ConfigError{Field: field, Err: why}
 		}
 		return err
 	}
-	e.log.Info("python environment ready", "interpreter", py.exe, "poolSize", cfg.PoolSize, "preload", cfg.Preload, "sandbox", layers)
+	e.log.Info("python environment ready", "interpreter", py.exe, "poolSize", cfg.PoolSize, "preload", cfg.Preload, "withoutAsyncio", lean != nil, "sandbox", layers)
 	return nil
 }
 
@@ -253,24 +250,49 @@ const packageGrace = 7 * 24 * time.Hour
 // the module's name and the error.
 var preloadFailed = regexp.MustCompile(`cyrnel: preload\[\d+\] (\S+): ([^\n]*)`)
 
+// preloadError reads a start's error for the preload module that failed,
+// and names it by its place in the config (an interpreter without asyncio
+// numbers its own preload otherwise).
+func preloadError(err error, preload []string) (field string, why error, ok bool) {
+	m := preloadFailed.FindStringSubmatch(err.Error())
+	if m == nil {
+		return "", nil, false
+	}
+	field = "preload"
+	if i := slices.Index(preload, m[1]); i >= 0 {
+		field = fmt.Sprintf("preload[%d]", i)
+	}
+	return field, fmt.Errorf("cannot import %s in the sandbox: %s", m[1], m[2]), true
+}
+
 // leanPreload is the preload of the interpreters for programs that never
-// await, where asyncio is preloaded: the rest of it. It holds 40 % of a
-// default template's memory, which every fork copies the page tables of
+// await, where asyncio is preloaded: the rest of it. asyncio holds 40 % of
+// a default template's memory, which every fork copies the page tables of
 // and every exit frees (docs/decisions.md, "asyncio where it is awaited").
 // nil: there is no lean preload to keep apart.
 func leanPreload(preload []string) []string {
-	if !slices.Contains(preload, "asyncio") {
+	isAsyncio := func(m string) bool { return m == "asyncio" || strings.HasPrefix(m, "asyncio.") }
+	if !slices.ContainsFunc(preload, isAsyncio) {
 		return nil
 	}
-	return slices.DeleteFunc(slices.Clone(preload), func(m string) bool { return m == "asyncio" })
+	return slices.DeleteFunc(slices.Clone(preload), isAsyncio)
 }
 
-// awaits says whether a program may need asyncio: it says async or await
-// somewhere, in code, a comment or a string. A program that uses asyncio
-// otherwise (through a module it imports, or in text it compiles itself)
-// runs all the same and imports it itself.
+// awaits says whether a program may need asyncio: its code or a Python
+// file placed beside it says async or await somewhere (in code, a comment
+// or a string). A program that reaches asyncio otherwise (a module it
+// imports, text it compiles) runs all the same and imports it itself.
 func awaits(in module.ExecutionInput) bool {
-	return strings.Contains(in.Code, "async") || strings.Contains(in.Code, "await")
+	if mayAwait(in.Code) {
+		return true
+	}
+	return slices.ContainsFunc(in.Files, func(f module.File) bool {
+		return strings.HasSuffix(f.Path, ".py") && mayAwait(string(f.Content))
+	})
+}
+
+func mayAwait(code string) bool {
+	return strings.Contains(code, "async") || strings.Contains(code, "await")
 }
 
 // interpreter is what the probe learnt of a Python installation.
@@ -350,6 +372,8 @@ func extractRuntime() (string, map[string]bool, error) {
 	return dir, sources, nil
 }
 
+// spawn starts an interpreter with the whole preload; spawnLean one
+// without asyncio, for a program that does not await.
 func (e *Env) spawn(ctx context.Context) (*worker.Worker, error) {
 	e.mu.Lock()
 	launcher, preload := e.launch, e.cfg.Preload
@@ -357,7 +381,6 @@ func (e *Env) spawn(ctx context.Context) (*worker.Worker, error) {
 	return e.start(ctx, launcher, false, preload)
 }
 
-// spawnLean starts an interpreter for a program that does not await.
 func (e *Env) spawnLean(ctx context.Context) (*worker.Worker, error) {
 	e.mu.Lock()
 	launcher, preload := e.leanLaunch, e.lean
@@ -374,10 +397,11 @@ const sessionArg = "--session"
 // (KeyboardInterrupt) before its interpreter is killed and the session ends.
 const sessionGrace = 2 * time.Second
 
-// StartSession starts an interpreter of its own, outside the pool, that
+// StartSession starts an interpreter of its own, outside the pools, that
 // keeps its globals between executions and survives an interrupted program:
-// forked from the template as a session's child where interpreters are
-// forked, else spawned.
+// forked as a session's child of the template with the whole preload (a
+// later program of the session may await) where interpreters are forked,
+// else spawned.
 func (e *Env) StartSession(ctx context.Context) (module.Session, error) {
 	e.mu.Lock()
 	launcher, preload := e.sessionLaunch, e.cfg.Preload
@@ -440,7 +464,7 @@ func (e *Env) Kill(_ context.Context, eid int64) error {
 	return nil
 }
 
-// Status reports the pool's health and the sandbox in force.
+// Status reports the pools' health and the sandbox in force.
 func (e *Env) Status() map[string]any {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -456,7 +480,7 @@ func (e *Env) Status() map[string]any {
 	return st
 }
 
-// Workers counts the pool's workers and the template's restarts.
+// Workers counts the pools' workers and the templates' restarts.
 func (e *Env) Workers() module.WorkerCounts {
 	e.mu.Lock()
 	r, forking, lean := e.runner, e.forking, e.leanForking
@@ -471,7 +495,7 @@ func (e *Env) Workers() module.WorkerCounts {
 	return c
 }
 
-// Teardown kills what is still running, empties the pool and removes the
+// Teardown kills what is still running, empties the pools and removes the
 // extracted runtime.
 func (e *Env) Teardown(ctx context.Context) error {
 	e.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -200,15 +201,25 @@ func TestRunnerLifecycle(t *testing.T) {
 // waiting one runs once the first is killed.
 func TestVariantSharesTheRunnersLimits(t *testing.T) {
 	t.Parallel()
-	spawn := func(ctx context.Context) (*Worker, error) { return idleWorker(t, ctx) }
+	// Each pool's workers come from its own spawn: counted apart.
+	var mainSpawns, oddSpawns atomic.Int64
+	spawn := func(n *atomic.Int64) SpawnFunc {
+		return func(ctx context.Context) (*Worker, error) {
+			n.Add(1)
+			return idleWorker(t, ctx)
+		}
+	}
 	r := NewRunner(discard(), RunnerConfig{PoolSize: 1, Concurrency: 1, QueueLimit: 1, StartTimeout: 30 * time.Second,
-		Variant: &Variant{Name: "odd", Spawn: spawn, Takes: func(in module.ExecutionInput) bool { return in.EID%2 == 1 }}}, spawn)
+		Variant: &Variant{Name: "odd", Spawn: spawn(&oddSpawns), Takes: func(in module.ExecutionInput) bool { return in.EID%2 == 1 }}}, spawn(&mainSpawns))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := r.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defer r.Stop(context.Background())
+	if mainSpawns.Load() == 0 || oddSpawns.Load() == 0 {
+		t.Fatalf("spawns after start: main %d, variant %d; want each pool's from its own", mainSpawns.Load(), oddSpawns.Load())
+	}
 	rec := envtest.NewRecorder()
 	ended := make(chan int64, 2)
 	run := func(eid int64) {
@@ -243,5 +254,25 @@ func TestVariantSharesTheRunnersLimits(t *testing.T) {
 	main, odd := r.Status()["pool"].(Stats), r.Status()["oddPool"].(Stats)
 	if main.Served != 1 || odd.Served != 1 {
 		t.Errorf("served: main pool %d, variant %d; want one each", main.Served, odd.Served)
+	}
+	if err := r.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := r.Counts(); c.Ready+c.Starting+c.Busy != 0 {
+		t.Errorf("workers left in the pools after Stop: %+v", c)
+	}
+}
+
+// A runner whose variant's workers cannot start fails Start with their
+// error, not with the cancellation that ends the other pool's wait.
+func TestVariantThatCannotStartFailsStart(t *testing.T) {
+	t.Parallel()
+	r := NewRunner(discard(), RunnerConfig{PoolSize: 1, Concurrency: 1, StartTimeout: 30 * time.Second,
+		Variant: &Variant{Name: "broken", Spawn: failingWorker(t), Takes: func(module.ExecutionInput) bool { return true }}},
+		func(ctx context.Context) (*Worker, error) { return idleWorker(t, ctx) })
+	err := r.Start(context.Background())
+	defer r.Stop(context.Background())
+	if err == nil || errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "no_such_module_here") {
+		t.Fatalf("start: %v, want the variant's spawn error", err)
 	}
 }

@@ -48,9 +48,9 @@ type RunnerConfig struct {
 	Variant *Variant
 }
 
-// Variant is a Runner's second pool: the Python environment's interpreters
-// with asyncio imported, for the programs that await, beside a pool of
-// interpreters without it, which cost every other program less.
+// Variant is a Runner's second kind of worker, for the executions that
+// need what the runner's own workers leave out (the Python environment's
+// programs that await: asyncio). Every field is required.
 type Variant struct {
 	Name  string    // Status reports its pool as Name+"Pool"
 	Spawn SpawnFunc // starts one of its workers
@@ -70,11 +70,11 @@ type ToolStubs interface {
 // workers: queueing and concurrency, kills, and reaping spent workers. Both
 // environments are built on it.
 type Runner struct {
-	log   *slog.Logger
-	cfg   RunnerConfig
-	pool  *Pool
-	alt   *Pool // the Variant's; nil without one
-	slots chan struct{}
+	log     *slog.Logger
+	cfg     RunnerConfig
+	pool    *Pool
+	variant *Pool // the Variant's workers; nil without one
+	slots   chan struct{}
 
 	mu       sync.Mutex
 	waiting  int // executions in Execute: queued or running
@@ -98,7 +98,7 @@ func NewRunner(log *slog.Logger, cfg RunnerConfig, spawn SpawnFunc) *Runner {
 		flights: map[int64]context.CancelFunc{},
 	}
 	if cfg.Variant != nil {
-		r.alt = NewPool(log.With("pool", cfg.Variant.Name), pc, cfg.Variant.Spawn)
+		r.variant = NewPool(log.With("pool", cfg.Variant.Name), pc, cfg.Variant.Spawn)
 	}
 	return r
 }
@@ -108,21 +108,42 @@ func NewRunner(log *slog.Logger, cfg RunnerConfig, spawn SpawnFunc) *Runner {
 
 // Start fills the pools and waits until the first worker of each is warm,
 // so a configuration whose workers cannot start fails here (see
-// Pool.Start). Both pools start at once: each may import a large preload.
+// Pool.Start). Both pools start at once, as each may import a large
+// preload; the first to fail ends the other's wait.
 func (r *Runner) Start(ctx context.Context) error {
-	if r.alt == nil {
+	if r.variant == nil {
 		return r.pool.Start(ctx)
 	}
-	alt := make(chan error, 1)
-	go func() { alt <- r.alt.Start(ctx) }()
-	err := r.pool.Start(ctx)
-	return errors.Join(<-alt, err)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := func(p *Pool, errs chan<- error) {
+		err := p.Start(ctx)
+		if err != nil {
+			cancel()
+		}
+		errs <- err
+	}
+	variant, own := make(chan error, 1), make(chan error, 1)
+	go start(r.variant, variant)
+	go start(r.pool, own)
+	return firstCause(<-variant, <-own)
+}
+
+// firstCause keeps the error that is not the other's cancellation.
+func firstCause(a, b error) error {
+	switch {
+	case a != nil && b != nil && errors.Is(a, context.Canceled) && !errors.Is(b, context.Canceled):
+		return b
+	case a != nil:
+		return a
+	}
+	return b
 }
 
 // poolFor is the pool an execution's worker comes from.
 func (r *Runner) poolFor(in module.ExecutionInput) *Pool {
-	if r.alt != nil && r.cfg.Variant.Takes(in) {
-		return r.alt
+	if r.variant != nil && r.cfg.Variant.Takes(in) {
+		return r.variant
 	}
 	return r.pool
 }
@@ -192,7 +213,7 @@ func (r *Runner) Execute(ctx context.Context, b module.Bindings, in module.Execu
 	return res, nil
 }
 
-// worker takes a warm worker from the pool, or waits while one is forked
+// worker takes a warm worker from pool, or waits while one is forked
 // or spawned, as the span execution.start of the execution's trace: the
 // tracer is the one of the span ctx carries (the host's, or a no-op one
 // when it does not trace), so the environment needs no tracing of its own.
@@ -228,7 +249,7 @@ func (r *Runner) Kill(eid int64) {
 	}
 }
 
-// Status reports what runs and the pool's health.
+// Status reports what runs and the pools' health.
 func (r *Runner) Status() map[string]any {
 	if r == nil {
 		return map[string]any{}
@@ -236,28 +257,28 @@ func (r *Runner) Status() map[string]any {
 	r.mu.Lock()
 	st := map[string]any{"running": r.running, "queued": r.waiting - r.running, "concurrency": r.cfg.Concurrency, "pool": r.pool.Stats()}
 	r.mu.Unlock()
-	if r.alt != nil {
-		st[r.cfg.Variant.Name+"Pool"] = r.alt.Stats()
+	if r.variant != nil {
+		st[r.cfg.Variant.Name+"Pool"] = r.variant.Stats()
 	}
 	return st
 }
 
-// Counts reports the pool's workers by state.
+// Counts reports the pools' workers by state, together.
 func (r *Runner) Counts() module.WorkerCounts {
 	if r == nil {
 		return module.WorkerCounts{}
 	}
 	st := r.pool.Stats()
 	c := module.WorkerCounts{Ready: st.Ready, Starting: st.Spawning, Busy: st.Lent}
-	if r.alt != nil {
-		a := r.alt.Stats()
+	if r.variant != nil {
+		a := r.variant.Stats()
 		c.Ready, c.Starting, c.Busy = c.Ready+a.Ready, c.Starting+a.Spawning, c.Busy+a.Lent
 	}
 	return c
 }
 
 // Stop kills what still runs, waits for it and its workers, and empties
-// the pool, no longer than ctx allows. A second Stop does nothing.
+// the pools, no longer than ctx allows. A second Stop does nothing.
 func (r *Runner) Stop(ctx context.Context) error {
 	if r == nil {
 		return nil
@@ -283,8 +304,8 @@ func (r *Runner) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("executions still ending: %w", ctx.Err())
 	}
-	if r.alt != nil {
-		return errors.Join(r.pool.Stop(ctx), r.alt.Stop(ctx))
+	if r.variant != nil {
+		return errors.Join(r.pool.Stop(ctx), r.variant.Stop(ctx))
 	}
 	return r.pool.Stop(ctx)
 }

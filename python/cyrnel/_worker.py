@@ -1,9 +1,9 @@
 """The interpreter's main loop: warm up, announce readiness, run one program.
 
 The host starts the interpreter with fds 3 and 4 as the JSON-RPC pipes and
-fds 1 and 2 as raw pipes for stdout and stderr. Everything costly (asyncio,
-the ``preload`` modules) is imported here, before ``ready``, so an execution
-pays none of it.
+fds 1 and 2 as raw pipes for stdout and stderr. Everything costly (the
+``preload`` modules, asyncio among them by default) is imported here, before
+``ready``, so an execution pays none of it.
 """
 
 from __future__ import annotations
