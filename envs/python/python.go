@@ -5,6 +5,7 @@
 package python
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -283,16 +284,12 @@ func leanPreload(preload []string) []string {
 // or a string). A program that reaches asyncio otherwise (a module it
 // imports, text it compiles) runs all the same and imports it itself.
 func awaits(in module.ExecutionInput) bool {
-	if mayAwait(in.Code) {
+	if strings.Contains(in.Code, "async") || strings.Contains(in.Code, "await") {
 		return true
 	}
 	return slices.ContainsFunc(in.Files, func(f module.File) bool {
-		return strings.HasSuffix(f.Path, ".py") && mayAwait(string(f.Content))
+		return strings.HasSuffix(f.Path, ".py") && (bytes.Contains(f.Content, []byte("async")) || bytes.Contains(f.Content, []byte("await")))
 	})
-}
-
-func mayAwait(code string) bool {
-	return strings.Contains(code, "async") || strings.Contains(code, "await")
 }
 
 // interpreter is what the probe learnt of a Python installation.
