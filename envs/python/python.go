@@ -58,10 +58,9 @@ type Env struct {
 	sessionLaunch worker.Launcher // sessions' interpreters: forked as session children, or spawned
 	// Where asyncio is preloaded, the programs that never say async or
 	// await run in interpreters without it: lean is their preload (nil:
-	// every program's interpreter imports all of the preload), and
-	// leanLaunch and leanForking start them.
+	// every program's interpreter imports all of the preload), forked from
+	// leanForking, or spawned by launch where interpreters are spawned.
 	lean        []string
-	leanLaunch  worker.Launcher
 	leanForking *worker.Forking
 	layers      map[string]any // the sandbox in force, for Status
 	tplWhy      string         // why interpreters are not forked from a template
@@ -143,7 +142,6 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	}
 	sessionLaunch := launcher
 	lean := leanPreload(cfg.Preload)
-	leanLaunch := launcher
 	var forking, leanForking *worker.Forking
 	tplWhy := "turned off by config (fork: false)"
 	if cfg.Fork {
@@ -151,13 +149,11 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 			argv := append([]string{py.exe, "-I", "-S", "-c", templateBoot, strings.Join(paths, "\n")}, preload...)
 			return worker.ChooseForking(e.log.With("template", kind), cfg.Sandbox, cfg.Limits, append(py.readPaths(), readPaths...), argv, dataScienceEnv, cfg.PoolSize+spareKeepers)
 		}
-		if forking, tplWhy = templateFor("preload", cfg.Preload); forking != nil {
-			launcher, leanLaunch, sessionLaunch = forking, forking, forking.Sessions()
+		if forking, tplWhy = templateFor("whole preload", cfg.Preload); forking != nil {
+			launcher, sessionLaunch = forking, forking.Sessions()
 			if lean != nil {
 				// Chosen as the first was: the same sandbox and machine.
-				if f, _ := templateFor("without asyncio", lean); f != nil {
-					leanForking, leanLaunch = f, f
-				}
+				leanForking, _ = templateFor("without asyncio", lean)
 			}
 		}
 	}
@@ -176,7 +172,7 @@ func (e *Env) Setup(ctx context.Context, sc module.SetupContext) error {
 	e.mu.Lock()
 	e.cfg, e.b, e.python, e.version, e.paths, e.runtime, e.launch, e.layers, e.runner = cfg, sc.Bindings, py.exe, py.version, paths, dir, launcher, layers, r
 	e.forking, e.tplWhy, e.sessionLaunch, e.packages, e.build, e.buildSeq = forking, tplWhy, sessionLaunch, packages, build, seq
-	e.lean, e.leanLaunch, e.leanForking = lean, leanLaunch, leanForking
+	e.lean, e.leanForking = lean, leanForking
 	e.mu.Unlock()
 	// Set up means an interpreter of each kind is warm, its preload
 	// imported inside the sandbox: a config that cannot work is refused
@@ -380,7 +376,11 @@ func (e *Env) spawn(ctx context.Context) (*worker.Worker, error) {
 
 func (e *Env) spawnLean(ctx context.Context) (*worker.Worker, error) {
 	e.mu.Lock()
-	launcher, preload := e.leanLaunch, e.lean
+	launcher := e.launch
+	if e.leanForking != nil {
+		launcher = e.leanForking
+	}
+	preload := e.lean
 	e.mu.Unlock()
 	return e.start(ctx, launcher, false, preload)
 }

@@ -264,15 +264,27 @@ func TestVariantSharesTheRunnersLimits(t *testing.T) {
 }
 
 // A runner whose variant's workers cannot start fails Start with their
-// error, not with the cancellation that ends the other pool's wait.
+// error, not with the cancellation that ends the other pool's wait: that
+// pool's spawn never ends by itself, so only the variant's failure can end
+// Start before the test's deadline.
 func TestVariantThatCannotStartFailsStart(t *testing.T) {
 	t.Parallel()
 	r := NewRunner(discard(), RunnerConfig{PoolSize: 1, Concurrency: 1, StartTimeout: 30 * time.Second,
 		Variant: &Variant{Name: "broken", Spawn: failingWorker(t), Takes: func(module.ExecutionInput) bool { return true }}},
-		func(ctx context.Context) (*Worker, error) { return idleWorker(t, ctx) })
-	err := r.Start(context.Background())
-	defer r.Stop(context.Background())
-	if err == nil || errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "no_such_module_here") {
+		func(ctx context.Context) (*Worker, error) {
+			<-ctx.Done() // until Stop cancels the spawns in flight
+			return nil, ctx.Err()
+		})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := r.Start(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("start ended with the test's deadline (%v), not with the variant's failure", err)
+	}
+	if stop := r.Stop(context.Background()); stop != nil {
+		t.Error(stop)
+	}
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no_such_module_here") {
 		t.Fatalf("start: %v, want the variant's spawn error", err)
 	}
 }
