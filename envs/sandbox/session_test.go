@@ -3,6 +3,7 @@ package sandbox
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -115,8 +116,15 @@ func TestTemplateSessionChild(t *testing.T) {
 // orphans makes five processes whose parent ends before them, so they are
 // reparented to the namespace's init, waits until they have all ended (the
 // pipe's last writer gone), then says how many zombies the program's
-// namespace holds once its init had a second to reap them.
-const orphans = `
+// namespace holds once none is left or the given seconds have passed: a
+// session's init reaps them as soon as it runs, which on a loaded machine
+// can take more than a second; a one-shot child's never does, so its
+// control waits briefly.
+func orphans(seconds int) string {
+	return fmt.Sprintf(orphansCode, seconds)
+}
+
+const orphansCode = `
 import os, time
 r, w = os.pipe()
 for _ in range(5):
@@ -137,7 +145,7 @@ def zombies():
         except OSError:
             pass  # reaped meanwhile
     return n
-deadline = time.monotonic() + 1
+deadline = time.monotonic() + %d
 while zombies() and time.monotonic() < deadline:
     time.sleep(0.01)
 print(zombies())
@@ -150,12 +158,12 @@ print(zombies())
 func TestTemplateSessionReapsOrphans(t *testing.T) {
 	t.Parallel()
 	tpl := startTemplate(t, Limits{})
-	if out := strings.TrimSpace(fork(t, tpl).output(t, orphans)); out != "5" {
+	if out := strings.TrimSpace(fork(t, tpl).output(t, orphans(1))); out != "5" {
 		t.Fatalf("control: a one-shot child holds %s zombies, want 5: the probe sees nothing", out)
 	}
 	s := forkWith(t, tpl.ForkSession)
 	for i := range 2 {
-		res, out := s.sessionRun(t, 1+i, orphans)
+		res, out := s.sessionRun(t, 1+i, orphans(30))
 		if res["status"] != "success" || strings.TrimSpace(out) != "0" {
 			t.Fatalf("execution %d: %v, %q zombies left in the session", i+1, res, out)
 		}
