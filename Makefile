@@ -180,6 +180,8 @@ bench: deps datascience test-db ## run the benchmarks: medians and ratios agains
 	$(GO) test -run '^$$' -bench 'TypeScriptVsNode' -benchtime 1x -count 1 -timeout 30m ./tests
 	@echo "== where the CPU of a fresh forked execution goes: server, template, children, kernel threads; fork floor and bare spawn (3 runs)"
 	$(GO) test -run '^$$' -bench 'CPUSplit' -benchtime 1x -count 3 -timeout 30m ./tests
+	@echo "== forking from a pandas template against the default one: the CPU of forking a pass at 8 clients (3 alternating pairs), bare fork floors with and without pandas"
+	$(GO) test -run '^$$' -bench 'ForkCostPandas' -benchtime 1x -count 1 -timeout 30m ./tests
 	@echo "== the first matplotlib plot in a new session (preload matplotlib) against the second, same session"
 	$(GO) test -run '^$$' -bench 'FirstPlot' -benchtime 10x -count 1 -timeout 30m ./tests
 

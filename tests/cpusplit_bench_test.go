@@ -174,12 +174,15 @@ func keeperDelta(before, after cpuSnapshot) (keepers, programs procTimes) {
 
 // forkFloor runs a bare Python parent (as the template that forks `pass`
 // preloads nothing: asyncio only in the one for programs that await) that
-// forks n children each running `pass`, and returns the
-// CPU per fork: the parent's own from getrusage(RUSAGE_SELF) after its
-// set-up, plus its children's from getrusage(RUSAGE_CHILDREN), and the
-// minor page faults of one child.
-func forkFloor(b *testing.B, python string, n int) (parent, child time.Duration, childFaults float64) {
-	const script = `import os, resource, sys
+// forks n children each running `pass`, and returns the CPU per fork: the
+// parent's own from getrusage(RUSAGE_SELF) after its set-up, plus its
+// children's from getrusage(RUSAGE_CHILDREN), and the minor page faults of
+// one child. imports is run first (with the site packages on the path);
+// "" runs the parent with -S.
+func forkFloor(b *testing.B, python, imports string, n int) (parent, child time.Duration, childFaults float64) {
+	script := imports + `
+import gc, os, resource, sys
+gc.freeze()
 n = int(sys.argv[1])
 s0 = resource.getrusage(resource.RUSAGE_SELF)
 for _ in range(n):
@@ -192,7 +195,11 @@ s = resource.getrusage(resource.RUSAGE_SELF)
 c = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(s.ru_utime + s.ru_stime - s0.ru_utime - s0.ru_stime, c.ru_utime + c.ru_stime, c.ru_minflt)
 `
-	out, err := exec.Command(python, "-I", "-S", "-c", script, strconv.Itoa(n)).Output()
+	args := []string{"-I", "-S", "-c", script, strconv.Itoa(n)}
+	if imports != "" {
+		args = slices.Delete(args, 1, 2)
+	}
+	out, err := exec.Command(python, args...).Output()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -216,6 +223,59 @@ func bareSpawn(b *testing.B, python string, n int) time.Duration {
 		total += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	}
 	return total / time.Duration(n)
+}
+
+// cpuSplit is the CPU per execution of a run, by process, in ms, and the
+// minor page faults per execution of each.
+type cpuSplit struct {
+	rate                                     float64 // executions a second
+	server, template, keepers, programs      float64
+	kthreads, busy, idle, reaped             float64 // idle: % of one CPU
+	templateFaults, keeperFaults, progFaults float64
+	executions                               int
+}
+
+// total is what the server, the template, its children and kernel threads
+// used.
+func (c cpuSplit) total() float64 {
+	return c.server + c.template + c.keepers + c.programs + c.kthreads
+}
+
+// forkSide is what forking used: the keepers (their forks and clean-up),
+// the programs (their set-up, the program, their exits) and kernel
+// threads; the server's share is the same whatever the template holds.
+func (c cpuSplit) forkSide() float64 { return c.keepers + c.programs + c.kthreads }
+
+// measureSplit runs n executions of code at 8 clients on h, whose server is
+// the process server and whose pool forks from template, and splits their
+// CPU by process (the benchmark's doc comment says how).
+func measureSplit(b *testing.B, h *host, server, template, n int, code string) cpuSplit {
+	waitPoolFull(b, h)
+	before := snapshot(b, server, template)
+	lat, wall := load(b, h, n, 8, code)
+	waitPoolFull(b, h) // the refills the last executions caused
+	after := snapshot(b, server, template)
+	if got := childPids(server); !slices.Contains(got, template) {
+		b.Fatalf("the template changed during the run: %v, was %d", got, template)
+	}
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(len(lat)) }
+	faults := func(a, b int64) float64 { return float64(a-b) / float64(len(lat)) }
+	keepers, programs := keeperDelta(before, after)
+	return cpuSplit{
+		rate:           float64(len(lat)) / wall.Seconds(),
+		server:         per(after.server.self - before.server.self),
+		template:       per(after.template.self - before.template.self),
+		keepers:        per(after.template.children - before.template.children + keepers.self),
+		programs:       per(programs.self),
+		kthreads:       per(kernelDelta(before.kernel, after.kernel)),
+		busy:           per(after.busy - before.busy),
+		idle:           float64((after.idle - before.idle).Microseconds()) / 1000 / wall.Seconds() / 10,
+		reaped:         per(after.server.children - before.server.children),
+		templateFaults: faults(after.template.minflt, before.template.minflt),
+		keeperFaults:   faults(after.template.childMinflt+keepers.minflt, before.template.childMinflt),
+		progFaults:     faults(programs.minflt, 0),
+		executions:     len(lat),
+	}
 }
 
 // BenchmarkCPUSplit: the CPU of one fresh forked Python `pass` execution
@@ -246,49 +306,87 @@ func BenchmarkCPUSplit(b *testing.B) {
 	}
 	load(b, h, 50, 8, "pass") // warm: connections, pool at its size
 	for range b.N {
-		waitPoolFull(b, h)
-		before := snapshot(b, server, template)
-		lat, wall := load(b, h, n, 8, "pass")
-		waitPoolFull(b, h) // the refills the last executions caused
-		after := snapshot(b, server, template)
-		if got := childPids(server); len(got) != 2 || !slices.Contains(got, template) {
-			b.Fatalf("the template changed during the run: %v, was %d", got, template)
-		}
-		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(len(lat)) }
-		srv := per(after.server.self - before.server.self)
-		tpl := per(after.template.self - before.template.self)
-		keepers, programs := keeperDelta(before, after)
-		kid := per(after.template.children - before.template.children + keepers.self)
-		prog := per(programs.self)
-		kern := per(kernelDelta(before.kernel, after.kernel))
-		busy := per(after.busy - before.busy)
-		idle := float64((after.idle - before.idle).Microseconds()) / 1000 / wall.Seconds() / 10 // % of one CPU
-		floorParent, floorChild, floorFaults := forkFloor(b, python, 300)
+		c := measureSplit(b, h, server, template, n, "pass")
+		floorParent, floorChild, floorFaults := forkFloor(b, python, "", 300)
 		spawn := bareSpawn(b, python, 100)
 		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-		total := srv + tpl + kid + prog + kern
 		floor := ms(floorParent + floorChild)
 
-		b.ReportMetric(float64(len(lat))/wall.Seconds(), "exec/s")
-		b.ReportMetric(srv, "server-ms/exec")
-		b.ReportMetric(tpl, "template-ms/exec")
-		b.ReportMetric(kid, "keepers-ms/exec")
-		b.ReportMetric(prog, "programs-ms/exec")
-		b.ReportMetric(kern, "kthreads-ms/exec")
-		b.ReportMetric(total, "total-ms/exec")
-		b.ReportMetric(busy, "machine-busy-ms/exec")
-		b.ReportMetric(per(after.server.children-before.server.children), "server-reaped-ms/exec")
-		faults := func(a, b int64) float64 { return float64(a-b) / float64(len(lat)) }
-		b.ReportMetric(faults(after.template.minflt, before.template.minflt), "template-minflt/exec")
-		b.ReportMetric(faults(after.template.childMinflt+keepers.minflt, before.template.childMinflt), "keeper-minflt/exec")
-		b.ReportMetric(faults(programs.minflt, 0), "program-minflt/exec")
+		b.ReportMetric(c.rate, "exec/s")
+		b.ReportMetric(c.server, "server-ms/exec")
+		b.ReportMetric(c.template, "template-ms/exec")
+		b.ReportMetric(c.keepers, "keepers-ms/exec")
+		b.ReportMetric(c.programs, "programs-ms/exec")
+		b.ReportMetric(c.kthreads, "kthreads-ms/exec")
+		b.ReportMetric(c.total(), "total-ms/exec")
+		b.ReportMetric(c.busy, "machine-busy-ms/exec")
+		b.ReportMetric(c.reaped, "server-reaped-ms/exec")
+		b.ReportMetric(c.templateFaults, "template-minflt/exec")
+		b.ReportMetric(c.keeperFaults, "keeper-minflt/exec")
+		b.ReportMetric(c.progFaults, "program-minflt/exec")
 		b.ReportMetric(floorFaults, "fork-floor-child-minflt")
 		b.ReportMetric(floor, "fork-floor-ms")
 		b.ReportMetric(ms(spawn), "bare-spawn-ms")
-		b.ReportMetric(total/floor, "vs-floor-x")
+		b.ReportMetric(c.total()/floor, "vs-floor-x")
 		b.Logf("%d executions, %.0f/s; CPU per execution: server %.2f, template %.2f, keepers %.2f, programs %.2f, kernel threads %.2f = %.2f ms "+
 			"(whole machine %.2f ms, idle %.0f %% of one CPU); fork floor %.2f ms (parent %.2f, child %.2f); bare spawn %.2f ms",
-			len(lat), float64(len(lat))/wall.Seconds(), srv, tpl, kid, prog, kern, total, busy, idle,
+			c.executions, c.rate, c.server, c.template, c.keepers, c.programs, c.kthreads, c.total(), c.busy, c.idle,
 			floor, ms(floorParent), ms(floorChild), ms(spawn))
+	}
+}
+
+// BenchmarkForkCostPandas: what a fresh `pass` costs to fork from a template
+// with pandas preloaded against one with the default preload, in the same
+// run: the CPU of forking (keepers, programs, kernel threads; measureSplit)
+// at 8 clients, in 3 alternating pairs of runs on two servers, and the
+// fork floors of a bare parent with and without pandas imported. Run with
+// -benchtime 1x; CYRNEL_CPUSPLIT_N sets the executions of each run (600).
+func BenchmarkForkCostPandas(b *testing.B) {
+	n := 600
+	if v, err := strconv.Atoi(os.Getenv("CYRNEL_CPUSPLIT_N")); err == nil && v > 0 {
+		n = v
+	}
+	system := dataSciencePython(b)
+	def, _ := forkingHost(b)
+	defKids := childPids(def.cmd.Process.Pid)
+	defTemplate := slices.IndexFunc(defKids, func(pid int) bool { return !preloadsAsyncio(pid) })
+	if len(defKids) != 2 || defTemplate < 0 {
+		b.Fatalf("the default server's children are %v, want the two templates", defKids)
+	}
+	pd := start(b, "", "CYRNEL_PYTHON="+system)
+	setPython(b, pd, map[string]any{"interpreter": system, "preload": []string{"pandas"}, "fork": true, "startTimeoutMs": 120000})
+	pdKids := childPids(pd.cmd.Process.Pid)
+	if len(pdKids) != 1 {
+		b.Fatalf("the pandas server's children are %v, want its template", pdKids)
+	}
+	load(b, def, 50, 8, "pass")
+	load(b, pd, 50, 8, "pass")
+	for range b.N {
+		var defSide, pdSide, ratios []float64
+		var last [2]cpuSplit
+		for i := range 6 {
+			if i%2 == 0 {
+				last[0] = measureSplit(b, def, def.cmd.Process.Pid, defKids[defTemplate], n, "pass")
+				defSide = append(defSide, last[0].forkSide())
+			} else {
+				last[1] = measureSplit(b, pd, pd.cmd.Process.Pid, pdKids[0], n, "pass")
+				pdSide = append(pdSide, last[1].forkSide())
+				ratios = append(ratios, last[1].forkSide()/last[0].forkSide())
+			}
+		}
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		dp, dc, _ := forkFloor(b, system, "", 300)
+		pp, pc, pf := forkFloor(b, system, "import pandas", 300)
+		b.ReportMetric(median(defSide), "default-fork-ms/exec")
+		b.ReportMetric(median(pdSide), "pandas-fork-ms/exec")
+		b.ReportMetric(median(ratios), "pandas-vs-default-x")
+		b.ReportMetric(ms(dp+dc), "fork-floor-ms")
+		b.ReportMetric(ms(pp+pc), "pandas-fork-floor-ms")
+		b.ReportMetric(pf, "pandas-fork-floor-child-minflt")
+		b.Logf("forking a pass, CPU per execution (keepers + programs + kernel threads): default %.2f ms, pandas %.2f ms (pairs %.2f); "+
+			"last pandas run: keepers %.2f, programs %.2f, kernel threads %.2f ms, program faults %.0f (default's %.0f); "+
+			"bare fork floor: %.2f ms, with pandas imported %.2f ms (parent %.2f, child %.2f)",
+			median(defSide), median(pdSide), ratios, last[1].keepers, last[1].programs, last[1].kthreads, last[1].progFaults, last[0].progFaults,
+			ms(dp+dc), ms(pp+pc), ms(pp), ms(pc))
 	}
 }
