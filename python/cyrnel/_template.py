@@ -359,15 +359,12 @@ def _own_tmp(kept: list[tuple[str, int]], size: int, owner: int) -> None:
 
 def _reseed() -> None:
     """What a fork copies but must differ per child: `random` reseeds itself
-    (os.register_at_fork); numpy's global generator does not. Its whole
-    MT19937 key comes from the system's entropy, set directly: seed()
-    would build a SeedSequence through numpy's array machinery, which
-    copies ~70 more of the template's pages in every child (0.3 ms). One
-    numpy has not imported yet seeds itself when it is."""
-    mtrand = sys.modules.get("numpy.random.mtrand")
+    (os.register_at_fork); numpy's global generator gets a whole MT19937 key
+    from os.urandom (seed() copies ~70 more pages per child, 0.3 ms)."""
+    mtrand = sys.modules.get("numpy.random.mtrand")  # not imported yet: numpy seeds it then
     if mtrand is not None:
-        key = sys.modules["numpy"].frombuffer(os.urandom(2496), "uint32")  # MT19937's 624 words
-        mtrand.set_state(("MT19937", key, 624, 0, 0.0))  # position 624: the next draw regenerates; no cached Gaussian
+        key = sys.modules["numpy"].frombuffer(os.urandom(2496), "uint32")  # 624 words
+        mtrand.set_state(("MT19937", key, 624, 0, 0.0))  # the next draw regenerates; no cached Gaussian
 
 
 # Each child's status socket, by pid, until it has been reaped and reported.
