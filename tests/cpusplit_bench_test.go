@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -195,12 +196,16 @@ s = resource.getrusage(resource.RUSAGE_SELF)
 c = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(s.ru_utime + s.ru_stime - s0.ru_utime - s0.ru_stime, c.ru_utime + c.ru_stime, c.ru_minflt)
 `
-	args := []string{"-I", "-S", "-c", script, strconv.Itoa(n)}
-	if imports != "" {
-		args = slices.Delete(args, 1, 2)
+	args := []string{"-I"}
+	if imports == "" {
+		args = append(args, "-S")
 	}
-	out, err := exec.Command(python, args...).Output()
+	out, err := exec.Command(python, append(args, "-c", script, strconv.Itoa(n))...).Output()
 	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			b.Fatalf("fork floor: %v: %s", err, exit.Stderr)
+		}
 		b.Fatal(err)
 	}
 	var p, c, faults float64
@@ -243,12 +248,13 @@ func (c cpuSplit) total() float64 {
 
 // forkSide is what forking used: the keepers (their forks and clean-up),
 // the programs (their set-up, the program, their exits) and kernel
-// threads; the server's share is the same whatever the template holds.
+// threads. The server's share is not in it: it handles the same requests
+// whatever the template holds (BenchmarkForkCostPandas reports it beside).
 func (c cpuSplit) forkSide() float64 { return c.keepers + c.programs + c.kthreads }
 
 // measureSplit runs n executions of code at 8 clients on h, whose server is
 // the process server and whose pool forks from template, and splits their
-// CPU by process (the benchmark's doc comment says how).
+// CPU by process (BenchmarkCPUSplit's doc comment says how).
 func measureSplit(b *testing.B, h *host, server, template, n int, code string) cpuSplit {
 	waitPoolFull(b, h)
 	before := snapshot(b, server, template)
@@ -346,11 +352,14 @@ func BenchmarkForkCostPandas(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("CYRNEL_CPUSPLIT_N")); err == nil && v > 0 {
 		n = v
 	}
+	// Both servers on the same interpreter: builds differ in what a fork
+	// costs (the one on PATH may not be Debian's, which has pandas).
 	system := dataSciencePython(b)
-	def, _ := forkingHost(b)
+	def := start(b, "", "CYRNEL_PYTHON="+system)
+	setPython(b, def, map[string]any{"interpreter": system, "fork": true})
 	defKids := childPids(def.cmd.Process.Pid)
 	defTemplate := slices.IndexFunc(defKids, func(pid int) bool { return !preloadsAsyncio(pid) })
-	if len(defKids) != 2 || defTemplate < 0 {
+	if len(defKids) != 2 || !slices.ContainsFunc(defKids, preloadsAsyncio) || defTemplate < 0 {
 		b.Fatalf("the default server's children are %v, want the two templates", defKids)
 	}
 	pd := start(b, "", "CYRNEL_PYTHON="+system)
@@ -362,17 +371,20 @@ func BenchmarkForkCostPandas(b *testing.B) {
 	load(b, def, 50, 8, "pass")
 	load(b, pd, 50, 8, "pass")
 	for range b.N {
-		var defSide, pdSide, ratios []float64
+		var defSide, pdSide, ratios, defServer, pdServer []float64
 		var last [2]cpuSplit
-		for i := range 6 {
-			if i%2 == 0 {
-				last[0] = measureSplit(b, def, def.cmd.Process.Pid, defKids[defTemplate], n, "pass")
-				defSide = append(defSide, last[0].forkSide())
-			} else {
-				last[1] = measureSplit(b, pd, pd.cmd.Process.Pid, pdKids[0], n, "pass")
-				pdSide = append(pdSide, last[1].forkSide())
-				ratios = append(ratios, last[1].forkSide()/last[0].forkSide())
+		for i := range 3 {
+			sides := []func(){
+				func() { last[0] = measureSplit(b, def, def.cmd.Process.Pid, defKids[defTemplate], n, "pass") },
+				func() { last[1] = measureSplit(b, pd, pd.cmd.Process.Pid, pdKids[0], n, "pass") },
 			}
+			sides[i%2]() // which goes first alternates too
+			sides[1-i%2]()
+			defSide = append(defSide, last[0].forkSide())
+			pdSide = append(pdSide, last[1].forkSide())
+			ratios = append(ratios, last[1].forkSide()/last[0].forkSide())
+			defServer = append(defServer, last[0].server)
+			pdServer = append(pdServer, last[1].server)
 		}
 		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 		dp, dc, _ := forkFloor(b, system, "", 300)
@@ -380,13 +392,18 @@ func BenchmarkForkCostPandas(b *testing.B) {
 		b.ReportMetric(median(defSide), "default-fork-ms/exec")
 		b.ReportMetric(median(pdSide), "pandas-fork-ms/exec")
 		b.ReportMetric(median(ratios), "pandas-vs-default-x")
+		b.ReportMetric(median(defServer), "default-server-ms/exec")
+		b.ReportMetric(median(pdServer), "pandas-server-ms/exec")
 		b.ReportMetric(ms(dp+dc), "fork-floor-ms")
 		b.ReportMetric(ms(pp+pc), "pandas-fork-floor-ms")
 		b.ReportMetric(pf, "pandas-fork-floor-child-minflt")
 		b.Logf("forking a pass, CPU per execution (keepers + programs + kernel threads): default %.2f ms, pandas %.2f ms (pairs %.2f); "+
-			"last pandas run: keepers %.2f, programs %.2f, kernel threads %.2f ms, program faults %.0f (default's %.0f); "+
+			"last pair, pandas: keepers %.2f, programs %.2f, kernel threads %.2f ms, program faults %.0f, server %.2f ms; "+
+			"default: keepers %.2f, programs %.2f, kernel threads %.2f ms, program faults %.0f, server %.2f ms; "+
 			"bare fork floor: %.2f ms, with pandas imported %.2f ms (parent %.2f, child %.2f)",
-			median(defSide), median(pdSide), ratios, last[1].keepers, last[1].programs, last[1].kthreads, last[1].progFaults, last[0].progFaults,
+			median(defSide), median(pdSide), ratios,
+			last[1].keepers, last[1].programs, last[1].kthreads, last[1].progFaults, last[1].server,
+			last[0].keepers, last[0].programs, last[0].kthreads, last[0].progFaults, last[0].server,
 			ms(dp+dc), ms(pp+pc), ms(pp), ms(pc))
 	}
 }

@@ -363,7 +363,7 @@ def _reseed() -> None:
     from os.urandom (seed() copies ~70 more pages per child, 0.3 ms)."""
     mtrand = sys.modules.get("numpy.random.mtrand")  # not imported yet: numpy seeds it then
     if mtrand is not None:
-        key = sys.modules["numpy"].frombuffer(os.urandom(2496), "uint32")  # 624 words
+        key = sys.modules["numpy"].frombuffer(os.urandom(624 * 4), "uint32")
         mtrand.set_state(("MT19937", key, 624, 0, 0.0))  # the next draw regenerates; no cached Gaussian
 
 
