@@ -335,9 +335,9 @@ func BenchmarkCPUSplit(b *testing.B) {
 		b.ReportMetric(ms(spawn), "bare-spawn-ms")
 		b.ReportMetric(c.total()/floor, "vs-floor-x")
 		b.Logf("%d executions, %.0f/s; CPU per execution: server %.2f, template %.2f, keepers %.2f, programs %.2f, kernel threads %.2f = %.2f ms "+
-			"(whole machine %.2f ms, idle %.0f %% of one CPU); fork floor %.2f ms (parent %.2f, child %.2f); bare spawn %.2f ms",
+			"(whole machine %.2f ms, idle %.0f %% of one CPU); fork floor %.2f ms (parent %.2f, child %.2f); bare spawn %.2f ms; 64 kB folios %s",
 			c.executions, c.rate, c.server, c.template, c.keepers, c.programs, c.kthreads, c.total(), c.busy, c.idle,
-			floor, ms(floorParent), ms(floorChild), ms(spawn))
+			floor, ms(floorParent), ms(floorChild), ms(spawn), foliosNow())
 	}
 }
 
@@ -400,10 +400,10 @@ func BenchmarkForkCostPandas(b *testing.B) {
 		b.Logf("forking a pass, CPU per execution (keepers + programs + kernel threads): default %.2f ms, pandas %.2f ms (pairs %.2f); "+
 			"last pair, pandas: keepers %.2f, programs %.2f, kernel threads %.2f ms, program faults %.0f, server %.2f ms; "+
 			"default: keepers %.2f, programs %.2f, kernel threads %.2f ms, program faults %.0f, server %.2f ms; "+
-			"bare fork floor: %.2f ms, with pandas imported %.2f ms (parent %.2f, child %.2f)",
+			"bare fork floor: %.2f ms, with pandas imported %.2f ms (parent %.2f, child %.2f); 64 kB folios %s",
 			median(defSide), median(pdSide), ratios,
 			last[1].keepers, last[1].programs, last[1].kthreads, last[1].progFaults, last[1].server,
 			last[0].keepers, last[0].programs, last[0].kthreads, last[0].progFaults, last[0].server,
-			ms(dp+dc), ms(pp+pc), ms(pp), ms(pc))
+			ms(dp+dc), ms(pp+pc), ms(pp), ms(pc), foliosNow())
 	}
 }
