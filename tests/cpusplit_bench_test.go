@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cyrnel/cyrnel/envs/sandbox"
 )
 
 // userHZ is the unit of the times in /proc/<pid>/stat: USER_HZ, 100 on
@@ -337,7 +339,7 @@ func BenchmarkCPUSplit(b *testing.B) {
 		b.Logf("%d executions, %.0f/s; CPU per execution: server %.2f, template %.2f, keepers %.2f, programs %.2f, kernel threads %.2f = %.2f ms "+
 			"(whole machine %.2f ms, idle %.0f %% of one CPU); fork floor %.2f ms (parent %.2f, child %.2f); bare spawn %.2f ms; 64 kB folios %s",
 			c.executions, c.rate, c.server, c.template, c.keepers, c.programs, c.kthreads, c.total(), c.busy, c.idle,
-			floor, ms(floorParent), ms(floorChild), ms(spawn), foliosNow())
+			floor, ms(floorParent), ms(floorChild), ms(spawn), sandbox.FolioSetting())
 	}
 }
 
@@ -404,6 +406,6 @@ func BenchmarkForkCostPandas(b *testing.B) {
 			median(defSide), median(pdSide), ratios,
 			last[1].keepers, last[1].programs, last[1].kthreads, last[1].progFaults, last[1].server,
 			last[0].keepers, last[0].programs, last[0].kthreads, last[0].progFaults, last[0].server,
-			ms(dp+dc), ms(pp+pc), ms(pp), ms(pc), foliosNow())
+			ms(dp+dc), ms(pp+pc), ms(pp), ms(pc), sandbox.FolioSetting())
 	}
 }

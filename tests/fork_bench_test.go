@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cyrnel/cyrnel/envs/sandbox"
 )
 
 // setPython replaces the python module's config and waits until the new
@@ -152,8 +154,7 @@ func BenchmarkForkPandas(b *testing.B) {
 	// where the setting cannot be changed the log says what it is.
 	folios := kernelFolios(b)
 	if folios == nil || !folios("never") {
-		knob, _ := os.ReadFile(foliosKnob)
-		b.Logf("64 kB folios as found: %s", strings.TrimSpace(string(knob)))
+		b.Logf("64 kB folios as found: %s", sandbox.FolioSetting())
 	}
 	h := start(b, "", "CYRNEL_PYTHON="+system)
 	// Spawned pandas interpreters take seconds to start on a busy machine.
@@ -218,21 +219,6 @@ func pandasPairs(b *testing.B, h *host, k *kernel, code, prefix string) []time.D
 
 // foliosKnob is the kernel's switch for 64 kB anonymous folios.
 const foliosKnob = "/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled"
-
-// foliosNow is the switch's current choice (the bracketed word), or why it
-// cannot be read: it moves what every fork costs, so the benchmarks that
-// take it as they find it log it.
-func foliosNow() string {
-	knob, err := os.ReadFile(foliosKnob)
-	if err != nil {
-		return err.Error()
-	}
-	s := string(knob)
-	if i, j := strings.IndexByte(s, '['), strings.IndexByte(s, ']'); i >= 0 && j > i {
-		return s[i+1 : j]
-	}
-	return strings.TrimSpace(s)
-}
 
 // kernelFolios returns a func that sets the kernel's 64 kB anonymous
 // folios ("never", "always") and says whether it could, or nil (logged)

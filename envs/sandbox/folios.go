@@ -66,6 +66,17 @@ func foliosOn(read func(string) ([]byte, error)) (on, known bool) {
 	return false, true
 }
 
+// FolioSetting is the 64 kB folio switch's choice ("never", "always",
+// "inherit", "madvise"), or why it cannot be read: it moves what every fork
+// costs, so benchmarks log it.
+func FolioSetting() string {
+	b, err := os.ReadFile(foliosKnob)
+	if err != nil {
+		return err.Error()
+	}
+	return chosen(b)
+}
+
 // chosen is the bracketed choice of a sysfs switch ("always [madvise] never").
 func chosen(b []byte) string {
 	_, rest, ok := bytes.Cut(b, []byte("["))
