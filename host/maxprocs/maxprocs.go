@@ -27,9 +27,12 @@ import (
 )
 
 const (
-	// tick is how often the load is sampled: short, so a burst of work
-	// finds every P within a few ticks.
-	tick = 25 * time.Millisecond
+	// tick is how often the load is sampled. One client's load on one P
+	// sees a slow wait now and then; in a 25 ms tick that was too few
+	// samples, and the chance tick with 10 % slow raised the Ps (then
+	// held them: see flapTicks). A 100 ms tick holds ~4 times the
+	// samples, and a burst of work still finds every P within one.
+	tick = 100 * time.Millisecond
 	// slowWait is a runnable goroutine's wait for a P that counts as slow.
 	slowWait = 250 * time.Microsecond
 	// One P no longer keeps up once the host's threads used raiseBusy of
