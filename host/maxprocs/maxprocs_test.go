@@ -19,7 +19,8 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func TestDecide(t *testing.T) {
 	idle := load{busy: 0.1, waits: 500, slowWaits: 20}
-	q, long, soon := quietTicks, flapTicks, flapTicks/2 // since the last lowering
+	q := quietTicks
+	long, soon := flapTicks, flapTicks/2 // ticks since the last lowering
 	for _, tc := range []struct {
 		name string
 		from state
@@ -31,10 +32,11 @@ func TestDecide(t *testing.T) {
 		{"a few slow waits do not", state{procs: 1, need: 2 * q, since: soon}, load{busy: 0.3, waits: 100, slowWaits: 9}, state{procs: 1, need: 2 * q, since: soon + 1}},
 		{"nor does a small sample", state{procs: 1, need: 2 * q, since: soon}, load{busy: 0.3, waits: 10, slowWaits: 10}, state{procs: 1, need: 2 * q, since: soon + 1}},
 		{"a busy host stays on all", state{procs: 4, quiet: q - 1, need: q}, load{busy: 0.8}, state{procs: 4, quiet: 0, need: q, since: 1}},
-		{"a quiet tick counts", state{procs: 4, quiet: 3, need: q}, idle, state{procs: 4, quiet: 4, need: q, since: 1}},
+		{"a quiet tick counts", state{procs: 4, quiet: q - 2, need: q}, idle, state{procs: 4, quiet: q - 1, need: q, since: 1}},
 		{"enough quiet ticks lower", state{procs: 4, quiet: q - 1, need: q, since: 20}, idle, state{procs: 1, need: q}},
-		{"a raise soon after a lowering doubles the quiet ticks", state{procs: 1, need: q, since: 5}, load{busy: 0.9}, state{procs: 4, need: 2 * q, since: 6}},
-		{"up to a bound", state{procs: 1, need: maxQuietTicks - 1, since: 5}, load{busy: 0.9}, state{procs: 4, need: maxQuietTicks, since: 6}},
+		{"a raise soon after a lowering doubles the quiet ticks", state{procs: 1, need: q, since: soon}, load{busy: 0.9}, state{procs: 4, need: 2 * q, since: soon + 1}},
+		{"a raise long after one does not", state{procs: 1, need: q, since: long - 1}, load{busy: 0.9}, state{procs: 4, need: q, since: long}},
+		{"up to a bound", state{procs: 1, need: 32 * q, since: soon}, load{busy: 0.9}, state{procs: 4, need: maxQuietTicks, since: soon + 1}},
 		{"one P that kept up long lowers promptly again", state{procs: 1, need: 8 * q, since: long - 1}, idle, state{procs: 1, need: q, since: long}},
 	} {
 		if got := tc.from.decide(4, tc.l); got != tc.want {
