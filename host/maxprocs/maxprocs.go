@@ -37,18 +37,24 @@ const (
 	// slowWait is a runnable goroutine's wait for a P that counts as slow.
 	slowWait = 250 * time.Microsecond
 	// One P no longer keeps up once the host's threads used raiseBusy of
-	// a CPU in a tick, or once raiseSlowShare of the goroutines made
-	// runnable in it (raiseWaits at least, as the runtime samples them)
-	// waited slowWait or more.
+	// a CPU in a tick, or once, in slowTicks ticks in a row,
+	// raiseSlowShare of the goroutines made runnable (raiseWaits at
+	// least, as the runtime samples them) waited slowWait or more. One
+	// client's load on one P had single ticks of 15 % slow (a CPU taken
+	// away for a moment), and ticks of a few dozen waits as it paused,
+	// 4 slow in 27; a load one P cannot carry stays slow.
 	raiseBusy      = 0.85
 	raiseSlowShare = 0.10
-	raiseWaits     = 20
+	raiseWaits     = 100
+	slowTicks      = 2
 	// All the CPUs go back to one P once the host used less than
 	// lowerBusy of a CPU for a second of ticks in a row. The same work
-	// costs more CPU on all the Ps (the hand-offs above), so it measures
-	// higher there than on one: the two thresholds leave room between
-	// them.
-	lowerBusy  = 0.75
+	// costs more CPU on all the Ps (the hand-offs above): one
+	// TypeScript client's ticks measure 0.63–0.76 of a CPU there and
+	// 0.54–0.65 on one, so a bound under 0.8 could keep such a load on
+	// all the Ps, and 0.9 on all of them is ~0.75 on one, under
+	// raiseBusy.
+	lowerBusy  = 0.9
 	quietTicks = int(time.Second / tick)
 	// A raise within flapTicks (10 s) of the last lowering doubles the
 	// quiet ticks the next lowering needs, up to a minute's: a load one
@@ -157,6 +163,7 @@ type load struct {
 // state is the controller's between ticks.
 type state struct {
 	procs int // GOMAXPROCS now
+	slow  int // ticks in a row on one P with slow waits
 	quiet int // ticks in a row on all the Ps below lowerBusy
 	need  int // quiet ticks the next lowering needs
 	since int // ticks since the last lowering
@@ -166,8 +173,11 @@ type state struct {
 func (s state) decide(most int, l load) state {
 	s.since++
 	if s.procs < most {
-		slow := l.waits >= raiseWaits && float64(l.slowWaits) >= raiseSlowShare*float64(l.waits)
-		if !slow && l.busy < raiseBusy*float64(s.procs) {
+		s.slow++
+		if l.waits < raiseWaits || float64(l.slowWaits) < raiseSlowShare*float64(l.waits) {
+			s.slow = 0
+		}
+		if s.slow < slowTicks && l.busy < raiseBusy*float64(s.procs) {
 			if s.since >= flapTicks {
 				s.need = quietTicks // one P kept up for long: lower promptly again
 			}
@@ -176,7 +186,7 @@ func (s state) decide(most int, l load) state {
 		if s.since < flapTicks {
 			s.need = min(2*s.need, maxQuietTicks)
 		}
-		s.procs, s.quiet = most, 0
+		s.procs, s.slow, s.quiet = most, 0, 0
 		return s
 	}
 	if l.busy >= lowerBusy {

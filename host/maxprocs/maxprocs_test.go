@@ -28,10 +28,12 @@ func TestDecide(t *testing.T) {
 		want state
 	}{
 		{"one P busy raises", state{procs: 1, need: q, since: long}, load{busy: 0.9}, state{procs: 4, need: q, since: long + 1}},
-		{"goroutines waiting for the P raise", state{procs: 1, need: q, since: long}, load{busy: 0.3, waits: 100, slowWaits: 10}, state{procs: 4, need: q, since: long + 1}},
-		{"a few slow waits do not", state{procs: 1, need: 2 * q, since: soon}, load{busy: 0.3, waits: 100, slowWaits: 9}, state{procs: 1, need: 2 * q, since: soon + 1}},
-		{"nor does a small sample", state{procs: 1, need: 2 * q, since: soon}, load{busy: 0.3, waits: 10, slowWaits: 10}, state{procs: 1, need: 2 * q, since: soon + 1}},
-		{"a busy host stays on all", state{procs: 4, quiet: q - 1, need: q}, load{busy: 0.8}, state{procs: 4, quiet: 0, need: q, since: 1}},
+		{"goroutines waiting for the P a second tick raise", state{procs: 1, slow: 1, need: q, since: long}, load{busy: 0.3, waits: 100, slowWaits: 10}, state{procs: 4, need: q, since: long + 1}},
+		{"a first tick of them counts", state{procs: 1, need: 2 * q, since: soon}, load{busy: 0.3, waits: 100, slowWaits: 10}, state{procs: 1, slow: 1, need: 2 * q, since: soon + 1}},
+		{"a few slow waits do not", state{procs: 1, slow: 1, need: 2 * q, since: soon}, load{busy: 0.3, waits: 100, slowWaits: 9}, state{procs: 1, need: 2 * q, since: soon + 1}},
+		{"nor does a small sample", state{procs: 1, slow: 1, need: 2 * q, since: soon}, load{busy: 0.03, waits: 99, slowWaits: 99}, state{procs: 1, need: 2 * q, since: soon + 1}},
+		{"a busy host stays on all", state{procs: 4, quiet: q - 1, need: q}, load{busy: 0.9}, state{procs: 4, quiet: 0, need: q, since: 1}},
+		{"as busy as one client on all, it lowers", state{procs: 4, quiet: q - 1, need: q, since: 20}, load{busy: 0.8}, state{procs: 1, need: q}},
 		{"a quiet tick counts", state{procs: 4, quiet: q - 2, need: q}, idle, state{procs: 4, quiet: q - 1, need: q, since: 1}},
 		{"enough quiet ticks lower", state{procs: 4, quiet: q - 1, need: q, since: 20}, idle, state{procs: 1, need: q}},
 		{"a raise soon after a lowering doubles the quiet ticks", state{procs: 1, need: q, since: soon}, load{busy: 0.9}, state{procs: 4, need: 2 * q, since: soon + 1}},
