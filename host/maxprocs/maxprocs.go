@@ -31,18 +31,18 @@ const (
 	// sees a slow wait now and then; a 25 ms tick held too few samples,
 	// and a tick that by chance had raiseSlowShare slow raised the Ps
 	// (then held them: see flapTicks). A 100 ms tick holds ~4 times the
-	// samples, and a burst of work still finds every P within a few
-	// ticks (8 clients: 100–170 slow of 600–700 waits in each).
+	// samples, and a burst of work still finds every P within two ticks
+	// of its start (8 clients: 100–170 slow of 600–700 waits per tick).
 	tick = 100 * time.Millisecond
 	// slowWait is a runnable goroutine's wait for a P that counts as slow.
 	slowWait = 250 * time.Microsecond
 	// One P no longer keeps up once the host's threads used raiseBusy of
-	// a CPU in a tick, or once, in slowTicks ticks in a row,
-	// raiseSlowShare of the goroutines made runnable (raiseWaits at
-	// least, as the runtime samples them) waited slowWait or more. One
-	// client's load on one P had single ticks of 15 % slow (a CPU taken
-	// away for a moment), and ticks of a few dozen waits as it paused,
-	// 4 slow in 27; a load one P cannot carry stays slow.
+	// a CPU in a tick, or once, in each of slowTicks ticks in a row, at
+	// least raiseWaits goroutines were made runnable (as the runtime
+	// samples them) and raiseSlowShare of them waited slowWait or more.
+	// One client's load on one P had single ticks of 15 % slow (a CPU
+	// taken away for a moment) and ticks of a few dozen waits between
+	// its blocks (4 of 27 slow); a load one P cannot carry stays slow.
 	raiseBusy      = 0.85
 	raiseSlowShare = 0.10
 	raiseWaits     = 100
@@ -51,9 +51,12 @@ const (
 	// lowerBusy of a CPU for a second of ticks in a row. The same work
 	// costs more CPU on all the Ps (the hand-offs above): one
 	// TypeScript client's ticks measure 0.63–0.76 of a CPU there and
-	// 0.54–0.65 on one, so a bound under 0.8 could keep such a load on
-	// all the Ps, and 0.9 on all of them is ~0.75 on one, under
-	// raiseBusy.
+	// 0.54–0.65 on one, so a bound at 0.76 or under (0.75 was) could keep
+	// such a load on all the Ps, and 0.9 of a CPU on all the Ps is ~0.77
+	// on one, under raiseBusy. The bounds are inverted on purpose: a load
+	// that costs as much on one P as on all (CPU-bound Go code), or one
+	// that waits for a CPU other processes hold, lowers and raises again,
+	// and the flap rule below spaces that out to one tick a minute.
 	lowerBusy  = 0.9
 	quietTicks = int(time.Second / tick)
 	// A raise within flapTicks (10 s) of the last lowering doubles the
@@ -139,7 +142,8 @@ func (c *Controller) run(ctx context.Context, last sample) {
 		l, ok := last.to(now)
 		last = now
 		if !ok {
-			continue // nothing measured: nothing changes
+			st.slow = 0 // slow ticks count only in a row
+			continue
 		}
 		next := st.decide(c.most, l)
 		if next.procs != st.procs {
@@ -163,7 +167,7 @@ type load struct {
 // state is the controller's between ticks.
 type state struct {
 	procs int // GOMAXPROCS now
-	slow  int // ticks in a row on one P with slow waits
+	slow  int // ticks in a row on one P that counted as slow (raiseWaits and raiseSlowShare)
 	quiet int // ticks in a row on all the Ps below lowerBusy
 	need  int // quiet ticks the next lowering needs
 	since int // ticks since the last lowering
