@@ -225,14 +225,11 @@ const foliosKnob = "/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled"
 // where they cannot be set (not root, or a kernel without them). The
 // setting found is given back when the benchmark ends, whatever happens.
 func kernelFolios(b *testing.B) (set func(mode string) bool) {
-	was, err := os.ReadFile(foliosKnob)
-	if err != nil {
+	if _, err := os.Stat(foliosKnob); err != nil {
 		b.Logf("64 kB folios: %v", err)
 		return nil
 	}
-	// The file lists every choice with the current one in brackets.
-	_, rest, _ := strings.Cut(string(was), "[")
-	found, _, _ := strings.Cut(rest, "]")
+	found := sandbox.FolioSetting()
 	set = func(mode string) bool {
 		if err := os.WriteFile(foliosKnob, []byte(mode), 0); err != nil {
 			b.Logf("64 kB folios: cannot set %q: %v", mode, err)

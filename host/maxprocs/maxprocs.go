@@ -177,8 +177,9 @@ type state struct {
 func (s state) decide(most int, l load) state {
 	s.since++
 	if s.procs < most {
-		s.slow++
-		if l.waits < raiseWaits || float64(l.slowWaits) < raiseSlowShare*float64(l.waits) {
+		if l.waits >= raiseWaits && float64(l.slowWaits) >= raiseSlowShare*float64(l.waits) {
+			s.slow++
+		} else {
 			s.slow = 0
 		}
 		if s.slow < slowTicks && l.busy < raiseBusy*float64(s.procs) {
